@@ -1,0 +1,80 @@
+-- enqueue: adds a batch of jobs (one job is a batch of one).
+--
+-- KEYS[1] seq      mint counter          KEYS[2] pending (zset)
+-- KEYS[3] delayed  (zset)                KEYS[4] wake (list)
+-- ARGV[1] key prefix "emq:{Q}:" (job and dedup keys are built from it; they
+--         carry the same hash tag, so they live in the same slot)
+-- ARGV[2] number of jobs N, then 8 fields per job:
+--   id          "" to mint one from seq
+--   payload     JSON bytes
+--   priority    integer -128..127, higher runs first
+--   delay       milliseconds, 0 for none (due = TIME + delay)
+--   max_attempts, max_stalls   0 for the consumer's / reaper's default
+--   dedup       "" for none, else the dedup id
+--   dedup_ttl   milliseconds the dedup marker stands; 0 = until the job finishes
+--
+-- Returns {now, status_1, id_1, ..., status_N, id_N}; status 1 created,
+-- 2 a job with that id already exists (nothing written), 3 the dedup marker
+-- is held by job id (nothing written).
+local seq_key, pending_key, delayed_key, wake_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local prefix = ARGV[1]
+local n = tonumber(ARGV[2])
+local now = server_now()
+local out = {now}
+local woken = 0
+-- Scores: (127 - priority) * 2^45 + seq stays an exact integer in a double.
+local PRIO_STEP = 35184372088832
+
+for j = 0, n - 1 do
+  local b = 3 + j * 8
+  local id, payload = ARGV[b], ARGV[b + 1]
+  local priority, delay = tonumber(ARGV[b + 2]), tonumber(ARGV[b + 3])
+  local max_attempts, max_stalls = tonumber(ARGV[b + 4]), tonumber(ARGV[b + 5])
+  local dedup, dedup_ttl = ARGV[b + 6], tonumber(ARGV[b + 7])
+  local status = 1
+  local mk
+  if dedup ~= '' then
+    mk = prefix .. 'de:' .. dedup
+    local holder = rcall('GET', mk)
+    if holder then status = 3; id = holder end
+  end
+  if status == 1 and id ~= '' and rcall('EXISTS', prefix .. 'job:' .. id) == 1 then
+    status = 2
+  end
+  if status == 1 then
+    local seq = rcall('INCR', seq_key)
+    if id == '' then
+      id = tostring(seq)
+      -- a caller may have chosen an id that looks minted: skip past it
+      while rcall('EXISTS', prefix .. 'job:' .. id) == 1 do
+        seq = rcall('INCR', seq_key)
+        id = tostring(seq)
+      end
+    end
+    local jk = prefix .. 'job:' .. id
+    local score = (127 - priority) * PRIO_STEP + seq
+    local h = {'p', payload, 'sc', score, 'ct', now, 'st', 'pending'}
+    if delay > 0 then h[8] = 'delayed' end
+    if max_attempts > 0 then h[#h + 1] = 'ma'; h[#h + 1] = max_attempts end
+    if max_stalls > 0 then h[#h + 1] = 'ms'; h[#h + 1] = max_stalls end
+    if mk then
+      if dedup_ttl > 0 then
+        rcall('SET', mk, id, 'PX', dedup_ttl)
+      else
+        rcall('SET', mk, id)
+        h[#h + 1] = 'dd'; h[#h + 1] = dedup
+      end
+    end
+    rcall('HSET', jk, unpack(h))
+    if delay > 0 then
+      rcall('ZADD', delayed_key, now + delay, id)
+    else
+      rcall('ZADD', pending_key, score, id)
+      woken = woken + 1
+    end
+  end
+  out[#out + 1] = status
+  out[#out + 1] = id
+end
+if woken > 0 then wake(wake_key, woken) end
+return out

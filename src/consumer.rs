@@ -1,0 +1,526 @@
+//! The worker side: [`Consumer`] claims jobs, runs an async handler for each
+//! with bounded concurrency, keeps leases alive with heartbeats, and settles
+//! each job with its fencing token.
+
+use std::fmt::Display;
+use std::marker::PhantomData;
+use std::sync::Arc;
+use std::time::Duration;
+
+use redis::aio::MultiplexedConnection;
+use serde::de::DeserializeOwned;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::task::{JoinHandle, JoinSet};
+use tokio::time::{Instant, sleep, sleep_until, timeout_at};
+use tokio_util::sync::CancellationToken;
+use tracing::{Instrument, debug, info_span, warn};
+
+use crate::error::{Error, Result};
+use crate::job::{Job, Lease};
+use crate::queue::{Queue, Settled};
+use crate::reaper::{DEFAULT_MAX_STALLS, DEFAULT_REAP_INTERVAL, Reaper};
+
+/// Default handlers running at once.
+pub const DEFAULT_CONCURRENCY: usize = 10;
+/// Default lease length; heartbeats renew it while the handler runs.
+pub const DEFAULT_LEASE: Duration = Duration::from_secs(30);
+/// Default handler failures before a job fails for good.
+pub const DEFAULT_MAX_ATTEMPTS: u32 = 3;
+/// Default time running handlers get to finish at shutdown.
+pub const DEFAULT_SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(30);
+/// Default longest wait on the wake list before an idle consumer polls again.
+pub const DEFAULT_POLL_INTERVAL: Duration = Duration::from_secs(1);
+/// Most jobs leased in one claim call.
+pub const MAX_CLAIM_BATCH: usize = 64;
+
+/// An async job handler. Implemented for every
+/// `Fn(Job<T>) -> impl Future<Output = Result<(), E>>` with `E: Display`,
+/// so a plain async closure is a handler.
+pub trait Handler<T>: Send + Sync + 'static {
+    /// The handler's error; its text is recorded on the job.
+    type Error: Display + Send + 'static;
+    /// The future one call returns.
+    type Future: Future<Output = std::result::Result<(), Self::Error>> + Send + 'static;
+    /// Handles one delivery of a job.
+    fn call(&self, job: Job<T>) -> Self::Future;
+}
+
+impl<T, F, Fut, E> Handler<T> for F
+where
+    F: Fn(Job<T>) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = std::result::Result<(), E>> + Send + 'static,
+    E: Display + Send + 'static,
+{
+    type Error = E;
+    type Future = Fut;
+    fn call(&self, job: Job<T>) -> Fut {
+        self(job)
+    }
+}
+
+/// The delay before a failed job's next attempt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Backoff {
+    /// The same delay every time.
+    Fixed(Duration),
+    /// `base * 2^(failures - 1)`, at most `max`.
+    Exponential {
+        /// The first delay.
+        base: Duration,
+        /// The cap.
+        max: Duration,
+    },
+}
+
+/// Default backoff: exponential from 1 s, at most 10 minutes.
+pub const DEFAULT_BACKOFF: Backoff = Backoff::Exponential {
+    base: Duration::from_secs(1),
+    max: Duration::from_secs(600),
+};
+
+impl Backoff {
+    /// The delay after the `failures`-th failure (1 for the first).
+    pub fn delay(&self, failures: u64) -> Duration {
+        match *self {
+            Backoff::Fixed(d) => d,
+            Backoff::Exponential { base, max } => {
+                let shift = failures.saturating_sub(1).min(31) as u32;
+                base.checked_mul(1u32 << shift).unwrap_or(max).min(max)
+            }
+        }
+    }
+}
+
+/// Settings of a [`Consumer`].
+#[derive(Debug, Clone)]
+struct Settings {
+    concurrency: usize,
+    lease: Duration,
+    heartbeat: Option<Duration>,
+    backoff: Backoff,
+    max_attempts: u32,
+    shutdown_timeout: Duration,
+    poll_interval: Duration,
+    reaper: bool,
+    reap_interval: Duration,
+    max_stalls: u32,
+}
+
+impl Settings {
+    fn heartbeat(&self) -> Duration {
+        self.heartbeat.unwrap_or(self.lease / 3).max(Duration::from_millis(1))
+    }
+    /// How long after a confirmed renewal (measured from when it was sent)
+    /// the lease is still surely ours: the lease minus a margin for clock
+    /// drift and the renewal's own travel.
+    fn safety_window(&self) -> Duration {
+        let margin = (self.lease / 10).max(Duration::from_millis(20)).min(self.lease / 2);
+        self.lease - margin
+    }
+}
+
+/// Runs an async handler for each job of a queue. Configure with the
+/// chained setters, then [`spawn`](Self::spawn) it (or [`run`](Self::run)
+/// it until a shutdown future resolves).
+///
+/// Outcomes: `Ok` completes the job; `Err(e)` retries it (`e` recorded,
+/// after the backoff, until `max_attempts` failures); a panic retries it
+/// with error `"panicked"`; a payload that does not decode into `T` fails
+/// the job for good. None of them stops the consumer.
+pub struct Consumer<T, H> {
+    queue: Queue,
+    handler: Arc<H>,
+    settings: Settings,
+    _payload: PhantomData<fn() -> T>,
+}
+
+impl<T, H> Consumer<T, H>
+where
+    T: DeserializeOwned + Send + 'static,
+    H: Handler<T>,
+{
+    /// A consumer of `queue` running `handler`, with the defaults.
+    pub fn new(queue: Queue, handler: H) -> Self {
+        Consumer {
+            queue,
+            handler: Arc::new(handler),
+            settings: Settings {
+                concurrency: DEFAULT_CONCURRENCY,
+                lease: DEFAULT_LEASE,
+                heartbeat: None,
+                backoff: DEFAULT_BACKOFF,
+                max_attempts: DEFAULT_MAX_ATTEMPTS,
+                shutdown_timeout: DEFAULT_SHUTDOWN_TIMEOUT,
+                poll_interval: DEFAULT_POLL_INTERVAL,
+                reaper: true,
+                reap_interval: DEFAULT_REAP_INTERVAL,
+                max_stalls: DEFAULT_MAX_STALLS,
+            },
+            _payload: PhantomData,
+        }
+    }
+    /// Handlers running at once (default [`DEFAULT_CONCURRENCY`], at least 1).
+    pub fn concurrency(mut self, n: usize) -> Self {
+        self.settings.concurrency = n.max(1);
+        self
+    }
+    /// Lease length (default [`DEFAULT_LEASE`], at least 10 ms). A worker
+    /// silent for longer loses the job to the reaper.
+    pub fn lease(mut self, d: Duration) -> Self {
+        self.settings.lease = d.max(Duration::from_millis(10));
+        self
+    }
+    /// Time between heartbeats (default: a third of the lease).
+    pub fn heartbeat(mut self, d: Duration) -> Self {
+        self.settings.heartbeat = Some(d);
+        self
+    }
+    /// Delay before a failed job runs again (default [`DEFAULT_BACKOFF`]).
+    pub fn backoff(mut self, b: Backoff) -> Self {
+        self.settings.backoff = b;
+        self
+    }
+    /// Handler failures before a job fails for good (default
+    /// [`DEFAULT_MAX_ATTEMPTS`]; a job's own limit wins).
+    pub fn max_attempts(mut self, n: u32) -> Self {
+        self.settings.max_attempts = n.max(1);
+        self
+    }
+    /// Time running handlers get to finish at shutdown before they are
+    /// cancelled and their jobs released (default [`DEFAULT_SHUTDOWN_TIMEOUT`]).
+    pub fn shutdown_timeout(mut self, d: Duration) -> Self {
+        self.settings.shutdown_timeout = d;
+        self
+    }
+    /// Longest idle wait before polling again even without a wake-up
+    /// (default [`DEFAULT_POLL_INTERVAL`]).
+    pub fn poll_interval(mut self, d: Duration) -> Self {
+        self.settings.poll_interval = d.max(Duration::from_millis(10));
+        self
+    }
+    /// Whether this consumer runs a [`Reaper`] beside it (default true).
+    pub fn reaper(mut self, on: bool) -> Self {
+        self.settings.reaper = on;
+        self
+    }
+    /// Interval of the built-in reaper (default [`DEFAULT_REAP_INTERVAL`]).
+    pub fn reap_interval(mut self, d: Duration) -> Self {
+        self.settings.reap_interval = d;
+        self
+    }
+    /// `max_stalls` of the built-in reaper (default [`DEFAULT_MAX_STALLS`]).
+    pub fn max_stalls(mut self, n: u32) -> Self {
+        self.settings.max_stalls = n;
+        self
+    }
+
+    /// Starts the consumer on the current Tokio runtime.
+    pub fn spawn(self) -> ConsumerHandle {
+        let stop = CancellationToken::new();
+        let s = stop.clone();
+        let join = tokio::spawn(async move { self.run(s.cancelled_owned()).await });
+        ConsumerHandle { stop, join }
+    }
+
+    /// Runs until `shutdown` resolves, then shuts down gracefully: stops
+    /// claiming, lets running handlers finish for up to `shutdown_timeout`,
+    /// then cancels the rest and releases their jobs.
+    pub async fn run(self, shutdown: impl Future<Output = ()> + Send) {
+        let stop = CancellationToken::new();
+        let reaper = self.settings.reaper.then(|| {
+            Reaper::new(self.queue.clone())
+                .interval(self.settings.reap_interval)
+                .max_stalls(self.settings.max_stalls)
+                .spawn()
+        });
+        let ctx = Arc::new(Ctx {
+            queue: self.queue,
+            handler: self.handler,
+            settings: self.settings,
+            hard_stop: CancellationToken::new(),
+        });
+        {
+            let claiming = claim_loop(ctx.clone(), stop.clone());
+            tokio::pin!(claiming);
+            tokio::select! {
+                tasks = &mut claiming => { drain(&ctx, tasks).await; }
+                _ = shutdown => {
+                    stop.cancel();
+                    let tasks = claiming.await;
+                    drain(&ctx, tasks).await;
+                }
+            }
+        }
+        if let Some(r) = reaper {
+            r.shutdown().await;
+        }
+        debug!(queue = ctx.queue.name(), "consumer stopped");
+    }
+}
+
+/// A running consumer.
+#[derive(Debug)]
+pub struct ConsumerHandle {
+    stop: CancellationToken,
+    join: JoinHandle<()>,
+}
+
+impl ConsumerHandle {
+    /// Graceful shutdown (see [`Consumer::run`]); returns when done.
+    pub async fn shutdown(self) {
+        self.stop.cancel();
+        let _ = self.join.await;
+    }
+    /// True once the consumer has stopped.
+    pub fn is_finished(&self) -> bool {
+        self.join.is_finished()
+    }
+}
+
+/// What every job task shares.
+struct Ctx<H> {
+    queue: Queue,
+    handler: Arc<H>,
+    settings: Settings,
+    /// Fired when the shutdown grace period ends: handlers are cancelled
+    /// and their jobs released.
+    hard_stop: CancellationToken,
+}
+
+/// Claims while slots are free, until `stop`. Returns the running job tasks.
+async fn claim_loop<T, H>(ctx: Arc<Ctx<H>>, stop: CancellationToken) -> JoinSet<()>
+where
+    T: DeserializeOwned + Send + 'static,
+    H: Handler<T>,
+{
+    let s = &ctx.settings;
+    let slots = Arc::new(Semaphore::new(s.concurrency));
+    let mut tasks = JoinSet::new();
+    let mut waiter: Option<MultiplexedConnection> = None;
+    let mut errors = 0u32;
+    loop {
+        let first = tokio::select! {
+            p = slots.clone().acquire_owned() => match p { Ok(p) => p, Err(_) => break },
+            _ = stop.cancelled() => break,
+        };
+        let mut permits = vec![first];
+        while permits.len() < MAX_CLAIM_BATCH {
+            match slots.clone().try_acquire_owned() {
+                Ok(p) => permits.push(p),
+                Err(_) => break,
+            }
+        }
+        let sent = Instant::now();
+        match ctx.queue.claim(permits.len(), s.lease).await {
+            Ok(leases) if leases.is_empty() => {
+                errors = 0;
+                drop(permits);
+                wait_for_work(&ctx.queue, &mut waiter, s.poll_interval, &stop).await;
+            }
+            Ok(leases) => {
+                errors = 0;
+                for lease in leases {
+                    let Some(permit) = permits.pop() else { break };
+                    tasks.spawn(run_job::<T, H>(ctx.clone(), lease, sent, permit));
+                }
+            }
+            Err(e) => {
+                drop(permits);
+                errors = errors.saturating_add(1);
+                let pause = Duration::from_millis(50u64 << errors.min(6));
+                warn!(queue = ctx.queue.name(), error = %e, ?pause, "claim failed; retrying");
+                tokio::select! { _ = sleep(pause) => {}, _ = stop.cancelled() => break }
+            }
+        }
+        while tasks.try_join_next().is_some() {}
+    }
+    tasks
+}
+
+/// Waits for a wake token (pushed by enqueue, retry, release, reap and
+/// promotion) on a dedicated blocking connection, at most `poll`.
+async fn wait_for_work(
+    queue: &Queue,
+    waiter: &mut Option<MultiplexedConnection>,
+    poll: Duration,
+    stop: &CancellationToken,
+) {
+    if waiter.is_none() {
+        match queue.blocking_connection().await {
+            Ok(c) => *waiter = Some(c),
+            Err(e) => {
+                debug!(queue = queue.name(), error = %e, "no blocking connection; polling");
+                tokio::select! { _ = sleep(poll) => {}, _ = stop.cancelled() => {} }
+                return;
+            }
+        }
+    }
+    let Some(conn) = waiter.as_mut() else { return };
+    let mut cmd = redis::cmd("BLPOP");
+    cmd.arg(&queue.keys().wake).arg(poll.as_secs_f64());
+    let blpop = cmd.query_async::<Option<(String, String)>>(conn);
+    tokio::select! {
+        r = blpop => if let Err(e) = r {
+            debug!(queue = queue.name(), error = %e, "wake-up wait failed; reconnecting");
+            *waiter = None;
+            tokio::select! { _ = sleep(poll.min(Duration::from_millis(200))) => {}, _ = stop.cancelled() => {} }
+        },
+        // The reply of an abandoned BLPOP would arrive later on this
+        // connection: drop it rather than reuse it.
+        _ = stop.cancelled() => *waiter = None,
+    }
+}
+
+/// After the claim loop stops: waits for running jobs up to the grace
+/// period, then cancels the rest (they release their jobs).
+async fn drain<H>(ctx: &Ctx<H>, mut tasks: JoinSet<()>) {
+    let deadline = Instant::now() + ctx.settings.shutdown_timeout;
+    let graceful = timeout_at(deadline, async { while tasks.join_next().await.is_some() {} }).await;
+    if graceful.is_err() {
+        warn!(
+            queue = ctx.queue.name(),
+            running = tasks.len(),
+            "shutdown grace period over; cancelling handlers"
+        );
+        ctx.hard_stop.cancel();
+        while tasks.join_next().await.is_some() {}
+    }
+}
+
+/// How one attempt ended.
+enum Ended<E> {
+    Ok,
+    Err(E),
+    Panicked,
+    /// The lease was lost or could not be renewed in time: do not settle.
+    LeaseLost,
+    /// Shutdown grace over: release the job.
+    Stopped,
+}
+
+/// Runs one leased job: decode, handle with heartbeats, settle.
+async fn run_job<T, H>(ctx: Arc<Ctx<H>>, mut lease: Lease, claimed_at: Instant, _permit: OwnedSemaphorePermit)
+where
+    T: DeserializeOwned + Send + 'static,
+    H: Handler<T>,
+{
+    let span = info_span!("job", queue = ctx.queue.name(), job_id = %lease.id, attempt = lease.token);
+    async move {
+        let s = &ctx.settings;
+        let q = &ctx.queue;
+        let payload: T = match lease.decode() {
+            Ok(p) => p,
+            Err(e) => {
+                warn!(error = %e, "payload does not decode; failing the job");
+                let reason = format!("undecodable payload: {e}");
+                settle("fail", claimed_at + s.lease, || q.fail(&lease, &reason)).await;
+                return;
+            }
+        };
+        let cancel = ctx.hard_stop.child_token();
+        let job = Job {
+            id: lease.id.clone(),
+            queue: q.name().to_owned(),
+            attempt: lease.token,
+            failures: lease.failures,
+            payload,
+            cancel: cancel.clone(),
+        };
+        let mut handler = tokio::spawn(ctx.handler.call(job).in_current_span());
+        // The lease is surely ours until `confirmed + lease` (measured from
+        // when the claim or last renewal was *sent*).
+        let mut confirmed = claimed_at;
+        let mut next_beat = claimed_at + s.heartbeat();
+        let ended = loop {
+            tokio::select! {
+                r = &mut handler => break match r {
+                    Ok(Ok(())) => Ended::Ok,
+                    Ok(Err(e)) => Ended::Err(e),
+                    Err(e) if e.is_panic() => Ended::Panicked,
+                    Err(_) => Ended::Stopped,
+                },
+                _ = sleep_until(next_beat) => {
+                    let sent = Instant::now();
+                    let safe_until = confirmed + s.safety_window();
+                    match timeout_at(safe_until, q.extend(&mut lease, s.lease)).await {
+                        Ok(Ok(_)) => {
+                            confirmed = sent;
+                            next_beat = sent + s.heartbeat();
+                        }
+                        Ok(Err(e @ (Error::LeaseLost { .. } | Error::JobNotFound(_)))) => {
+                            warn!(error = %e, "lease lost; cancelling the handler, its result will not be settled");
+                            break Ended::LeaseLost;
+                        }
+                        Ok(Err(e)) if Instant::now() < safe_until => {
+                            debug!(error = %e, "heartbeat failed; retrying");
+                            next_beat = Instant::now() + (s.heartbeat() / 4).max(Duration::from_millis(5));
+                        }
+                        _ => {
+                            warn!("lease renewal not confirmed within the safety window; cancelling the handler, its result will not be settled");
+                            break Ended::LeaseLost;
+                        }
+                    }
+                }
+                _ = ctx.hard_stop.cancelled() => break Ended::Stopped,
+            }
+        };
+        let settle_by = confirmed + s.lease;
+        match ended {
+            Ended::Ok => settle("complete", settle_by, || q.complete(&lease)).await,
+            Ended::Err(e) => {
+                let error = e.to_string();
+                debug!(error = %error, "handler failed");
+                let delay = s.backoff.delay(lease.failures + 1);
+                settle("retry", settle_by, || q.retry(&lease, delay, &error, s.max_attempts)).await
+            }
+            Ended::Panicked => {
+                warn!("handler panicked");
+                let delay = s.backoff.delay(lease.failures + 1);
+                settle("retry", settle_by, || q.retry(&lease, delay, "panicked", s.max_attempts)).await
+            }
+            Ended::LeaseLost => {
+                cancel.cancel();
+                tokio::select! {
+                    _ = &mut handler => {}
+                    _ = ctx.hard_stop.cancelled() => handler.abort(),
+                }
+            }
+            Ended::Stopped => {
+                cancel.cancel();
+                handler.abort();
+                settle("release", settle_by, || q.release(&lease)).await
+            }
+        }
+    }
+    .instrument(span)
+    .await
+}
+
+/// Sends a settlement, retrying transient failures until `deadline` (past
+/// it the lease has lapsed and the reaper takes over). Repeats are safe:
+/// a settlement already applied answers "already settled".
+async fn settle<F, Fut>(what: &'static str, deadline: Instant, mut send: F)
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<Settled>>,
+{
+    let mut pause = Duration::from_millis(10);
+    loop {
+        match send().await {
+            Ok(s) => {
+                debug!(outcome = ?s.outcome, "{what}");
+                return;
+            }
+            Err(e) if e.is_transient() && Instant::now() + pause < deadline => {
+                debug!(error = %e, "{what} failed; retrying");
+                sleep(pause).await;
+                pause = (pause * 2).min(Duration::from_millis(500));
+            }
+            Err(e) => {
+                warn!(error = %e, "{what} not applied; the reaper will return the job if its lease lapses");
+                return;
+            }
+        }
+    }
+}

@@ -1,0 +1,330 @@
+//! Jobs as the producer, the handler and an inspector see them.
+
+use std::time::Duration;
+
+use serde::de::DeserializeOwned;
+use tokio_util::sync::CancellationToken;
+
+use crate::error::{Error, Result};
+use crate::keys::validate_id;
+
+/// Where a job is in the leased state machine (DESIGN.md §3).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum JobState {
+    /// Ready to be claimed.
+    Pending,
+    /// Waiting for its due time (a scheduled job or a retry backoff).
+    Delayed,
+    /// Leased to a worker until its deadline.
+    Active,
+    /// Done.
+    Completed,
+    /// Failed for good (attempts used up, failed by the handler, or stalled too often).
+    Failed,
+}
+
+impl JobState {
+    pub(crate) fn parse(s: &str) -> Option<Self> {
+        Some(match s {
+            "pending" => JobState::Pending,
+            "delayed" => JobState::Delayed,
+            "active" => JobState::Active,
+            "completed" => JobState::Completed,
+            "failed" => JobState::Failed,
+            _ => return None,
+        })
+    }
+
+    /// The name stored on the server.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            JobState::Pending => "pending",
+            JobState::Delayed => "delayed",
+            JobState::Active => "active",
+            JobState::Completed => "completed",
+            JobState::Failed => "failed",
+        }
+    }
+
+    /// True for `Completed` and `Failed`.
+    pub fn is_terminal(self) -> bool {
+        matches!(self, JobState::Completed | JobState::Failed)
+    }
+}
+
+/// Options for one enqueue. Build with [`EnqueueOptions::new`] and chain setters.
+///
+/// ```
+/// use std::time::Duration;
+/// let opts = echomq::EnqueueOptions::new()
+///     .id("invoice-2231")
+///     .delay(Duration::from_secs(30))
+///     .priority(5)
+///     .max_attempts(3);
+/// ```
+#[derive(Debug, Clone, Default)]
+pub struct EnqueueOptions {
+    pub(crate) id: Option<String>,
+    pub(crate) delay: Duration,
+    pub(crate) priority: i8,
+    pub(crate) max_attempts: u32,
+    pub(crate) max_stalls: u32,
+    pub(crate) dedup: Option<(String, Duration)>,
+}
+
+impl EnqueueOptions {
+    /// Default options: a minted id, no delay, priority 0, the consumer's
+    /// `max_attempts` and the reaper's `max_stalls`.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// A caller-chosen job id. Enqueueing the same id twice yields one job
+    /// (the second call answers [`EnqueueStatus::Existing`]), which makes an
+    /// enqueue whose reply was lost safe to retry.
+    pub fn id(mut self, id: impl Into<String>) -> Self {
+        self.id = Some(id.into());
+        self
+    }
+
+    /// Run no earlier than `delay` from now, measured on the server's clock.
+    /// (An absolute run-at time would come from the caller's clock; compute
+    /// the delay yourself if you need one, knowing that.)
+    pub fn delay(mut self, delay: Duration) -> Self {
+        self.delay = delay;
+        self
+    }
+
+    /// Higher runs first; equal priorities run in enqueue order. Default 0.
+    pub fn priority(mut self, priority: i8) -> Self {
+        self.priority = priority;
+        self
+    }
+
+    /// Handler failures allowed before the job fails for good (overrides
+    /// the consumer's setting for this job). 0 keeps the consumer's.
+    pub fn max_attempts(mut self, n: u32) -> Self {
+        self.max_attempts = n;
+        self
+    }
+
+    /// Expired leases tolerated before the job fails as "stalled"
+    /// (overrides the reaper's setting for this job). 0 keeps the reaper's.
+    pub fn max_stalls(mut self, n: u32) -> Self {
+        self.max_stalls = n;
+        self
+    }
+
+    /// Producer dedup: while a marker for `dedup_id` stands, another enqueue
+    /// with it returns the holder's id instead of a new job. With `ttl`
+    /// zero the marker stands until the job finishes; otherwise for `ttl`.
+    pub fn dedup(mut self, dedup_id: impl Into<String>, ttl: Duration) -> Self {
+        self.dedup = Some((dedup_id.into(), ttl));
+        self
+    }
+
+    pub(crate) fn validate(&self) -> Result<()> {
+        if let Some(id) = &self.id {
+            validate_id("job id", id)?;
+        }
+        if let Some((d, _)) = &self.dedup {
+            validate_id("dedup id", d)?;
+        }
+        millis("delay", self.delay)?;
+        if let Some((_, ttl)) = &self.dedup {
+            millis("dedup ttl", *ttl)?;
+        }
+        Ok(())
+    }
+}
+
+/// Whole milliseconds of `d`, refusing durations past what a server
+/// timestamp can add without overflow (about 285 years).
+pub(crate) fn millis(name: &'static str, d: Duration) -> Result<u64> {
+    const MAX: u128 = 1 << 53;
+    let ms = d.as_millis();
+    if ms > MAX / 2 {
+        return Err(Error::InvalidOption {
+            name,
+            reason: format!("{d:?} is too long"),
+        });
+    }
+    Ok(ms as u64)
+}
+
+/// What an enqueue did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum EnqueueStatus {
+    /// A new job was stored.
+    Created,
+    /// A job with the caller's id already existed; nothing was written.
+    Existing,
+    /// The dedup marker is held by another job (its id is returned); nothing was written.
+    Deduplicated,
+}
+
+/// The answer to an enqueue: the job's id and what happened.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Enqueued {
+    /// The id of the job that now stands for this enqueue.
+    pub id: String,
+    /// Whether it was created now.
+    pub status: EnqueueStatus,
+}
+
+/// A job leased to the caller by [`Queue::claim`](crate::Queue::claim): the
+/// only way to settle it. Settling borrows the lease, so a settle whose
+/// reply was lost can be sent again (it answers "already settled").
+#[derive(Debug, Clone)]
+pub struct Lease {
+    pub(crate) id: String,
+    pub(crate) token: u64,
+    pub(crate) failures: u64,
+    pub(crate) payload: Vec<u8>,
+    pub(crate) deadline_ms: u64,
+}
+
+impl Lease {
+    /// The job id.
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+    /// The fencing token: the job's attempts count minted by this claim (1 on the first delivery).
+    pub fn token(&self) -> u64 {
+        self.token
+    }
+    /// Handler failures recorded before this attempt.
+    pub fn failures(&self) -> u64 {
+        self.failures
+    }
+    /// The raw JSON payload.
+    pub fn payload(&self) -> &[u8] {
+        &self.payload
+    }
+    /// Decodes the payload.
+    ///
+    /// # Errors
+    /// [`Error::Decode`] when it does not decode into `T`.
+    pub fn decode<T: DeserializeOwned>(&self) -> Result<T> {
+        serde_json::from_slice(&self.payload).map_err(|source| Error::Decode {
+            id: self.id.clone(),
+            source,
+        })
+    }
+    /// The lease deadline on the server's clock (ms since the Unix epoch).
+    pub fn deadline_ms(&self) -> u64 {
+        self.deadline_ms
+    }
+}
+
+/// A job handed to a [`Consumer`](crate::Consumer)'s handler.
+#[derive(Debug)]
+pub struct Job<T> {
+    pub(crate) id: String,
+    pub(crate) queue: String,
+    pub(crate) attempt: u64,
+    pub(crate) failures: u64,
+    pub(crate) payload: T,
+    pub(crate) cancel: CancellationToken,
+}
+
+impl<T> Job<T> {
+    /// The job id.
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+    /// The queue name.
+    pub fn queue(&self) -> &str {
+        &self.queue
+    }
+    /// This delivery's attempt number, which is also its fencing token
+    /// (1 on the first delivery; a redelivery after a crash gets a higher one).
+    pub fn attempt(&self) -> u64 {
+        self.attempt
+    }
+    /// Handler failures before this attempt.
+    pub fn failures(&self) -> u64 {
+        self.failures
+    }
+    /// The decoded payload.
+    pub fn payload(&self) -> &T {
+        &self.payload
+    }
+    /// Takes the payload out.
+    pub fn into_payload(self) -> T {
+        self.payload
+    }
+    /// A key that is the same on every delivery of this job and differs
+    /// between jobs: `QUEUE:ID`. Pass it to external APIs that take an
+    /// idempotency key (payments, webhooks) so a redelivery is recognised.
+    pub fn idempotency_key(&self) -> String {
+        format!("{}:{}", self.queue, self.id)
+    }
+    /// Cancelled when this attempt must stop: its lease was lost or could
+    /// not be renewed in time, or the consumer is shutting down past its
+    /// grace period. A cancelled attempt's result is not settled.
+    pub fn cancellation(&self) -> &CancellationToken {
+        &self.cancel
+    }
+    /// True once [`cancellation`](Self::cancellation) has fired.
+    pub fn is_cancelled(&self) -> bool {
+        self.cancel.is_cancelled()
+    }
+}
+
+/// A job's stored record, from [`Queue::job`](crate::Queue::job).
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct JobInfo {
+    /// The job id.
+    pub id: String,
+    /// Its state.
+    pub state: JobState,
+    /// Claims so far (the last fencing token minted).
+    pub attempts: u64,
+    /// Handler failures so far.
+    pub failures: u64,
+    /// Expired leases so far.
+    pub stalls: u64,
+    /// The raw JSON payload.
+    pub payload: Vec<u8>,
+    /// The last error recorded (handler error text, "panicked", "stalled", …).
+    pub last_error: Option<String>,
+    /// When it was enqueued (server ms).
+    pub created_ms: u64,
+    /// When it finished (server ms), for terminal states.
+    pub finished_ms: Option<u64>,
+    /// Lease deadline when active, due time when delayed (server ms).
+    pub deadline_ms: Option<u64>,
+}
+
+impl JobInfo {
+    /// Decodes the payload.
+    ///
+    /// # Errors
+    /// [`Error::Decode`] when it does not decode into `T`.
+    pub fn decode<T: DeserializeOwned>(&self) -> Result<T> {
+        serde_json::from_slice(&self.payload).map_err(|source| Error::Decode {
+            id: self.id.clone(),
+            source,
+        })
+    }
+}
+
+/// How many jobs are in each state, read atomically.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Counts {
+    /// Ready to be claimed.
+    pub pending: u64,
+    /// Waiting for a due time.
+    pub delayed: u64,
+    /// Leased.
+    pub active: u64,
+    /// Completed and still retained.
+    pub completed: u64,
+    /// Failed and still retained.
+    pub failed: u64,
+}

@@ -1,0 +1,143 @@
+//! Key naming: the only place that builds a key (DESIGN.md §2).
+//!
+//! Every key of queue `Q` carries the hash tag `{Q}`, so a queue lives in
+//! one hash slot and every script is single-slot, on one node or a cluster.
+
+use crate::error::{Error, Result};
+
+/// The default key prefix.
+pub const DEFAULT_PREFIX: &str = "emq";
+
+/// Longest queue name accepted, in bytes.
+pub const MAX_QUEUE_NAME_BYTES: usize = 200;
+
+/// Longest job id or dedup id accepted, in bytes.
+pub const MAX_ID_BYTES: usize = 256;
+
+/// The keys of one queue.
+#[derive(Debug, Clone)]
+pub(crate) struct Keys {
+    /// `PREFIX:{Q}:`; scripts build job and dedup keys from it.
+    pub base: String,
+    pub pending: String,
+    pub active: String,
+    pub delayed: String,
+    pub completed: String,
+    pub failed: String,
+    pub seq: String,
+    pub meta: String,
+    /// Wake tokens for consumers blocked in BLPOP (see `consumer.rs`).
+    pub wake: String,
+}
+
+impl Keys {
+    pub fn new(prefix: &str, queue: &str) -> Result<Self> {
+        validate_queue_name(queue)?;
+        validate_id("key prefix", prefix)?;
+        if prefix.contains(['{', '}']) {
+            return Err(Error::InvalidId {
+                what: "key prefix",
+                value: prefix.to_owned(),
+                reason: "must not contain '{' or '}'",
+            });
+        }
+        let base = format!("{prefix}:{{{queue}}}:");
+        let k = |s: &str| format!("{base}{s}");
+        Ok(Keys {
+            pending: k("pending"),
+            active: k("active"),
+            delayed: k("delayed"),
+            completed: k("completed"),
+            failed: k("failed"),
+            seq: k("seq"),
+            meta: k("meta"),
+            wake: k("wake"),
+            base,
+        })
+    }
+
+    pub fn job(&self, id: &str) -> String {
+        format!("{}job:{id}", self.base)
+    }
+}
+
+/// Checks a queue name: non-empty, at most [`MAX_QUEUE_NAME_BYTES`], no
+/// braces (they would break the hash tag) and no control characters.
+///
+/// # Errors
+/// [`Error::InvalidQueueName`] saying what is wrong.
+pub fn validate_queue_name(name: &str) -> Result<()> {
+    let reason = if name.is_empty() {
+        "must not be empty"
+    } else if name.len() > MAX_QUEUE_NAME_BYTES {
+        "must be at most 200 bytes"
+    } else if name.contains(['{', '}']) {
+        "must not contain '{' or '}' (they delimit the hash tag)"
+    } else if name.chars().any(char::is_control) {
+        "must not contain control characters"
+    } else {
+        return Ok(());
+    };
+    Err(Error::InvalidQueueName {
+        name: name.to_owned(),
+        reason,
+    })
+}
+
+/// Checks a caller-chosen id: non-empty, at most [`MAX_ID_BYTES`], no
+/// control characters.
+pub(crate) fn validate_id(what: &'static str, value: &str) -> Result<()> {
+    let reason = if value.is_empty() {
+        "must not be empty"
+    } else if value.len() > MAX_ID_BYTES {
+        "must be at most 256 bytes"
+    } else if value.chars().any(char::is_control) {
+        "must not contain control characters"
+    } else {
+        return Ok(());
+    };
+    Err(Error::InvalidId {
+        what,
+        value: value.to_owned(),
+        reason,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // Every key carries the queue's hash tag, so the queue stays in one slot.
+    #[test]
+    fn keys_carry_the_hash_tag() {
+        let k = Keys::new("emq", "mail").unwrap();
+        for key in [
+            &k.pending,
+            &k.active,
+            &k.delayed,
+            &k.completed,
+            &k.failed,
+            &k.seq,
+            &k.meta,
+            &k.wake,
+        ] {
+            assert!(key.starts_with("emq:{mail}:"), "{key}");
+        }
+        assert_eq!(k.job("42"), "emq:{mail}:job:42");
+    }
+
+    // Names that would break the hash tag or the key space are refused.
+    #[test]
+    fn bad_names_are_refused() {
+        for bad in ["", "a{b", "a}b", "tab\there", &"x".repeat(201)] {
+            assert!(
+                matches!(validate_queue_name(bad), Err(Error::InvalidQueueName { .. })),
+                "{bad:?}"
+            );
+        }
+        assert!(validate_queue_name("emails:high-priority").is_ok());
+        assert!(Keys::new("a{b", "q").is_err());
+        assert!(validate_id("job id", "").is_err());
+        assert!(validate_id("job id", "order-17").is_ok());
+    }
+}

@@ -1,0 +1,157 @@
+//! The Lua scripts (one file per script in `lua/`) and how they are run.
+//!
+//! Each script is `lua/common.lua` followed by its own file, embedded at
+//! build time. `redis::Script` calls it by SHA and loads it on `NOSCRIPT`,
+//! so a server restart or `SCRIPT FLUSH` never surfaces as an error.
+
+use std::sync::LazyLock;
+
+use redis::{Script, Value};
+
+use crate::error::{Error, Result};
+
+macro_rules! lua {
+    ($name:literal) => {
+        concat!(
+            include_str!("../lua/common.lua"),
+            include_str!(concat!("../lua/", $name, ".lua"))
+        )
+    };
+}
+
+/// All scripts, hashed once per process.
+pub(crate) struct Scripts {
+    pub enqueue: Script,
+    pub claim: Script,
+    pub complete: Script,
+    pub retry: Script,
+    pub fail: Script,
+    pub extend: Script,
+    pub release: Script,
+    pub reap: Script,
+}
+
+pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
+    enqueue: Script::new(lua!("enqueue")),
+    claim: Script::new(lua!("claim")),
+    complete: Script::new(lua!("complete")),
+    retry: Script::new(lua!("retry")),
+    fail: Script::new(lua!("fail")),
+    extend: Script::new(lua!("extend")),
+    release: Script::new(lua!("release")),
+    reap: Script::new(lua!("reap")),
+});
+
+/// What a settling script answered (the codes of `common.lua`'s `check_owner`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Code {
+    /// The move happened (1), or the job failed terminally (3).
+    Done(i64),
+    /// The same settlement already happened with this token (2).
+    AlreadySettled,
+    /// No such job (-1).
+    NotFound,
+    /// Not active, or a newer token owns it (-2).
+    LeaseLost,
+}
+
+/// Maps a script's status code; the single place that knows the numbers.
+pub(crate) fn code(script: &'static str, n: i64) -> Result<Code> {
+    Ok(match n {
+        1 | 3 => Code::Done(n),
+        2 => Code::AlreadySettled,
+        -1 => Code::NotFound,
+        -2 => Code::LeaseLost,
+        other => {
+            return Err(Error::Protocol {
+                script,
+                detail: format!("unknown status code {other}"),
+            });
+        }
+    })
+}
+
+/// Reads a script's flat array reply field by field.
+pub(crate) struct Reply {
+    script: &'static str,
+    items: std::vec::IntoIter<Value>,
+}
+
+impl Reply {
+    pub fn new(script: &'static str, v: Value) -> Result<Self> {
+        match v {
+            Value::Array(items) => Ok(Reply {
+                script,
+                items: items.into_iter(),
+            }),
+            other => Err(Error::Protocol {
+                script,
+                detail: format!("expected an array, got {other:?}"),
+            }),
+        }
+    }
+
+    fn bad(&self, what: &str, got: Option<Value>) -> Error {
+        Error::Protocol {
+            script: self.script,
+            detail: format!("expected {what}, got {got:?}"),
+        }
+    }
+
+    pub fn remaining(&self) -> usize {
+        self.items.len()
+    }
+
+    pub fn int(&mut self) -> Result<i64> {
+        match self.items.next() {
+            Some(Value::Int(n)) => Ok(n),
+            Some(Value::BulkString(b)) => std::str::from_utf8(&b)
+                .ok()
+                .and_then(|s| s.parse().ok())
+                .ok_or_else(|| self.bad("an integer", Some(Value::BulkString(b)))),
+            other => Err(self.bad("an integer", other)),
+        }
+    }
+
+    pub fn uint(&mut self) -> Result<u64> {
+        let n = self.int()?;
+        u64::try_from(n).map_err(|_| self.bad("a non-negative integer", Some(Value::Int(n))))
+    }
+
+    pub fn bytes(&mut self) -> Result<Vec<u8>> {
+        match self.items.next() {
+            Some(Value::BulkString(b)) => Ok(b),
+            Some(Value::SimpleString(s)) => Ok(s.into_bytes()),
+            other => Err(self.bad("a string", other)),
+        }
+    }
+
+    pub fn string(&mut self) -> Result<String> {
+        let b = self.bytes()?;
+        String::from_utf8(b).map_err(|e| self.bad("UTF-8", Some(Value::BulkString(e.into_bytes()))))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // Every status code a script can send maps to one meaning; others are protocol errors.
+    #[test]
+    fn codes_map_one_to_one() {
+        assert_eq!(code("t", 1).unwrap(), Code::Done(1));
+        assert_eq!(code("t", 3).unwrap(), Code::Done(3));
+        assert_eq!(code("t", 2).unwrap(), Code::AlreadySettled);
+        assert_eq!(code("t", -1).unwrap(), Code::NotFound);
+        assert_eq!(code("t", -2).unwrap(), Code::LeaseLost);
+        assert!(matches!(code("t", 7), Err(Error::Protocol { .. })));
+    }
+
+    // The embedded scripts start with the shared helpers and keep their own text.
+    #[test]
+    fn scripts_embed_common_helpers() {
+        let src = lua!("complete");
+        assert!(src.starts_with("-- common.lua"));
+        assert!(src.contains("-- complete: settles"));
+    }
+}

@@ -1,0 +1,736 @@
+//! A private, throw-away Valkey/Redis server for tests, examples and your own
+//! test suites (feature `local-server`).
+//!
+//! [`LocalServer::start`] finds a server binary (see [`find_server_binary`]),
+//! starts it on a free loopback port in a fresh temporary directory and waits
+//! until it answers `PING`. Dropping the [`LocalServer`] kills the process
+//! and removes the directory.
+//!
+//! The helper can also inject process faults: [`LocalServer::kill`]
+//! (`SIGKILL`), [`LocalServer::restart`] (same port and directory, so an
+//! append-only file is replayed), and [`LocalServer::pause`] /
+//! [`LocalServer::resume`] (`SIGSTOP` / `SIGCONT`).
+//!
+//! Everything here is blocking `std` code. That is fine inside async tests
+//! too: starting or restarting takes milliseconds, bounded by a 10 s
+//! readiness deadline.
+//!
+//! ```no_run
+//! use echomq::server::LocalServer;
+//!
+//! let mut server = LocalServer::builder()
+//!     .aof(true)
+//!     .appendfsync("always")
+//!     .start()?;
+//! println!("connect to {}", server.url());
+//! server.kill();
+//! server.restart()?; // the AOF in server.dir() is replayed
+//! # Ok::<(), echomq::server::ServerError>(())
+//! ```
+
+use std::fs::{self, OpenOptions};
+use std::io::{self, Read, Write};
+use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+/// Environment variable naming the server binary to use.
+const SERVER_BIN_ENV: &str = "ECHOMQ_SERVER_BIN";
+/// Where `scripts/find-server` installs Valkey, relative to the crate root.
+const TOOLS_BINARY: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/.tools/valkey/valkey-server");
+/// How long one start attempt may take to answer `PING`.
+const READY_TIMEOUT: Duration = Duration::from_secs(10);
+/// Start attempts before giving up (each with a new port on a fresh start).
+const START_ATTEMPTS: u32 = 5;
+/// Lines of the server's log quoted in [`ServerError::NotReady`].
+const LOG_TAIL_LINES: usize = 25;
+/// The server's own log file, inside its directory.
+const LOG_FILE: &str = "server.log";
+/// The child's stdout and stderr (config errors are printed only there).
+const STDIO_FILE: &str = "server.stdio.log";
+
+/// Error type for the local server helper.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ServerError {
+    /// No usable server binary was found; the message lists what was tried.
+    #[error(
+        "no valkey-server or redis-server binary found (tried: {0}); \
+         run scripts/test (which installs one) or set ECHOMQ_SERVER_BIN"
+    )]
+    NotFound(String),
+    /// An I/O error while creating the directory, spawning or signalling.
+    #[error("local server I/O error: {0}")]
+    Io(#[from] io::Error),
+    /// The server did not answer `PING` in time, or exited; the message
+    /// says why and quotes the tail of its log.
+    #[error("local server did not become ready: {0}")]
+    NotReady(String),
+}
+
+/// A private `valkey-server` / `redis-server` process on `127.0.0.1`.
+///
+/// Dropping it sends `SIGKILL`, reaps the process and removes its directory.
+#[derive(Debug)]
+pub struct LocalServer {
+    binary: PathBuf,
+    dir: PathBuf,
+    port: u16,
+    /// Server arguments without `--port` (fixed for the server's lifetime).
+    args: Vec<String>,
+    child: Option<Child>,
+}
+
+/// Configures and starts a [`LocalServer`]; obtained from
+/// [`LocalServer::builder`] or `Default`.
+#[derive(Debug, Clone)]
+pub struct LocalServerBuilder {
+    binary: Option<PathBuf>,
+    aof: bool,
+    appendfsync: String,
+    extra: Vec<(String, String)>,
+}
+
+impl Default for LocalServerBuilder {
+    fn default() -> Self {
+        Self {
+            binary: None,
+            aof: false,
+            appendfsync: "everysec".to_owned(),
+            extra: Vec::new(),
+        }
+    }
+}
+
+impl LocalServerBuilder {
+    /// Uses this server binary instead of [`find_server_binary`].
+    pub fn binary(mut self, path: impl Into<PathBuf>) -> Self {
+        self.binary = Some(path.into());
+        self
+    }
+
+    /// Turns the append-only file on or off (`--appendonly yes|no`;
+    /// default off). With it on, [`LocalServer::restart`] replays the data.
+    pub fn aof(mut self, on: bool) -> Self {
+        self.aof = on;
+        self
+    }
+
+    /// Sets the AOF fsync policy: `"always"`, `"everysec"` (the default) or
+    /// `"no"`. Only matters with [`aof`](Self::aof) on.
+    pub fn appendfsync(mut self, policy: &str) -> Self {
+        self.appendfsync = policy.to_owned();
+        self
+    }
+
+    /// Adds an extra `--name value` server argument (a leading `--` on
+    /// `name` is optional). Extra arguments come after the defaults, so they
+    /// override them.
+    pub fn arg(mut self, name: &str, value: &str) -> Self {
+        let name = name.strip_prefix("--").unwrap_or(name);
+        self.extra.push((name.to_owned(), value.to_owned()));
+        self
+    }
+
+    /// Starts the server and waits until it answers `PING`.
+    ///
+    /// If the server exits during start-up (for instance because another
+    /// process took the port in the meantime), it is retried on a new port,
+    /// up to 5 times.
+    pub fn start(self) -> Result<LocalServer, ServerError> {
+        let binary = match self.binary {
+            Some(path) => resolve_binary(&path)
+                .ok_or_else(|| ServerError::NotFound(format!("{} (not an executable file)", path.display())))?,
+            None => find_server_binary()?,
+        };
+        let dir = make_temp_dir()?;
+        let mut args: Vec<String> = vec![
+            "--bind".into(),
+            "127.0.0.1".into(),
+            "--dir".into(),
+            dir.display().to_string(),
+            "--save".into(),
+            String::new(),
+            "--appendonly".into(),
+            if self.aof { "yes" } else { "no" }.into(),
+            "--appendfsync".into(),
+            self.appendfsync,
+            "--daemonize".into(),
+            "no".into(),
+            "--protected-mode".into(),
+            "no".into(),
+            "--logfile".into(),
+            dir.join(LOG_FILE).display().to_string(),
+            "--maxmemory-policy".into(),
+            "noeviction".into(),
+        ];
+        for (name, value) in self.extra {
+            args.push(format!("--{name}"));
+            args.push(value);
+        }
+        // Built before the first spawn so that Drop cleans up on every error.
+        let mut server = LocalServer {
+            binary,
+            dir,
+            port: 0,
+            args,
+            child: None,
+        };
+        let mut last_failure = String::new();
+        for attempt in 1..=START_ATTEMPTS {
+            if attempt > 1 {
+                // Start each attempt from an empty directory.
+                let _ = fs::remove_dir_all(&server.dir);
+                fs::create_dir(&server.dir)?;
+            }
+            server.port = free_port()?;
+            match server.spawn_and_wait()? {
+                Attempt::Ready => return Ok(server),
+                Attempt::TimedOut(why) => return Err(ServerError::NotReady(why)),
+                Attempt::Retry(why) => last_failure = why,
+            }
+        }
+        Err(ServerError::NotReady(format!(
+            "gave up after {START_ATTEMPTS} attempts; last: {last_failure}"
+        )))
+    }
+}
+
+impl LocalServer {
+    /// Starts a server with the default settings (no AOF); the same as
+    /// `LocalServer::builder().start()`.
+    pub fn start() -> Result<LocalServer, ServerError> {
+        Self::builder().start()
+    }
+
+    /// Returns a builder to configure the server before starting it.
+    pub fn builder() -> LocalServerBuilder {
+        LocalServerBuilder::default()
+    }
+
+    /// The connection URL, `redis://127.0.0.1:PORT/`.
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/", self.port)
+    }
+
+    /// The TCP port on `127.0.0.1`; it stays the same across restarts.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// The server's process id, or `None` while it is stopped (killed).
+    /// A paused server still has its pid.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
+    /// The server's working directory: its log (`server.log`) and
+    /// append-only files live here. Removed when the server is dropped.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The server binary in use.
+    pub fn binary(&self) -> &Path {
+        &self.binary
+    }
+
+    /// Kills the server with `SIGKILL` (even while paused) and reaps it.
+    /// Does nothing if it is not running.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Kills the server if it is running, then starts it again on the same
+    /// port and directory (so an append-only file is replayed) and waits
+    /// until it answers `PING` (after loading its data).
+    ///
+    /// If the new process exits at once (another process grabbed the port
+    /// in between), it is retried a few times on the same port.
+    pub fn restart(&mut self) -> Result<(), ServerError> {
+        self.kill();
+        let mut last_failure = String::new();
+        for attempt in 1..=START_ATTEMPTS {
+            if attempt > 1 {
+                std::thread::sleep(Duration::from_millis(100 * u64::from(attempt)));
+            }
+            match self.spawn_and_wait()? {
+                Attempt::Ready => return Ok(()),
+                Attempt::TimedOut(why) => return Err(ServerError::NotReady(why)),
+                Attempt::Retry(why) => last_failure = why,
+            }
+        }
+        Err(ServerError::NotReady(format!(
+            "restart on port {} gave up after {START_ATTEMPTS} attempts; last: {last_failure}",
+            self.port
+        )))
+    }
+
+    /// Pauses the server with `SIGSTOP`: it keeps its connections (the
+    /// kernel even accepts new ones) but answers nothing until
+    /// [`resume`](Self::resume). Does nothing if it is not running.
+    ///
+    /// On Linux it returns once the process is seen stopped (up to 1 s).
+    pub fn pause(&self) {
+        self.signal("STOP");
+        self.await_stopped(true);
+    }
+
+    /// Resumes a paused server with `SIGCONT`. Does nothing if it is not
+    /// running. On Linux it returns once the process is seen running again
+    /// (up to 1 s).
+    pub fn resume(&self) {
+        self.signal("CONT");
+        self.await_stopped(false);
+    }
+
+    /// Polls `/proc/PID/stat` until the process is (or is no longer) in
+    /// the stopped state `T`, so callers never race the signal's delivery.
+    /// Gives up silently after 1 s or where `/proc` is unavailable.
+    fn await_stopped(&self, stopped: bool) {
+        let Some(pid) = self.pid() else { return };
+        let path = format!("/proc/{pid}/stat");
+        let deadline = Instant::now() + Duration::from_secs(1);
+        while Instant::now() < deadline {
+            let Ok(stat) = fs::read_to_string(&path) else {
+                return;
+            };
+            // The state follows the parenthesised command name.
+            let state = stat
+                .rsplit_once(')')
+                .and_then(|(_, rest)| rest.split_whitespace().next());
+            match state {
+                Some(s) => {
+                    if (s == "T") == stopped {
+                        return;
+                    }
+                }
+                None => return,
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+
+    /// Whether the server process is alive (a paused server is). Reaps the
+    /// process if it has exited, after which [`pid`](Self::pid) is `None`.
+    pub fn is_running(&mut self) -> bool {
+        let alive = match self.child.as_mut() {
+            None => return false,
+            Some(child) => matches!(child.try_wait(), Ok(None)),
+        };
+        if !alive {
+            self.child = None;
+        }
+        alive
+    }
+
+    /// Sends a signal by name with the `kill` command (no `libc` here). The
+    /// child is never reaped behind our back, so its pid cannot be reused.
+    fn signal(&self, name: &str) {
+        let Some(child) = &self.child else { return };
+        let pid = child.id().to_string();
+        let quiet = |cmd: &mut Command| {
+            cmd.stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status()
+        };
+        let sent = quiet(Command::new("kill").args(["-s", name, &pid]));
+        if !matches!(sent, Ok(status) if status.success()) {
+            // No `kill` binary on PATH: fall back to the shell's builtin.
+            let _ = quiet(Command::new("sh").args(["-c", "kill -s \"$0\" \"$1\"", name, &pid]));
+        }
+    }
+
+    /// Spawns the server on `self.port` and waits for it to answer.
+    fn spawn_and_wait(&mut self) -> Result<Attempt, ServerError> {
+        let stdio = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.dir.join(STDIO_FILE))?;
+        let spawned = Command::new(&self.binary)
+            .arg("--port")
+            .arg(self.port.to_string())
+            .args(&self.args)
+            .current_dir(&self.dir)
+            .stdin(Stdio::null())
+            .stdout(stdio.try_clone()?)
+            .stderr(stdio)
+            .spawn();
+        let child = match spawned {
+            Ok(child) => child,
+            Err(err) if err.kind() == io::ErrorKind::NotFound => {
+                return Err(ServerError::NotFound(format!(
+                    "{} (could not be executed: {err})",
+                    self.binary.display()
+                )));
+            }
+            Err(err) => return Err(err.into()),
+        };
+        let pid = child.id();
+        self.child = Some(child);
+        let deadline = Instant::now() + READY_TIMEOUT;
+        loop {
+            let exited = match self.child.as_mut().map(Child::try_wait) {
+                Some(Ok(Some(status))) => Some(status),
+                Some(Ok(None)) => None,
+                Some(Err(err)) => return Err(err.into()),
+                None => unreachable!("the child was just stored"),
+            };
+            if let Some(status) = exited {
+                self.child = None;
+                return Ok(Attempt::Retry(self.describe_failure(&exited_message(status))));
+            }
+            if Instant::now() >= deadline {
+                self.kill();
+                return Ok(Attempt::TimedOut(self.describe_failure(&format!(
+                    "no PONG on port {} within {READY_TIMEOUT:?}",
+                    self.port
+                ))));
+            }
+            match probe(self.port) {
+                Probe::Pong(Some(answering)) if answering != pid => {
+                    // Someone else's server answered on "our" port.
+                    self.kill();
+                    return Ok(Attempt::Retry(format!(
+                        "port {} is served by another process (pid {answering})",
+                        self.port
+                    )));
+                }
+                Probe::Pong(_) => return Ok(Attempt::Ready),
+                Probe::NotYet => std::thread::sleep(Duration::from_millis(20)),
+            }
+        }
+    }
+
+    /// A failure reason followed by the tails of the server's output files.
+    fn describe_failure(&self, reason: &str) -> String {
+        let mut out = format!("{reason} (binary {})", self.binary.display());
+        for name in [STDIO_FILE, LOG_FILE] {
+            let tail = log_tail(&self.dir.join(name), LOG_TAIL_LINES);
+            if !tail.trim().is_empty() {
+                out.push_str(&format!("\n--- tail of {name} ---\n{tail}"));
+            }
+        }
+        out
+    }
+}
+
+impl Drop for LocalServer {
+    fn drop(&mut self) {
+        self.kill();
+        let _ = fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// Finds the server binary to use, in this order:
+///
+/// 1. the `ECHOMQ_SERVER_BIN` environment variable (a path, or a bare name
+///    looked up on `PATH`); if it is set but unusable, that is an error
+///    rather than a silent fallback;
+/// 2. `.tools/valkey/valkey-server` in the echomq crate root, where
+///    `scripts/find-server` installs Valkey;
+/// 3. `valkey-server` on `PATH`;
+/// 4. `redis-server` on `PATH`.
+///
+/// [`ServerError::NotFound`] lists what was tried.
+pub fn find_server_binary() -> Result<PathBuf, ServerError> {
+    if let Some(value) = std::env::var_os(SERVER_BIN_ENV).filter(|v| !v.is_empty()) {
+        let path = PathBuf::from(&value);
+        return resolve_binary(&path).ok_or_else(|| {
+            ServerError::NotFound(format!("{SERVER_BIN_ENV}={} (not an executable file)", path.display()))
+        });
+    }
+    let tools = Path::new(TOOLS_BINARY);
+    if is_executable(tools) {
+        return Ok(tools.to_path_buf());
+    }
+    for name in ["valkey-server", "redis-server"] {
+        if let Some(found) = search_path(name) {
+            return Ok(found);
+        }
+    }
+    Err(ServerError::NotFound(format!(
+        "{SERVER_BIN_ENV} (unset), {TOOLS_BINARY}, valkey-server on PATH, redis-server on PATH"
+    )))
+}
+
+/// The outcome of one start attempt.
+enum Attempt {
+    Ready,
+    /// The process is gone (exited, or killed because the port was not
+    /// ours); worth another try.
+    Retry(String),
+    /// Alive but silent past the deadline (and now killed); not retried.
+    TimedOut(String),
+}
+
+/// The outcome of one readiness probe.
+enum Probe {
+    /// `+PONG`, with the answering server's `process_id` if INFO told it.
+    Pong(Option<u32>),
+    /// Refused, `-LOADING`, a timeout or anything else: ask again.
+    NotYet,
+}
+
+fn probe(port: u16) -> Probe {
+    let timeout = Duration::from_millis(500);
+    match roundtrip(port, b"*1\r\n$4\r\nPING\r\n", timeout) {
+        Ok(reply) if reply.starts_with(b"+PONG") => {}
+        _ => return Probe::NotYet,
+    }
+    match roundtrip(port, b"*2\r\n$4\r\nINFO\r\n$6\r\nserver\r\n", timeout) {
+        Ok(reply) => Probe::Pong(info_field(&reply, "process_id").and_then(|v| v.parse().ok())),
+        Err(_) => Probe::NotYet,
+    }
+}
+
+/// Sends one raw RESP request on a new connection and reads one reply
+/// (simple string, error, integer or bulk string).
+fn roundtrip(port: u16, request: &[u8], timeout: Duration) -> io::Result<Vec<u8>> {
+    let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
+    let mut stream = TcpStream::connect_timeout(&addr, timeout)?;
+    stream.set_read_timeout(Some(timeout))?;
+    stream.set_write_timeout(Some(timeout))?;
+    stream.write_all(request)?;
+    let mut reply = Vec::new();
+    let mut chunk = [0u8; 4096];
+    while !reply_complete(&reply) {
+        let n = stream.read(&mut chunk)?;
+        if n == 0 {
+            return Err(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                "connection closed before a full reply",
+            ));
+        }
+        reply.extend_from_slice(&chunk[..n]);
+    }
+    Ok(reply)
+}
+
+fn reply_complete(buf: &[u8]) -> bool {
+    let Some(line_end) = buf.windows(2).position(|w| w == b"\r\n") else {
+        return false;
+    };
+    if buf[0] != b'$' {
+        return true;
+    }
+    let len: i64 = match std::str::from_utf8(&buf[1..line_end]).ok().and_then(|s| s.parse().ok()) {
+        Some(len) => len,
+        None => return true, // malformed: let the caller look at it
+    };
+    len < 0 || buf.len() >= line_end + 2 + len as usize + 2
+}
+
+/// Reads `name:value` out of an `INFO` reply.
+fn info_field(reply: &[u8], name: &str) -> Option<String> {
+    let text = String::from_utf8_lossy(reply);
+    text.lines()
+        .find_map(|line| line.strip_prefix(name)?.strip_prefix(':'))
+        .map(|v| v.trim().to_owned())
+}
+
+fn exited_message(status: ExitStatus) -> String {
+    format!("the server exited during start-up ({status})")
+}
+
+/// The last `lines` lines of a file ("" if it cannot be read).
+fn log_tail(path: &Path, lines: usize) -> String {
+    let Ok(bytes) = fs::read(path) else {
+        return String::new();
+    };
+    let text = String::from_utf8_lossy(&bytes);
+    let all: Vec<&str> = text.lines().collect();
+    all[all.len().saturating_sub(lines)..].join("\n")
+}
+
+/// A port that was free a moment ago (the listener is dropped at once).
+fn free_port() -> io::Result<u16> {
+    Ok(TcpListener::bind((Ipv4Addr::LOCALHOST, 0))?.local_addr()?.port())
+}
+
+/// Creates a new, uniquely named directory under the system temp dir and
+/// returns its absolute path (the server chdirs into it).
+fn make_temp_dir() -> io::Result<PathBuf> {
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let base = std::env::temp_dir();
+    loop {
+        let nanos = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.subsec_nanos())
+            .unwrap_or(0);
+        let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+        let dir = base.join(format!("echomq-server-{}-{n}-{nanos}", std::process::id()));
+        match fs::create_dir(&dir) {
+            Ok(()) => return fs::canonicalize(&dir),
+            Err(err) if err.kind() == io::ErrorKind::AlreadyExists => continue,
+            Err(err) => return Err(err),
+        }
+    }
+}
+
+/// A path to an executable file, or a bare name looked up on `PATH`.
+fn resolve_binary(path: &Path) -> Option<PathBuf> {
+    let bare = path.components().count() == 1 && path.parent() == Some(Path::new(""));
+    if bare && !path.exists() {
+        return search_path(path.to_str()?);
+    }
+    is_executable(path).then(|| path.to_path_buf())
+}
+
+fn search_path(name: &str) -> Option<PathBuf> {
+    let paths = std::env::var_os("PATH")?;
+    std::env::split_paths(&paths)
+        .map(|dir| dir.join(name))
+        .find(|candidate| is_executable(candidate))
+}
+
+fn is_executable(path: &Path) -> bool {
+    let Ok(meta) = fs::metadata(path) else {
+        return false;
+    };
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        meta.is_file() && meta.permissions().mode() & 0o111 != 0
+    }
+    #[cfg(not(unix))]
+    {
+        meta.is_file()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn send(server: &LocalServer, request: &[u8]) -> String {
+        let reply = roundtrip(server.port(), request, Duration::from_secs(5)).unwrap();
+        String::from_utf8(reply).unwrap()
+    }
+
+    fn ping(server: &LocalServer) -> String {
+        send(server, b"*1\r\n$4\r\nPING\r\n")
+    }
+
+    #[test]
+    fn starts_answers_ping_and_cleans_up() {
+        let mut server = LocalServer::start().unwrap();
+        assert_eq!(ping(&server), "+PONG\r\n");
+        assert_eq!(server.url(), format!("redis://127.0.0.1:{}/", server.port()));
+        assert!(server.pid().is_some());
+        assert!(server.is_running());
+        assert!(server.dir().is_absolute());
+        assert!(server.dir().join(LOG_FILE).exists());
+        assert!(is_executable(server.binary()));
+        // Defaults: no AOF, no RDB snapshots, no eviction.
+        let config = send(
+            &server,
+            b"*3\r\n$6\r\nCONFIG\r\n$3\r\nGET\r\n$16\r\nmaxmemory-policy\r\n",
+        );
+        assert!(config.contains("noeviction"), "{config}");
+        let dir = server.dir().to_path_buf();
+        drop(server);
+        assert!(!dir.exists(), "{} should be removed on drop", dir.display());
+    }
+
+    #[test]
+    fn aof_write_survives_kill_and_restart() {
+        let mut server = LocalServer::builder().aof(true).appendfsync("always").start().unwrap();
+        let port = server.port();
+        assert_eq!(send(&server, b"*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$1\r\nv\r\n"), "+OK\r\n");
+        server.kill();
+        assert_eq!(server.pid(), None);
+        assert!(!server.is_running());
+        assert!(roundtrip(port, b"*1\r\n$4\r\nPING\r\n", Duration::from_secs(1)).is_err());
+        server.kill(); // no-op while stopped
+        server.restart().unwrap();
+        assert_eq!(server.port(), port);
+        assert!(server.is_running());
+        assert_eq!(send(&server, b"*2\r\n$3\r\nGET\r\n$1\r\nk\r\n"), "$1\r\nv\r\n");
+        // Restarting a running server works too.
+        let old_pid = server.pid();
+        server.restart().unwrap();
+        assert_ne!(server.pid(), old_pid);
+        assert_eq!(send(&server, b"*2\r\n$3\r\nGET\r\n$1\r\nk\r\n"), "$1\r\nv\r\n");
+    }
+
+    #[test]
+    fn without_aof_restart_starts_empty() {
+        let mut server = LocalServer::start().unwrap();
+        assert_eq!(send(&server, b"*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$1\r\nv\r\n"), "+OK\r\n");
+        server.restart().unwrap();
+        assert_eq!(send(&server, b"*2\r\n$3\r\nGET\r\n$1\r\nk\r\n"), "$-1\r\n");
+    }
+
+    #[test]
+    fn pause_and_resume() {
+        let mut server = LocalServer::start().unwrap();
+        server.pause();
+        let err = roundtrip(server.port(), b"*1\r\n$4\r\nPING\r\n", Duration::from_millis(300)).unwrap_err();
+        assert!(
+            matches!(err.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut),
+            "expected a timeout while paused, got {err:?}"
+        );
+        assert!(server.is_running(), "a paused server is still running");
+        server.resume();
+        assert_eq!(ping(&server), "+PONG\r\n");
+    }
+
+    #[test]
+    fn kill_while_paused() {
+        let mut server = LocalServer::start().unwrap();
+        server.pause();
+        server.kill();
+        assert!(!server.is_running());
+        server.restart().unwrap();
+        assert_eq!(ping(&server), "+PONG\r\n");
+    }
+
+    #[test]
+    fn extra_args_are_passed() {
+        let server = LocalServer::builder()
+            .arg("maxmemory", "12345678")
+            .arg("--hz", "20")
+            .start()
+            .unwrap();
+        let reply = send(&server, b"*3\r\n$6\r\nCONFIG\r\n$3\r\nGET\r\n$9\r\nmaxmemory\r\n");
+        assert!(reply.contains("12345678"), "{reply}");
+        let reply = send(&server, b"*3\r\n$6\r\nCONFIG\r\n$3\r\nGET\r\n$2\r\nhz\r\n");
+        assert!(reply.contains("20"), "{reply}");
+    }
+
+    #[test]
+    fn bad_config_reports_server_output() {
+        let err = LocalServer::builder().appendfsync("sometimes").start().unwrap_err();
+        match err {
+            ServerError::NotReady(msg) => assert!(msg.contains("appendfsync"), "{msg}"),
+            other => panic!("expected NotReady, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn missing_binary_is_not_found() {
+        let err = LocalServer::builder()
+            .binary("/nonexistent/valkey-server")
+            .start()
+            .unwrap_err();
+        assert!(matches!(err, ServerError::NotFound(_)), "{err:?}");
+        assert!(err.to_string().contains("/nonexistent/valkey-server"));
+    }
+
+    #[test]
+    fn two_servers_get_distinct_ports_and_dirs() {
+        let a = LocalServer::start().unwrap();
+        let b = LocalServer::start().unwrap();
+        assert_ne!(a.port(), b.port());
+        assert_ne!(a.dir(), b.dir());
+        assert_eq!(ping(&a), "+PONG\r\n");
+        assert_eq!(ping(&b), "+PONG\r\n");
+    }
+}

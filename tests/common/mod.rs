@@ -1,0 +1,89 @@
+//! Test helpers: a private server per test binary run, a unique queue per test.
+#![allow(dead_code)]
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use echomq::server::LocalServer;
+use echomq::{Queue, QueueOptions};
+
+static NEXT: AtomicU64 = AtomicU64::new(0);
+
+/// A unique queue name for this test process.
+pub fn unique(name: &str) -> String {
+    format!("{name}-{}-{}", std::process::id(), NEXT.fetch_add(1, Ordering::Relaxed))
+}
+
+/// Starts a private server and opens a uniquely named queue on it.
+pub async fn setup(name: &str) -> (LocalServer, Queue) {
+    setup_with(name, QueueOptions::new()).await
+}
+
+pub async fn setup_with(name: &str, opts: QueueOptions) -> (LocalServer, Queue) {
+    let server = LocalServer::start().expect("start a local server (run scripts/test to install one)");
+    let queue = Queue::connect_with(&server.url(), &unique(name), opts).await.unwrap();
+    (server, queue)
+}
+
+/// Polls `check` every 20 ms until it is true or `limit` passes.
+pub async fn eventually<F, Fut>(limit: Duration, mut check: F) -> bool
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = bool>,
+{
+    let end = tokio::time::Instant::now() + limit;
+    loop {
+        if check().await {
+            return true;
+        }
+        if tokio::time::Instant::now() > end {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// A raw connection for inspecting keys.
+pub async fn raw(server: &LocalServer) -> redis::aio::MultiplexedConnection {
+    redis::Client::open(server.url())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap()
+}
+
+/// Every key of a queue with its full contents, for "nothing changed" checks.
+pub async fn snapshot(server: &LocalServer, queue: &str) -> Vec<(String, String)> {
+    let mut c = raw(server).await;
+    let mut keys: Vec<String> = redis::cmd("KEYS")
+        .arg(format!("emq:{{{queue}}}:*"))
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    keys.sort();
+    let mut out = Vec::new();
+    for k in keys {
+        let t: String = redis::cmd("TYPE").arg(&k).query_async(&mut c).await.unwrap();
+        let v: redis::Value = match t.as_str() {
+            "hash" => redis::cmd("HGETALL").arg(&k).query_async(&mut c).await.unwrap(),
+            "zset" => redis::cmd("ZRANGE")
+                .arg(&k)
+                .arg(0)
+                .arg(-1)
+                .arg("WITHSCORES")
+                .query_async(&mut c)
+                .await
+                .unwrap(),
+            "list" => redis::cmd("LRANGE")
+                .arg(&k)
+                .arg(0)
+                .arg(-1)
+                .query_async(&mut c)
+                .await
+                .unwrap(),
+            _ => redis::cmd("GET").arg(&k).query_async(&mut c).await.unwrap(),
+        };
+        out.push((k, format!("{v:?}")));
+    }
+    out
+}

@@ -1,0 +1,526 @@
+//! The at-least-once core against a real server: lifecycle, redelivery,
+//! fencing, racing reapers, retries, the server clock, bad input, NOSCRIPT.
+
+mod common;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
+
+use common::{eventually, raw, setup, setup_with, snapshot};
+use echomq::{
+    Backoff, Consumer, EnqueueOptions, EnqueueStatus, Error, Job, JobState, Outcome, Queue, QueueOptions, Reaper,
+    Retention,
+};
+use serde::{Deserialize, Serialize};
+
+#[derive(Debug, Serialize, Deserialize, PartialEq, Clone)]
+struct Email {
+    to: String,
+    n: u32,
+}
+
+fn email(n: u32) -> Email {
+    Email {
+        to: format!("u{n}@example.com"),
+        n,
+    }
+}
+
+const LEASE: Duration = Duration::from_secs(30);
+
+// enqueue → claim → complete moves the job through pending, active, completed; counts and job() agree.
+#[tokio::test]
+async fn full_lifecycle() {
+    let (_s, q) = setup("life").await;
+    let id = q.enqueue(&email(1)).await.unwrap();
+    let info = q.job(&id).await.unwrap();
+    assert_eq!(info.state, JobState::Pending);
+    assert_eq!(info.decode::<Email>().unwrap(), email(1));
+    assert_eq!(q.counts().await.unwrap().pending, 1);
+
+    let leases = q.claim(10, LEASE).await.unwrap();
+    assert_eq!(leases.len(), 1);
+    let lease = &leases[0];
+    assert_eq!((lease.id(), lease.token()), (id.as_str(), 1));
+    assert_eq!(lease.decode::<Email>().unwrap(), email(1));
+    let info = q.job(&id).await.unwrap();
+    assert_eq!((info.state, info.attempts), (JobState::Active, 1));
+    assert_eq!(info.deadline_ms, Some(lease.deadline_ms()));
+    let c = q.counts().await.unwrap();
+    assert_eq!((c.pending, c.active), (0, 1));
+
+    let s = q.complete(lease).await.unwrap();
+    assert_eq!(s.outcome, Outcome::Completed);
+    let info = q.job(&id).await.unwrap();
+    assert_eq!(info.state, JobState::Completed);
+    assert!(info.finished_ms.unwrap() >= info.created_ms);
+    let c = q.counts().await.unwrap();
+    assert_eq!((c.pending, c.active, c.completed), (0, 0, 1));
+    assert!(q.claim(10, LEASE).await.unwrap().is_empty());
+}
+
+// A claimed job never settled is reaped after its lease and delivered again with a higher token.
+#[tokio::test]
+async fn unsettled_lease_is_redelivered() {
+    let (_s, q) = setup("redeliver").await;
+    let id = q.enqueue(&email(1)).await.unwrap();
+    let first = q.claim(1, Duration::from_millis(200)).await.unwrap().remove(0);
+    // Before the deadline the reaper leaves it alone.
+    assert!(Reaper::new(q.clone()).run_once().await.unwrap().requeued.is_empty());
+    tokio::time::sleep(Duration::from_millis(250)).await;
+    let report = Reaper::new(q.clone()).run_once().await.unwrap();
+    assert_eq!(report.requeued, vec![(id.clone(), 1)]);
+    let second = q.claim(1, LEASE).await.unwrap().remove(0);
+    assert_eq!(second.id(), id);
+    assert_eq!(second.token(), first.token() + 1);
+    assert!(second.deadline_ms() >= first.deadline_ms());
+    q.complete(&second).await.unwrap();
+    let info = q.job(&id).await.unwrap();
+    assert_eq!(
+        (info.state, info.attempts, info.stalls, info.failures),
+        (JobState::Completed, 2, 1, 0)
+    );
+}
+
+// After reap and re-claim, every settlement with the old token is LeaseLost and changes nothing.
+#[tokio::test]
+async fn stale_token_is_fenced() {
+    let (s, q) = setup("fence").await;
+    q.enqueue(&email(1)).await.unwrap();
+    let mut old = q.claim(1, Duration::from_millis(50)).await.unwrap().remove(0);
+    tokio::time::sleep(Duration::from_millis(80)).await;
+    Reaper::new(q.clone()).run_once().await.unwrap();
+    let _new = q.claim(1, LEASE).await.unwrap().remove(0);
+
+    let before = snapshot(&s, q.name()).await;
+    assert!(matches!(q.complete(&old).await, Err(Error::LeaseLost { token: 1, .. })));
+    assert!(matches!(
+        q.retry(&old, Duration::ZERO, "x", 5).await,
+        Err(Error::LeaseLost { .. })
+    ));
+    assert!(matches!(q.fail(&old, "x").await, Err(Error::LeaseLost { .. })));
+    assert!(matches!(q.release(&old).await, Err(Error::LeaseLost { .. })));
+    assert!(matches!(q.extend(&mut old, LEASE).await, Err(Error::LeaseLost { .. })));
+    assert_eq!(before, snapshot(&s, q.name()).await, "a stale settle changed the queue");
+}
+
+// A settle repeated with the same token after success answers AlreadySettled, not a second move.
+#[tokio::test]
+async fn repeated_settle_is_idempotent() {
+    let (s, q) = setup("idem").await;
+    q.enqueue(&email(1)).await.unwrap();
+    q.enqueue(&email(2)).await.unwrap();
+    let leases = q.claim(2, LEASE).await.unwrap();
+    assert_eq!(q.complete(&leases[0]).await.unwrap().outcome, Outcome::Completed);
+    let before = snapshot(&s, q.name()).await;
+    assert_eq!(q.complete(&leases[0]).await.unwrap().outcome, Outcome::AlreadySettled);
+    assert_eq!(before, snapshot(&s, q.name()).await);
+    // A different settlement with the spent token is refused.
+    assert!(matches!(q.fail(&leases[0], "late").await, Err(Error::LeaseLost { .. })));
+
+    let r = q.retry(&leases[1], Duration::ZERO, "boom", 5).await.unwrap();
+    assert_eq!(r.outcome, Outcome::Retrying { due_ms: None });
+    assert_eq!(
+        q.retry(&leases[1], Duration::ZERO, "boom", 5).await.unwrap().outcome,
+        Outcome::AlreadySettled
+    );
+    assert_eq!(q.job(leases[1].id()).await.unwrap().failures, 1);
+}
+
+// Many reapers racing over many expired leases reap each job exactly once.
+#[tokio::test]
+async fn racing_reapers_reap_each_job_once() {
+    let (_s, q) = setup("race").await;
+    let n = 600;
+    q.enqueue_bulk(&(0..n).map(email).collect::<Vec<_>>()).await.unwrap();
+    let mut claimed = 0;
+    while claimed < n {
+        claimed += q.claim(64, Duration::from_millis(100)).await.unwrap().len() as u32;
+    }
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    let mut tasks = Vec::new();
+    for _ in 0..8 {
+        let r = Reaper::new(q.clone()).batch(37);
+        tasks.push(tokio::spawn(async move {
+            let mut mine = Vec::new();
+            loop {
+                let rep = r.run_once().await.unwrap();
+                if rep.requeued.is_empty() {
+                    return mine;
+                }
+                mine.extend(rep.requeued);
+            }
+        }));
+    }
+    let mut seen: HashMap<String, u64> = HashMap::new();
+    for t in tasks {
+        for (id, stalls) in t.await.unwrap() {
+            assert_eq!(stalls, 1, "job {id} counted {stalls} stalls");
+            assert!(seen.insert(id.clone(), stalls).is_none(), "job {id} reaped twice");
+        }
+    }
+    assert_eq!(seen.len(), n as usize);
+    let c = q.counts().await.unwrap();
+    assert_eq!((c.pending, c.active), (n as u64, 0));
+    for id in seen.keys().take(20) {
+        assert_eq!(q.job(id).await.unwrap().stalls, 1);
+    }
+}
+
+// A job stalling more than max_stalls fails for good with reason "stalled".
+#[tokio::test]
+async fn too_many_stalls_fail_the_job() {
+    let (_s, q) = setup("stalls").await;
+    let id = q.enqueue(&email(1)).await.unwrap();
+    let reaper = Reaper::new(q.clone()).max_stalls(1);
+    for round in 1..=2 {
+        q.claim(1, Duration::from_millis(20)).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(40)).await;
+        let rep = reaper.run_once().await.unwrap();
+        if round == 1 {
+            assert_eq!(rep.requeued, vec![(id.clone(), 1)]);
+        } else {
+            assert_eq!(rep.failed, vec![(id.clone(), 2)]);
+        }
+    }
+    let info = q.job(&id).await.unwrap();
+    assert_eq!((info.state, info.stalls, info.failures), (JobState::Failed, 2, 0));
+    assert_eq!(info.last_error.as_deref(), Some("stalled"));
+}
+
+// A handler failing twice then succeeding completes with failures == 2; one always failing ends failed.
+#[tokio::test]
+async fn consumer_retries_then_completes_or_fails() {
+    let (_s, q) = setup("retry").await;
+    let flaky = q.enqueue(&email(1)).await.unwrap();
+    let doomed = q.enqueue(&email(2)).await.unwrap();
+    let calls = Arc::new(AtomicU32::new(0));
+    let c2 = calls.clone();
+    let handle = Consumer::new(q.clone(), move |job: Job<Email>| {
+        let calls = c2.clone();
+        async move {
+            if job.payload().n == 2 {
+                return Err(format!("always fails (attempt {})", job.attempt()));
+            }
+            if calls.fetch_add(1, Ordering::SeqCst) < 2 {
+                Err("not yet".to_string())
+            } else {
+                Ok(())
+            }
+        }
+    })
+    .backoff(Backoff::Fixed(Duration::from_millis(10)))
+    .max_attempts(3)
+    .spawn();
+    let done = eventually(Duration::from_secs(10), || async {
+        let c = q.counts().await.unwrap();
+        c.completed == 1 && c.failed == 1
+    })
+    .await;
+    handle.shutdown().await;
+    assert!(done, "jobs did not settle: {:?}", q.counts().await.unwrap());
+    let f = q.job(&flaky).await.unwrap();
+    assert_eq!((f.state, f.failures, f.attempts), (JobState::Completed, 2, 3));
+    let d = q.job(&doomed).await.unwrap();
+    assert_eq!((d.state, d.failures), (JobState::Failed, 3));
+    assert_eq!(d.last_error.as_deref(), Some("always fails (attempt 3)"));
+}
+
+// A panicking handler costs the job an attempt ("panicked"), not the consumer its life.
+#[tokio::test]
+async fn panic_is_a_failed_attempt() {
+    let (_s, q) = setup("panic").await;
+    let bad = q.enqueue(&email(1)).await.unwrap();
+    let handle = Consumer::new(q.clone(), |job: Job<Email>| async move {
+        if job.payload().n == 1 {
+            panic!("handler bug");
+        }
+        Ok::<(), String>(())
+    })
+    .backoff(Backoff::Fixed(Duration::ZERO))
+    .max_attempts(2)
+    .spawn();
+    assert!(
+        eventually(Duration::from_secs(10), || async {
+            q.counts().await.unwrap().failed == 1
+        })
+        .await
+    );
+    // The consumer still works.
+    let good = q.enqueue(&email(2)).await.unwrap();
+    assert!(
+        eventually(Duration::from_secs(10), || async {
+            q.job(&good).await.unwrap().state == JobState::Completed
+        })
+        .await
+    );
+    handle.shutdown().await;
+    let info = q.job(&bad).await.unwrap();
+    assert_eq!((info.failures, info.last_error.as_deref()), (2, Some("panicked")));
+}
+
+// Deadlines are computed from the server's TIME: the lease deadline lies between server clock readings.
+#[tokio::test]
+async fn deadlines_follow_the_server_clock() {
+    let (_s, q) = setup("clock").await;
+    q.enqueue(&email(1)).await.unwrap();
+    let lease_len = Duration::from_millis(700);
+    let t0 = q.server_time_ms().await.unwrap();
+    let mut lease = q.claim(1, lease_len).await.unwrap().remove(0);
+    let t1 = q.server_time_ms().await.unwrap();
+    assert!(
+        (t0 + 700..=t1 + 700).contains(&lease.deadline_ms()),
+        "{t0} {} {t1}",
+        lease.deadline_ms()
+    );
+    let t2 = q.server_time_ms().await.unwrap();
+    let d = q.extend(&mut lease, Duration::from_secs(5)).await.unwrap();
+    let t3 = q.server_time_ms().await.unwrap();
+    assert!((t2 + 5000..=t3 + 5000).contains(&d));
+    // Delays are resolved on the server too.
+    let t4 = q.server_time_ms().await.unwrap();
+    let id = q
+        .enqueue_with(&email(2), &EnqueueOptions::new().delay(Duration::from_secs(60)))
+        .await
+        .unwrap()
+        .id;
+    let due = q.job(&id).await.unwrap().deadline_ms.unwrap();
+    assert!(due >= t4 + 60_000 && due <= q.server_time_ms().await.unwrap() + 60_000);
+}
+
+// Delayed jobs become claimable only when due; priority orders pending jobs; release returns a job at once.
+#[tokio::test]
+async fn delay_priority_and_release() {
+    let (_s, q) = setup("order").await;
+    let low = q
+        .enqueue_with(&email(1), &EnqueueOptions::new().priority(-5))
+        .await
+        .unwrap()
+        .id;
+    let normal = q.enqueue(&email(2)).await.unwrap();
+    let high = q
+        .enqueue_with(&email(3), &EnqueueOptions::new().priority(9))
+        .await
+        .unwrap()
+        .id;
+    let later = q
+        .enqueue_with(&email(4), &EnqueueOptions::new().delay(Duration::from_millis(300)))
+        .await
+        .unwrap()
+        .id;
+    let got: Vec<String> = q
+        .claim(10, LEASE)
+        .await
+        .unwrap()
+        .iter()
+        .map(|l| l.id().to_owned())
+        .collect();
+    assert_eq!(got, vec![high.clone(), normal, low]);
+    assert!(q.claim(10, LEASE).await.unwrap().is_empty(), "delayed job ran early");
+    tokio::time::sleep(Duration::from_millis(350)).await;
+    let l = q.claim(10, LEASE).await.unwrap();
+    assert_eq!(l.len(), 1);
+    assert_eq!(l[0].id(), later);
+    assert_eq!(q.release(&l[0]).await.unwrap().outcome, Outcome::Released);
+    let again = q.claim(1, LEASE).await.unwrap().remove(0);
+    assert_eq!((again.id(), again.token()), (later.as_str(), 2));
+    let info = q.job(&later).await.unwrap();
+    assert_eq!(
+        (info.failures, info.stalls),
+        (0, 0),
+        "release counted as a failure or stall"
+    );
+}
+
+// Caller-chosen ids and dedup ids make enqueue idempotent.
+#[tokio::test]
+async fn ids_and_dedup_make_enqueue_idempotent() {
+    let (_s, q) = setup("dedup").await;
+    let o = EnqueueOptions::new().id("order-7");
+    let a = q.enqueue_with(&email(1), &o).await.unwrap();
+    let b = q.enqueue_with(&email(2), &o).await.unwrap();
+    assert_eq!((a.status, b.status), (EnqueueStatus::Created, EnqueueStatus::Existing));
+    assert_eq!(a.id, "order-7");
+    assert_eq!(q.job("order-7").await.unwrap().decode::<Email>().unwrap(), email(1));
+    // Minted ids skip past caller ids that look minted.
+    q.enqueue_with(&email(3), &EnqueueOptions::new().id("2")).await.unwrap();
+    let minted = q.enqueue(&email(4)).await.unwrap();
+    assert_ne!(minted, "2");
+
+    let d = EnqueueOptions::new().dedup("user-9", Duration::ZERO);
+    let first = q.enqueue_with(&email(5), &d).await.unwrap();
+    let second = q.enqueue_with(&email(6), &d).await.unwrap();
+    assert_eq!(second.status, EnqueueStatus::Deduplicated);
+    assert_eq!(second.id, first.id);
+    // The marker goes when its job finishes.
+    let mut leases = q.claim(10, LEASE).await.unwrap();
+    leases.retain(|l| l.id() == first.id);
+    q.complete(&leases[0]).await.unwrap();
+    let third = q.enqueue_with(&email(7), &d).await.unwrap();
+    assert_eq!(third.status, EnqueueStatus::Created);
+    let c = q.counts().await.unwrap();
+    assert_eq!((c.active, c.completed, c.pending), (3, 1, 1));
+}
+
+// Bad input gets a typed error and the queue keeps working.
+#[tokio::test]
+async fn bad_input_gets_typed_errors() {
+    let (s, q) = setup_with("bad", QueueOptions::new().max_payload_bytes(1024)).await;
+    for name in ["", "a{b}", "new\nline"] {
+        assert!(
+            matches!(
+                Queue::connect(&s.url(), name).await,
+                Err(Error::InvalidQueueName { .. })
+            ),
+            "{name:?}"
+        );
+    }
+    let big = "x".repeat(2000);
+    assert!(matches!(
+        q.enqueue(&big).await,
+        Err(Error::PayloadTooLarge { limit: 1024, .. })
+    ));
+    assert!(matches!(
+        q.enqueue_with(&1, &EnqueueOptions::new().id("")).await,
+        Err(Error::InvalidId { .. })
+    ));
+    assert!(matches!(q.job("nope").await, Err(Error::JobNotFound(_))));
+    assert!(matches!(q.claim(0, LEASE).await, Err(Error::InvalidOption { .. })));
+
+    // An undecodable payload fails that job for good; the consumer keeps going.
+    let wrong = q.enqueue(&"not an email").await.unwrap();
+    let right = q.enqueue(&email(1)).await.unwrap();
+    let handle = Consumer::new(q.clone(), |_job: Job<Email>| async { Ok::<(), String>(()) }).spawn();
+    assert!(
+        eventually(Duration::from_secs(10), || async {
+            q.counts().await.unwrap().completed == 1
+        })
+        .await
+    );
+    handle.shutdown().await;
+    let w = q.job(&wrong).await.unwrap();
+    assert_eq!(w.state, JobState::Failed);
+    assert!(w.last_error.unwrap().starts_with("undecodable payload"));
+    assert_eq!(q.job(&right).await.unwrap().state, JobState::Completed);
+
+    // An unreachable server is a typed, transient error.
+    let port = s.port();
+    drop(s);
+    let e = Queue::connect(&format!("redis://127.0.0.1:{port}/"), "q")
+        .await
+        .unwrap_err();
+    assert!(e.is_transient(), "{e:?}");
+    assert!(q.enqueue(&email(2)).await.unwrap_err().is_transient());
+}
+
+// After SCRIPT FLUSH every operation still works (scripts reload on NOSCRIPT).
+#[tokio::test]
+async fn script_flush_is_transparent() {
+    let (s, q) = setup("noscript").await;
+    let mut c = raw(&s).await;
+    let flush = || redis::cmd("SCRIPT").arg("FLUSH").to_owned();
+    flush().exec_async(&mut c).await.unwrap();
+    q.enqueue(&email(1)).await.unwrap();
+    q.enqueue(&email(2)).await.unwrap();
+    q.enqueue(&email(3)).await.unwrap();
+    flush().exec_async(&mut c).await.unwrap();
+    let mut l = q.claim(3, Duration::from_millis(30)).await.unwrap();
+    assert_eq!(l.len(), 3);
+    flush().exec_async(&mut c).await.unwrap();
+    q.extend(&mut l[0], LEASE).await.unwrap();
+    flush().exec_async(&mut c).await.unwrap();
+    q.complete(&l[0]).await.unwrap();
+    flush().exec_async(&mut c).await.unwrap();
+    q.retry(&l[1], Duration::ZERO, "e", 5).await.unwrap();
+    flush().exec_async(&mut c).await.unwrap();
+    q.release(&q.claim(1, LEASE).await.unwrap()[0]).await.unwrap();
+    flush().exec_async(&mut c).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(40)).await;
+    assert_eq!(Reaper::new(q.clone()).run_once().await.unwrap().requeued.len(), 1);
+    flush().exec_async(&mut c).await.unwrap();
+    let last = q.claim(5, LEASE).await.unwrap();
+    assert_eq!(last.len(), 2);
+    flush().exec_async(&mut c).await.unwrap();
+    q.fail(&last[0], "done").await.unwrap();
+    let c = q.counts().await.unwrap();
+    assert_eq!((c.completed, c.failed, c.active), (1, 1, 1));
+}
+
+// Retention keeps the newest N finished records and deletes older ones; None deletes at once.
+#[tokio::test]
+async fn retention_trims_finished_jobs() {
+    let (s, q) = setup_with("keep", QueueOptions::new().keep_completed(Retention::Newest(5))).await;
+    q.enqueue_bulk(&(0..20).map(email).collect::<Vec<_>>()).await.unwrap();
+    for l in q.claim(20, LEASE).await.unwrap() {
+        q.complete(&l).await.unwrap();
+    }
+    assert_eq!(q.counts().await.unwrap().completed, 5);
+    assert!(matches!(q.job("1").await, Err(Error::JobNotFound(_))));
+    assert_eq!(q.job("20").await.unwrap().state, JobState::Completed);
+
+    let q2 = Queue::connect_with(
+        &s.url(),
+        &common::unique("gone"),
+        QueueOptions::new().keep_completed(Retention::None),
+    )
+    .await
+    .unwrap();
+    let id = q2.enqueue(&email(1)).await.unwrap();
+    let l = q2.claim(1, LEASE).await.unwrap().remove(0);
+    q2.complete(&l).await.unwrap();
+    assert!(matches!(q2.job(&id).await, Err(Error::JobNotFound(_))));
+    assert_eq!(q2.counts().await.unwrap(), echomq::Counts::default());
+}
+
+// An idle consumer is woken by enqueue (not a sleep loop): the job starts long before the poll interval.
+#[tokio::test]
+async fn idle_consumer_wakes_on_enqueue() {
+    let (_s, q) = setup("wake").await;
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let handle = Consumer::new(q.clone(), move |job: Job<Email>| {
+        let tx = tx.clone();
+        async move {
+            let _ = tx.send(job.payload().n);
+            Ok::<(), String>(())
+        }
+    })
+    .poll_interval(Duration::from_secs(30))
+    .spawn();
+    tokio::time::sleep(Duration::from_millis(300)).await; // let it go idle in BLPOP
+    for n in 0..5 {
+        q.enqueue(&email(n)).await.unwrap();
+        let got = tokio::time::timeout(Duration::from_secs(5), rx.recv()).await;
+        assert_eq!(got.unwrap(), Some(n), "not woken within 5 s (poll interval is 30 s)");
+    }
+    handle.shutdown().await;
+}
+
+// Graceful shutdown lets running handlers finish, and releases those past the grace period.
+#[tokio::test]
+async fn shutdown_finishes_or_releases() {
+    let (_s, q) = setup("shutdown").await;
+    let quick = q.enqueue(&email(1)).await.unwrap();
+    let slow = q.enqueue(&email(2)).await.unwrap();
+    let started = Arc::new(AtomicU32::new(0));
+    let st = started.clone();
+    let handle = Consumer::new(q.clone(), move |job: Job<Email>| {
+        let st = st.clone();
+        async move {
+            st.fetch_add(1, Ordering::SeqCst);
+            let wait = if job.payload().n == 1 { 200 } else { 60_000 };
+            tokio::select! {
+                _ = tokio::time::sleep(Duration::from_millis(wait)) => Ok(()),
+                _ = job.cancellation().cancelled() => Err("cancelled"),
+            }
+        }
+    })
+    .shutdown_timeout(Duration::from_millis(600))
+    .spawn();
+    assert!(eventually(Duration::from_secs(5), || async { started.load(Ordering::SeqCst) == 2 }).await);
+    handle.shutdown().await;
+    assert_eq!(q.job(&quick).await.unwrap().state, JobState::Completed);
+    let s = q.job(&slow).await.unwrap();
+    assert_eq!((s.state, s.failures, s.stalls), (JobState::Pending, 0, 0));
+}
