@@ -17,7 +17,10 @@ struct SendWelcomeEmail {
 
 /// What a web handler does: validate, enqueue, answer at once.
 async fn signup_handler(queue: &Queue, user_id: u64) -> Result<String, echomq::Error> {
-    let job = SendWelcomeEmail { user_id, address: format!("user{user_id}@example.com") };
+    let job = SendWelcomeEmail {
+        user_id,
+        address: format!("user{user_id}@example.com"),
+    };
     let id = queue.enqueue(&job).await?;
     Ok(format!("202 Accepted (job {id})"))
 }
@@ -37,7 +40,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let queue = Queue::connect(&url, "emails").await?;
 
     for user_id in 1..=5 {
-        println!("POST /signup user {user_id} -> {}", signup_handler(&queue, user_id).await?);
+        println!(
+            "POST /signup user {user_id} -> {}",
+            signup_handler(&queue, user_id).await?
+        );
     }
 
     let (done_tx, mut done_rx) = tokio::sync::mpsc::unbounded_channel();
@@ -50,7 +56,12 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                 return Err(format!("smtp timeout sending to {}", email.address));
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
-            println!("  sent welcome email to {} (job {}, attempt {})", email.address, job.id(), job.attempt());
+            println!(
+                "  sent welcome email to {} (job {}, attempt {})",
+                email.address,
+                job.id(),
+                job.attempt()
+            );
             let _ = done.send(());
             Ok(())
         }
@@ -64,8 +75,14 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     consumer.shutdown().await;
     let counts = queue.counts().await?;
-    println!("done: {} completed, {} failed, {} pending", counts.completed, counts.failed, counts.pending);
+    println!(
+        "done: {} completed, {} failed, {} pending",
+        counts.completed, counts.failed, counts.pending
+    );
     let flaky = queue.job("3").await?;
-    println!("job 3 took {} attempts; last error: {:?}", flaky.attempts, flaky.last_error);
+    println!(
+        "job 3 took {} attempts; last error: {:?}",
+        flaky.attempts, flaky.last_error
+    );
     Ok(())
 }

@@ -17,7 +17,7 @@ use tracing::{Instrument, debug, info_span, warn};
 
 use crate::error::{Error, Result};
 use crate::job::{Job, Lease};
-use crate::queue::{Queue, Settled};
+use crate::queue::{Outcome, Queue, Settled};
 use crate::reaper::{DEFAULT_MAX_STALLS, DEFAULT_REAP_INTERVAL, Reaper};
 
 /// Default handlers running at once.
@@ -92,9 +92,94 @@ impl Backoff {
     }
 }
 
+/// A step in a job's life inside a [`Consumer`], handed to the
+/// [`observer`](Consumer::observer). Server times are in ms since the Unix
+/// epoch on the server's clock, the time base of every deadline.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum Event<'a> {
+    /// A job was leased to this consumer; its handler starts next.
+    Claimed {
+        /// The job.
+        id: &'a str,
+        /// The fencing token (attempt number) of this delivery.
+        token: u64,
+        /// The lease deadline.
+        deadline_ms: u64,
+        /// When the claim ran.
+        server_ms: u64,
+    },
+    /// A heartbeat renewed the lease.
+    Extended {
+        /// The job.
+        id: &'a str,
+        /// The token.
+        token: u64,
+        /// The new deadline.
+        deadline_ms: u64,
+    },
+    /// The lease was lost (reaped, or renewal unconfirmed within the
+    /// safety window): the handler is cancelled and its result not settled.
+    LeaseLost {
+        /// The job.
+        id: &'a str,
+        /// The token.
+        token: u64,
+        /// True when the server said so; false when renewal could not be
+        /// confirmed in time (the lease may still hold on the server).
+        confirmed: bool,
+    },
+    /// The handler returned (or panicked, or was cancelled); settlement follows.
+    HandlerDone {
+        /// The job.
+        id: &'a str,
+        /// The token.
+        token: u64,
+        /// "ok", "error", "panicked", "lease_lost" or "stopped".
+        result: &'static str,
+    },
+    /// A settlement was sent (`op`: complete, retry, fail or release).
+    SettleSent {
+        /// The job.
+        id: &'a str,
+        /// The token.
+        token: u64,
+        /// The operation.
+        op: &'static str,
+    },
+    /// The server applied a settlement, or answered that it already had.
+    Settled {
+        /// The job.
+        id: &'a str,
+        /// The token.
+        token: u64,
+        /// The operation.
+        op: &'static str,
+        /// What happened.
+        outcome: Outcome,
+        /// When the script ran.
+        server_ms: u64,
+    },
+    /// A settlement was not applied: `LeaseLost`/`JobNotFound` (definite) or
+    /// a transport failure whose outcome is unknown, after retries.
+    SettleFailed {
+        /// The job.
+        id: &'a str,
+        /// The token.
+        token: u64,
+        /// The operation.
+        op: &'static str,
+        /// The last error.
+        error: &'a Error,
+    },
+}
+
+type Observer = Arc<dyn Fn(&Event<'_>) + Send + Sync>;
+
 /// Settings of a [`Consumer`].
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 struct Settings {
+    observer: Option<Observer>,
     concurrency: usize,
     lease: Duration,
     heartbeat: Option<Duration>,
@@ -108,6 +193,11 @@ struct Settings {
 }
 
 impl Settings {
+    fn emit(&self, event: Event<'_>) {
+        if let Some(o) = &self.observer {
+            o(&event);
+        }
+    }
     fn heartbeat(&self) -> Duration {
         self.heartbeat.unwrap_or(self.lease / 3).max(Duration::from_millis(1))
     }
@@ -146,6 +236,7 @@ where
             queue,
             handler: Arc::new(handler),
             settings: Settings {
+                observer: None,
                 concurrency: DEFAULT_CONCURRENCY,
                 lease: DEFAULT_LEASE,
                 heartbeat: None,
@@ -212,6 +303,14 @@ where
     /// `max_stalls` of the built-in reaper (default [`DEFAULT_MAX_STALLS`]).
     pub fn max_stalls(mut self, n: u32) -> Self {
         self.settings.max_stalls = n;
+        self
+    }
+
+    /// Calls `observer` at each step of each job (claim, heartbeat, lease
+    /// loss, handler end, settlement): for metrics, audit logs and fault
+    /// tests. It runs inline on the job's task, so keep it quick.
+    pub fn observer(mut self, observer: impl Fn(&Event<'_>) + Send + Sync + 'static) -> Self {
+        self.settings.observer = Some(Arc::new(observer));
         self
     }
 
@@ -409,12 +508,18 @@ where
     async move {
         let s = &ctx.settings;
         let q = &ctx.queue;
+        s.emit(Event::Claimed {
+            id: &lease.id,
+            token: lease.token,
+            deadline_ms: lease.deadline_ms,
+            server_ms: lease.claimed_ms,
+        });
         let payload: T = match lease.decode() {
             Ok(p) => p,
             Err(e) => {
                 warn!(error = %e, "payload does not decode; failing the job");
                 let reason = format!("undecodable payload: {e}");
-                settle("fail", claimed_at + s.lease, || q.fail(&lease, &reason)).await;
+                settle(s, &lease, "fail", claimed_at + s.lease, || q.fail(&lease, &reason)).await;
                 return;
             }
         };
@@ -436,6 +541,8 @@ where
             tokio::select! {
                 r = &mut handler => break match r {
                     Ok(Ok(())) => Ended::Ok,
+                    // It stopped because shutdown cancelled it: hand the job back.
+                    Ok(Err(_)) if ctx.hard_stop.is_cancelled() => Ended::Stopped,
                     Ok(Err(e)) => Ended::Err(e),
                     Err(e) if e.is_panic() => Ended::Panicked,
                     Err(_) => Ended::Stopped,
@@ -444,12 +551,14 @@ where
                     let sent = Instant::now();
                     let safe_until = confirmed + s.safety_window();
                     match timeout_at(safe_until, q.extend(&mut lease, s.lease)).await {
-                        Ok(Ok(_)) => {
+                        Ok(Ok(deadline_ms)) => {
                             confirmed = sent;
                             next_beat = sent + s.heartbeat();
+                            s.emit(Event::Extended { id: &lease.id, token: lease.token, deadline_ms });
                         }
                         Ok(Err(e @ (Error::LeaseLost { .. } | Error::JobNotFound(_)))) => {
                             warn!(error = %e, "lease lost; cancelling the handler, its result will not be settled");
+                            s.emit(Event::LeaseLost { id: &lease.id, token: lease.token, confirmed: true });
                             break Ended::LeaseLost;
                         }
                         Ok(Err(e)) if Instant::now() < safe_until => {
@@ -458,6 +567,7 @@ where
                         }
                         _ => {
                             warn!("lease renewal not confirmed within the safety window; cancelling the handler, its result will not be settled");
+                            s.emit(Event::LeaseLost { id: &lease.id, token: lease.token, confirmed: false });
                             break Ended::LeaseLost;
                         }
                     }
@@ -466,18 +576,26 @@ where
             }
         };
         let settle_by = confirmed + s.lease;
+        let result = match ended {
+            Ended::Ok => "ok",
+            Ended::Err(_) => "error",
+            Ended::Panicked => "panicked",
+            Ended::LeaseLost => "lease_lost",
+            Ended::Stopped => "stopped",
+        };
+        s.emit(Event::HandlerDone { id: &lease.id, token: lease.token, result });
         match ended {
-            Ended::Ok => settle("complete", settle_by, || q.complete(&lease)).await,
+            Ended::Ok => settle(s, &lease, "complete", settle_by, || q.complete(&lease)).await,
             Ended::Err(e) => {
                 let error = e.to_string();
                 debug!(error = %error, "handler failed");
                 let delay = s.backoff.delay(lease.failures + 1);
-                settle("retry", settle_by, || q.retry(&lease, delay, &error, s.max_attempts)).await
+                settle(s, &lease, "retry", settle_by, || q.retry(&lease, delay, &error, s.max_attempts)).await
             }
             Ended::Panicked => {
                 warn!("handler panicked");
                 let delay = s.backoff.delay(lease.failures + 1);
-                settle("retry", settle_by, || q.retry(&lease, delay, "panicked", s.max_attempts)).await
+                settle(s, &lease, "retry", settle_by, || q.retry(&lease, delay, "panicked", s.max_attempts)).await
             }
             Ended::LeaseLost => {
                 cancel.cancel();
@@ -489,7 +607,7 @@ where
             Ended::Stopped => {
                 cancel.cancel();
                 handler.abort();
-                settle("release", settle_by, || q.release(&lease)).await
+                settle(s, &lease, "release", settle_by, || q.release(&lease)).await
             }
         }
     }
@@ -500,25 +618,40 @@ where
 /// Sends a settlement, retrying transient failures until `deadline` (past
 /// it the lease has lapsed and the reaper takes over). Repeats are safe:
 /// a settlement already applied answers "already settled".
-async fn settle<F, Fut>(what: &'static str, deadline: Instant, mut send: F)
+async fn settle<F, Fut>(s: &Settings, lease: &Lease, op: &'static str, deadline: Instant, mut send: F)
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Result<Settled>>,
 {
+    let (id, token) = (lease.id.as_str(), lease.token);
     let mut pause = Duration::from_millis(10);
     loop {
+        s.emit(Event::SettleSent { id, token, op });
         match send().await {
-            Ok(s) => {
-                debug!(outcome = ?s.outcome, "{what}");
+            Ok(done) => {
+                debug!(outcome = ?done.outcome, "{op}");
+                s.emit(Event::Settled {
+                    id,
+                    token,
+                    op,
+                    outcome: done.outcome,
+                    server_ms: done.server_ms,
+                });
                 return;
             }
             Err(e) if e.is_transient() && Instant::now() + pause < deadline => {
-                debug!(error = %e, "{what} failed; retrying");
+                debug!(error = %e, "{op} failed; retrying");
                 sleep(pause).await;
                 pause = (pause * 2).min(Duration::from_millis(500));
             }
-            Err(e) => {
-                warn!(error = %e, "{what} not applied; the reaper will return the job if its lease lapses");
+            Err(error) => {
+                warn!(%error, "{op} not applied; the reaper will return the job if its lease lapses");
+                s.emit(Event::SettleFailed {
+                    id,
+                    token,
+                    op,
+                    error: &error,
+                });
                 return;
             }
         }

@@ -184,6 +184,7 @@ pub struct Lease {
     pub(crate) failures: u64,
     pub(crate) payload: Vec<u8>,
     pub(crate) deadline_ms: u64,
+    pub(crate) claimed_ms: u64,
 }
 
 impl Lease {
@@ -216,6 +217,10 @@ impl Lease {
     /// The lease deadline on the server's clock (ms since the Unix epoch).
     pub fn deadline_ms(&self) -> u64 {
         self.deadline_ms
+    }
+    /// When the claim ran, on the server's clock.
+    pub fn claimed_ms(&self) -> u64 {
+        self.claimed_ms
     }
 }
 

@@ -23,7 +23,7 @@ mod scripts;
 #[cfg(feature = "local-server")]
 pub mod server;
 
-pub use consumer::{Backoff, Consumer, ConsumerHandle, Handler};
+pub use consumer::{Backoff, Consumer, ConsumerHandle, Event, Handler};
 pub use error::{Error, Result};
 pub use job::{Counts, EnqueueOptions, EnqueueStatus, Enqueued, Job, JobInfo, JobState, Lease};
 pub use queue::{Outcome, Queue, QueueOptions, ReapReport, Retention, Settled};

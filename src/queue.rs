@@ -431,19 +431,14 @@ impl Queue {
             });
         }
         let k = self.keys();
-        let v: Value = SCRIPTS
-            .claim
-            .key(&k.pending)
-            .key(&k.active)
-            .key(&k.delayed)
-            .key(&k.wake)
-            .arg(&k.base)
-            .arg(lease_ms)
-            .arg(max)
-            .invoke_async(&mut self.conn())
-            .await?;
+        let mut inv = SCRIPTS.claim.prepare_invoke();
+        inv.key(&k.pending).key(&k.active).key(&k.delayed).key(&k.wake);
+        inv.arg(&k.base).arg(lease_ms).arg(max);
+        #[cfg(echomq_faults)]
+        inv.arg(crate::scripts::faults::client_now_ms());
+        let v: Value = inv.invoke_async(&mut self.conn()).await?;
         let mut r = Reply::new("claim", v)?;
-        let _now = r.uint()?;
+        let claimed_ms = r.uint()?;
         let deadline_ms = r.uint()?;
         let mut leases = Vec::with_capacity(r.remaining() / 4);
         while r.remaining() > 0 {
@@ -453,6 +448,7 @@ impl Queue {
                 failures: r.uint()?,
                 payload: r.bytes()?,
                 deadline_ms,
+                claimed_ms,
             });
         }
         Ok(leases)
@@ -596,15 +592,15 @@ impl Queue {
     pub async fn extend(&self, lease: &mut Lease, duration: Duration) -> Result<u64> {
         let ms = millis("lease", duration)?;
         let k = self.keys();
-        let v: Value = SCRIPTS
-            .extend
-            .key(k.job(&lease.id))
+        let mut inv = SCRIPTS.extend.prepare_invoke();
+        inv.key(k.job(&lease.id))
             .key(&k.active)
             .arg(&lease.id)
             .arg(lease.token)
-            .arg(ms)
-            .invoke_async(&mut self.conn())
-            .await?;
+            .arg(ms);
+        #[cfg(echomq_faults)]
+        inv.arg(crate::scripts::faults::client_now_ms());
+        let v: Value = inv.invoke_async(&mut self.conn()).await?;
         let mut r = Reply::new("extend", v)?;
         let (status, now) = (r.int()?, r.uint()?);
         self.settled("extend", lease, status, now, Outcome::Released)?;
@@ -619,6 +615,10 @@ impl Queue {
     /// # Errors
     /// Server errors.
     pub async fn reap(&self, limit: usize, max_stalls: u32) -> Result<ReapReport> {
+        #[cfg(echomq_faults)]
+        if crate::scripts::faults::active("two-step-reaper") {
+            return self.reap_in_two_steps(limit).await;
+        }
         let k = self.keys();
         let v: Value = SCRIPTS
             .reap
@@ -648,6 +648,49 @@ impl Queue {
             } else {
                 report.requeued.push((id, stalls));
             }
+        }
+        Ok(report)
+    }
+
+    /// Negative control: reads the expired leases in one round trip and
+    /// moves them in others, so racing reapers and acks interleave.
+    #[cfg(echomq_faults)]
+    async fn reap_in_two_steps(&self, limit: usize) -> Result<ReapReport> {
+        let k = self.keys();
+        let now = self.server_time_ms().await?;
+        let mut conn = self.conn();
+        let ids: Vec<String> = redis::cmd("ZRANGEBYSCORE")
+            .arg(&k.active)
+            .arg("-inf")
+            .arg(format!("({now}"))
+            .arg("LIMIT")
+            .arg(0)
+            .arg(limit)
+            .query_async(&mut conn)
+            .await?;
+        let mut report = ReapReport {
+            server_ms: now,
+            ..ReapReport::default()
+        };
+        for id in ids {
+            let jk = k.job(&id);
+            let (stalls, score): (u64, f64) = redis::pipe()
+                .hincr(&jk, "s", 1)
+                .hget(&jk, "sc")
+                .query_async(&mut conn)
+                .await?;
+            let () = redis::pipe()
+                .zrem(&k.active, &id)
+                .ignore()
+                .zadd(&k.pending, &id, score)
+                .ignore()
+                .hset(&jk, "st", "pending")
+                .ignore()
+                .lpush(&k.wake, "1")
+                .ignore()
+                .query_async(&mut conn)
+                .await?;
+            report.requeued.push((id, stalls));
         }
         Ok(report)
     }

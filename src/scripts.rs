@@ -32,15 +32,63 @@ pub(crate) struct Scripts {
 }
 
 pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
-    enqueue: Script::new(lua!("enqueue")),
-    claim: Script::new(lua!("claim")),
-    complete: Script::new(lua!("complete")),
-    retry: Script::new(lua!("retry")),
-    fail: Script::new(lua!("fail")),
-    extend: Script::new(lua!("extend")),
-    release: Script::new(lua!("release")),
-    reap: Script::new(lua!("reap")),
+    enqueue: script(lua!("enqueue")),
+    claim: script(lua!("claim")),
+    complete: script(lua!("complete")),
+    retry: script(lua!("retry")),
+    fail: script(lua!("fail")),
+    extend: script(lua!("extend")),
+    release: script(lua!("release")),
+    reap: script(lua!("reap")),
 });
+
+/// Builds a script. A build with `--cfg echomq_faults` (the fault suite's
+/// negative controls, never a normal build) first breaks the guarantees
+/// named in `ECHOMQ_FAULT`, so the suite can assert that its checks notice.
+fn script(source: &str) -> Script {
+    #[cfg(echomq_faults)]
+    {
+        return Script::new(&faults::apply(source));
+    }
+    #[allow(unreachable_code)]
+    Script::new(source)
+}
+
+#[cfg(echomq_faults)]
+pub(crate) mod faults {
+    //! Negative controls: `ECHOMQ_FAULT` is a comma-separated list of
+    //! `no-token-check`, `client-clock`, `two-step-reaper`, `no-stall-increment`.
+
+    pub(crate) fn active(name: &str) -> bool {
+        std::env::var("ECHOMQ_FAULT").is_ok_and(|v| v.split(',').any(|f| f.trim() == name))
+    }
+
+    pub(crate) fn apply(source: &str) -> String {
+        let mut src = source.to_owned();
+        if active("no-token-check") {
+            src = src.replace("cur[1] == 'active' and tonumber(cur[2]) == token", "cur[1] == 'active'");
+        }
+        if active("no-stall-increment") {
+            src = src.replace("rcall('HINCRBY', jk, 's', 1)", "tonumber(rcall('HGET', jk, 's') or 0)");
+        }
+        if active("client-clock") {
+            // claim.lua and extend.lua count the lease from the caller's clock (the last ARGV).
+            src = src.replace(
+                "local deadline = now + lease",
+                "local deadline = tonumber(ARGV[#ARGV]) + lease",
+            );
+        }
+        src
+    }
+
+    /// The caller's clock in ms, sent as the last ARGV of claim and extend.
+    pub(crate) fn client_now_ms() -> u64 {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_millis() as u64)
+            .unwrap_or(0)
+    }
+}
 
 /// What a settling script answered (the codes of `common.lua`'s `check_owner`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

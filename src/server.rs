@@ -80,6 +80,8 @@ pub struct LocalServer {
     port: u16,
     /// Server arguments without `--port` (fixed for the server's lifetime).
     args: Vec<String>,
+    /// Extra environment of the server process (e.g. libfaketime's).
+    envs: Vec<(String, String)>,
     child: Option<Child>,
 }
 
@@ -91,6 +93,7 @@ pub struct LocalServerBuilder {
     aof: bool,
     appendfsync: String,
     extra: Vec<(String, String)>,
+    envs: Vec<(String, String)>,
 }
 
 impl Default for LocalServerBuilder {
@@ -100,6 +103,7 @@ impl Default for LocalServerBuilder {
             aof: false,
             appendfsync: "everysec".to_owned(),
             extra: Vec::new(),
+            envs: Vec::new(),
         }
     }
 }
@@ -131,6 +135,14 @@ impl LocalServerBuilder {
     pub fn arg(mut self, name: &str, value: &str) -> Self {
         let name = name.strip_prefix("--").unwrap_or(name);
         self.extra.push((name.to_owned(), value.to_owned()));
+        self
+    }
+
+    /// Sets an environment variable of the server process (kept across
+    /// restarts), e.g. `LD_PRELOAD` and `FAKETIME` to run it under
+    /// libfaketime with a skewed clock.
+    pub fn env(mut self, name: &str, value: &str) -> Self {
+        self.envs.push((name.to_owned(), value.to_owned()));
         self
     }
 
@@ -176,6 +188,7 @@ impl LocalServerBuilder {
             dir,
             port: 0,
             args,
+            envs: self.envs,
             child: None,
         };
         let mut last_failure = String::new();
@@ -357,6 +370,7 @@ impl LocalServer {
             .arg("--port")
             .arg(self.port.to_string())
             .args(&self.args)
+            .envs(self.envs.iter().map(|(k, v)| (k, v)))
             .current_dir(&self.dir)
             .stdin(Stdio::null())
             .stdout(stdio.try_clone()?)

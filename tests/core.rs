@@ -524,3 +524,64 @@ async fn shutdown_finishes_or_releases() {
     let s = q.job(&slow).await.unwrap();
     assert_eq!((s.state, s.failures, s.stalls), (JobState::Pending, 0, 0));
 }
+
+/// libfaketime, to run the server with a skewed clock; None where not installed.
+fn faketime_lib() -> Option<&'static str> {
+    [
+        "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1",
+        "/usr/lib/aarch64-linux-gnu/faketime/libfaketime.so.1",
+    ]
+    .into_iter()
+    .find(|p| std::path::Path::new(p).exists())
+}
+
+// With the server's clock an hour off the client's, leases and reaping follow the server's clock.
+#[tokio::test]
+async fn skewed_server_clock_decides() {
+    let Some(lib) = faketime_lib() else {
+        eprintln!("SKIPPED: libfaketime not installed (apt-get install faketime); scripts/test installs it");
+        return;
+    };
+    for skew in ["+1h", "-1h"] {
+        let server = echomq::server::LocalServer::builder()
+            .env("LD_PRELOAD", lib)
+            .env("FAKETIME", skew)
+            .start()
+            .unwrap();
+        let q = Queue::connect(&server.url(), &common::unique("skew")).await.unwrap();
+        let client_ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_millis() as u64;
+        let server_ms = q.server_time_ms().await.unwrap();
+        assert!(
+            server_ms.abs_diff(client_ms) > 3_000_000,
+            "faketime did not skew the server ({skew})"
+        );
+
+        let id = q.enqueue(&email(1)).await.unwrap();
+        let lease = q.claim(1, Duration::from_millis(300)).await.unwrap().remove(0);
+        assert!(
+            lease.deadline_ms().abs_diff(server_ms + 300) < 2_000,
+            "deadline not on the server clock ({skew})"
+        );
+        // The lease expires 300 ms later by the server's clock, whatever the client's says.
+        assert!(Reaper::new(q.clone()).run_once().await.unwrap().requeued.is_empty());
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        assert_eq!(
+            Reaper::new(q.clone()).run_once().await.unwrap().requeued,
+            vec![(id.clone(), 1)],
+            "{skew}"
+        );
+
+        // A consumer works normally against the skewed server.
+        let handle = Consumer::new(q.clone(), |_job: Job<Email>| async { Ok::<(), String>(()) }).spawn();
+        assert!(
+            eventually(Duration::from_secs(10), || async {
+                q.counts().await.unwrap().completed == 1
+            })
+            .await
+        );
+        handle.shutdown().await;
+    }
+}
