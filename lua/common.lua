@@ -27,10 +27,14 @@ local function wake(wake_key, n)
 end
 
 -- Puts job `id` on pending at its own score (so a returned job keeps its
--- place: priority first, then mint order).
+-- place: priority first, then mint order). A job whose hash is gone is
+-- skipped (returns false): there is nothing left to run.
 local function to_pending(pending_key, jk, id)
-  rcall('ZADD', pending_key, rcall('HGET', jk, 'sc'), id)
+  local sc = rcall('HGET', jk, 'sc')
+  if not sc then return false end
+  rcall('ZADD', pending_key, sc, id)
   rcall('HSET', jk, 'st', 'pending')
+  return true
 end
 
 -- Moves due delayed jobs (score <= now) to pending, at most `limit`.

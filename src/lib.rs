@@ -9,12 +9,14 @@
 //! - [`reaper`]: the [`Reaper`]: returns expired leases and promotes due jobs.
 //! - [`job`]: what a job looks like to producers, handlers and inspectors.
 //! - [`keys`]: key naming (the `{queue}` hash tag).
+//! - [`health`]: the start-up self-check and the consistency sweep.
 //! - [`error`]: the one [`Error`] type.
 //! - `server` (feature `local-server`): a private `valkey-server` for tests.
 #![forbid(unsafe_code)]
 
 pub mod consumer;
 pub mod error;
+pub mod health;
 pub mod job;
 pub mod keys;
 pub mod queue;
@@ -25,6 +27,7 @@ pub mod server;
 
 pub use consumer::{Backoff, Consumer, ConsumerHandle, Event, Handler};
 pub use error::{Error, Result};
+pub use health::{ServerReport, SweepReport};
 pub use job::{Counts, EnqueueOptions, EnqueueStatus, Enqueued, Job, JobInfo, JobState, Lease};
 pub use queue::{Outcome, Queue, QueueOptions, ReapReport, Retention, Settled};
 pub use reaper::{Reaper, ReaperHandle};

@@ -67,6 +67,7 @@ pub struct QueueOptions {
     connection_timeout: Duration,
     keep_completed: Retention,
     keep_failed: Retention,
+    allow_eviction: bool,
 }
 
 impl Default for QueueOptions {
@@ -78,6 +79,7 @@ impl Default for QueueOptions {
             connection_timeout: DEFAULT_CONNECTION_TIMEOUT,
             keep_completed: DEFAULT_KEEP_COMPLETED,
             keep_failed: DEFAULT_KEEP_FAILED,
+            allow_eviction: false,
         }
     }
 }
@@ -115,6 +117,13 @@ impl QueueOptions {
     /// Retention of failed jobs (default [`DEFAULT_KEEP_FAILED`]).
     pub fn keep_failed(mut self, r: Retention) -> Self {
         self.keep_failed = r;
+        self
+    }
+    /// Connect even when the server's `maxmemory-policy` may evict keys
+    /// (default false: [`Queue::connect`] refuses with
+    /// [`Error::UnsafeServer`], since an evicted job record is a lost job).
+    pub fn allow_eviction(mut self, allow: bool) -> Self {
+        self.allow_eviction = allow;
         self
     }
 }
@@ -194,11 +203,14 @@ impl std::fmt::Debug for Queue {
 }
 
 impl Queue {
-    /// Connects to `url` (`redis://host:port/db`) with default options.
+    /// Connects to `url` (`redis://host:port/db`) with default options, and
+    /// runs the start-up self-check ([`Queue::self_check`]), which logs what
+    /// the server's persistence settings let echomq promise.
     ///
     /// # Errors
     /// [`Error::InvalidQueueName`], a connection error ([`Error::Redis`]) if
-    /// the server cannot be reached, or [`Error::LayoutMismatch`].
+    /// the server cannot be reached, [`Error::LayoutMismatch`], or
+    /// [`Error::UnsafeServer`] for a server that may evict keys.
     pub async fn connect(url: &str, name: &str) -> Result<Queue> {
         Self::connect_with(url, name, QueueOptions::default()).await
     }
@@ -260,6 +272,7 @@ impl Queue {
             }),
         };
         q.check_layout().await?;
+        q.startup_check(q.inner.opts.allow_eviction).await?;
         Ok(q)
     }
 
@@ -294,6 +307,12 @@ impl Queue {
 
     pub(crate) fn keys(&self) -> &Keys {
         &self.inner.keys
+    }
+
+    /// Retention of completed jobs as the scripts take it (for
+    /// `Queue::complete_with` in `effect.rs`).
+    pub(crate) fn keep_completed_arg(&self) -> i64 {
+        self.inner.opts.keep_completed.arg()
     }
 
     /// A dedicated connection with no response timeout, for blocking reads.

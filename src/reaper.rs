@@ -25,6 +25,8 @@ pub const DEFAULT_REAP_INTERVAL: Duration = Duration::from_millis(500);
 pub const DEFAULT_REAP_BATCH: usize = 1_000;
 /// Default expired leases a job survives before it fails as "stalled".
 pub const DEFAULT_MAX_STALLS: u32 = 3;
+/// Default time between consistency sweeps ([`Queue::sweep`]) of a running reaper.
+pub const DEFAULT_SWEEP_INTERVAL: Duration = Duration::from_secs(600);
 
 /// A reaper for one queue. Call [`run_once`](Self::run_once) yourself, or
 /// [`spawn`](Self::spawn) it as a background task.
@@ -34,6 +36,7 @@ pub struct Reaper {
     interval: Duration,
     batch: usize,
     max_stalls: u32,
+    sweep_interval: Option<Duration>,
 }
 
 impl Reaper {
@@ -44,6 +47,7 @@ impl Reaper {
             interval: DEFAULT_REAP_INTERVAL,
             batch: DEFAULT_REAP_BATCH,
             max_stalls: DEFAULT_MAX_STALLS,
+            sweep_interval: Some(DEFAULT_SWEEP_INTERVAL),
         }
     }
     /// Time between passes (default [`DEFAULT_REAP_INTERVAL`]).
@@ -60,6 +64,14 @@ impl Reaper {
     /// [`DEFAULT_MAX_STALLS`]; a job's own `max_stalls` wins).
     pub fn max_stalls(mut self, n: u32) -> Self {
         self.max_stalls = n;
+        self
+    }
+
+    /// Time between consistency sweeps while running (default
+    /// [`DEFAULT_SWEEP_INTERVAL`]; `None` turns them off). The first runs
+    /// one interval after start.
+    pub fn sweep_interval(mut self, every: Option<Duration>) -> Self {
+        self.sweep_interval = every;
         self
     }
 
@@ -82,7 +94,16 @@ impl Reaper {
     /// another pass at once; an error is logged and retried after `interval`.
     pub async fn run(self, shutdown: impl Future<Output = ()>) {
         tokio::pin!(shutdown);
+        let mut next_sweep = self.sweep_interval.map(|d| tokio::time::Instant::now() + d);
         loop {
+            if let (Some(due), Some(every)) = (next_sweep, self.sweep_interval) {
+                if tokio::time::Instant::now() >= due {
+                    if let Err(e) = self.queue.sweep(self.batch).await {
+                        warn!(queue = self.queue.name(), error = %e, "consistency sweep failed; will retry");
+                    }
+                    next_sweep = Some(tokio::time::Instant::now() + every);
+                }
+            }
             let pause = match self.run_once().await {
                 Ok(r) if r.requeued.len() + r.failed.len() >= self.batch || r.promoted as usize >= self.batch => {
                     Duration::ZERO

@@ -29,6 +29,7 @@ pub(crate) struct Scripts {
     pub extend: Script,
     pub release: Script,
     pub reap: Script,
+    pub sweep: Script,
 }
 
 pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
@@ -40,6 +41,7 @@ pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
     extend: script(lua!("extend")),
     release: script(lua!("release")),
     reap: script(lua!("reap")),
+    sweep: script(lua!("sweep")),
 });
 
 /// Builds a script. A build with `--cfg echomq_faults` (the fault suite's

@@ -1,0 +1,216 @@
+//! Leases under faults, in one process: heartbeats keep long handlers'
+//! leases, a lost or unconfirmable lease cancels the handler and is not
+//! settled, and consumers survive server restarts.
+
+mod common;
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use common::{eventually, raw, setup};
+use echomq::server::LocalServer;
+use echomq::{Consumer, Event, Job, JobState, Queue, QueueOptions, Reaper};
+use tokio::time::Instant;
+
+/// Records the observer's events as short strings.
+fn recorder() -> (Arc<Mutex<Vec<String>>>, impl Fn(&Event<'_>) + Send + Sync + 'static) {
+    let log = Arc::new(Mutex::new(Vec::new()));
+    let l = log.clone();
+    let f = move |e: &Event<'_>| {
+        let s = match e {
+            Event::Claimed { token, .. } => format!("claimed:{token}"),
+            Event::Extended { token, .. } => format!("extended:{token}"),
+            Event::LeaseLost { token, confirmed, .. } => format!("lease_lost:{token}:{confirmed}"),
+            Event::HandlerDone { token, result, .. } => format!("done:{token}:{result}"),
+            Event::Settled { token, op, .. } => format!("settled:{token}:{op}"),
+            Event::SettleFailed { token, op, .. } => format!("settle_failed:{token}:{op}"),
+            _ => return,
+        };
+        l.lock().unwrap().push(s);
+    };
+    (log, f)
+}
+
+// A handler running ten times the lease keeps it by heartbeats and completes on its first attempt.
+#[tokio::test]
+async fn heartbeats_keep_long_handlers() {
+    let (_s, q) = setup("long").await;
+    let id = q.enqueue(&1).await.unwrap();
+    let (log, obs) = recorder();
+    let handle = Consumer::new(q.clone(), |_job: Job<u32>| async {
+        tokio::time::sleep(Duration::from_millis(2000)).await;
+        Ok::<(), String>(())
+    })
+    .lease(Duration::from_millis(200))
+    .reap_interval(Duration::from_millis(20))
+    .observer(obs)
+    .spawn();
+    assert!(
+        eventually(Duration::from_secs(10), || async {
+            q.job(&id).await.unwrap().state == JobState::Completed
+        })
+        .await
+    );
+    handle.shutdown().await;
+    let info = q.job(&id).await.unwrap();
+    assert_eq!((info.attempts, info.stalls), (1, 0));
+    let log = log.lock().unwrap();
+    assert!(
+        log.iter().filter(|e| e.starts_with("extended:1")).count() >= 10,
+        "{log:?}"
+    );
+    assert!(log.contains(&"settled:1:complete".to_string()));
+}
+
+// When the lease is lost (reaped and re-claimed elsewhere), the handler is cancelled and its result not settled.
+#[tokio::test]
+async fn lost_lease_cancels_the_handler() {
+    let (s, q) = setup("lost").await;
+    let id = q.enqueue(&1).await.unwrap();
+    let (log, obs) = recorder();
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let handle = Consumer::new(q.clone(), move |job: Job<u32>| {
+        let tx = tx.clone();
+        async move {
+            job.cancellation().cancelled().await;
+            let _ = tx.send(job.attempt());
+            Ok::<(), String>(()) // would complete the job if anyone settled it
+        }
+    })
+    .concurrency(1) // busy with the job, so it cannot take it back itself
+    .lease(Duration::from_millis(600))
+    .reaper(false)
+    .observer(obs)
+    .spawn();
+    // Right after a heartbeat (the next is 200 ms away), expire the lease on
+    // the server and let another worker take the job.
+    assert!(
+        eventually(Duration::from_secs(5), || async {
+            log.lock().unwrap().iter().any(|e| e == "extended:1")
+        })
+        .await
+    );
+    let mut c = raw(&s).await;
+    let active = format!("emq:{{{}}}:active", q.name());
+    let _: () = redis::cmd("ZADD")
+        .arg(&active)
+        .arg("XX")
+        .arg(0)
+        .arg(&id)
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    assert_eq!(Reaper::new(q.clone()).run_once().await.unwrap().requeued.len(), 1);
+    let other = q.claim(1, Duration::from_secs(30)).await.unwrap().remove(0);
+    assert_eq!(other.token(), 2);
+    let cancelled = tokio::time::timeout(Duration::from_secs(5), rx.recv()).await.unwrap();
+    assert_eq!(cancelled, Some(1));
+    handle.shutdown().await;
+    let log = log.lock().unwrap().clone();
+    assert!(log.contains(&"lease_lost:1:true".to_string()), "{log:?}");
+    assert!(
+        !log.iter().any(|e| e.starts_with("settled:1")),
+        "a lost lease was settled: {log:?}"
+    );
+    let info = q.job(&id).await.unwrap();
+    assert_eq!(
+        (info.state, info.attempts),
+        (JobState::Active, 2),
+        "the new owner's lease was disturbed"
+    );
+    q.complete(&other).await.unwrap();
+}
+
+// With the server paused past the lease, renewal cannot be confirmed in time: the handler is cancelled and not settled.
+#[tokio::test]
+async fn unconfirmed_renewal_cancels_the_handler() {
+    let (s, q) = setup("paused").await;
+    let id = q.enqueue(&1).await.unwrap();
+    let (log, obs) = recorder();
+    let handle = Consumer::new(q.clone(), |job: Job<u32>| async move {
+        job.cancellation().cancelled().await;
+        Ok::<(), String>(())
+    })
+    .lease(Duration::from_millis(500))
+    .reaper(false)
+    .observer(obs)
+    .spawn();
+    assert!(
+        eventually(Duration::from_secs(5), || async {
+            q.job(&id).await.unwrap().state == JobState::Active
+        })
+        .await
+    );
+    s.pause();
+    let paused_at = Instant::now();
+    let lost = eventually(Duration::from_secs(3), || async {
+        log.lock().unwrap().iter().any(|e| e == "lease_lost:1:false")
+    })
+    .await;
+    let took = paused_at.elapsed();
+    s.resume();
+    assert!(lost, "{:?}", log.lock().unwrap());
+    assert!(
+        took < Duration::from_millis(1200),
+        "cancellation took {took:?} for a 500 ms lease"
+    );
+    handle.shutdown().await;
+    assert!(!log.lock().unwrap().iter().any(|e| e.starts_with("settled:1")));
+    // The lease lapses on the server, so the reaper returns the job.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(Reaper::new(q.clone()).run_once().await.unwrap().requeued.len(), 1);
+}
+
+// A consumer survives a server SIGKILL and restart: calls fail fast during the outage, work resumes after it.
+#[tokio::test]
+async fn consumer_survives_server_restart() {
+    let mut server = LocalServer::builder().aof(true).appendfsync("always").start().unwrap();
+    let opts = QueueOptions::new().response_timeout(Duration::from_millis(500));
+    let q = Queue::connect_with(&server.url(), &common::unique("restart"), opts)
+        .await
+        .unwrap();
+    let handle = Consumer::new(q.clone(), |_job: Job<u32>| async { Ok::<(), String>(()) })
+        .poll_interval(Duration::from_millis(200))
+        .spawn();
+    for i in 0..20 {
+        q.enqueue(&i).await.unwrap();
+    }
+    assert!(
+        eventually(Duration::from_secs(10), || async {
+            q.counts().await.unwrap().completed == 20
+        })
+        .await
+    );
+
+    server.kill();
+    let t = Instant::now();
+    let err = q.enqueue(&99).await.unwrap_err();
+    assert!(err.is_transient(), "{err:?}");
+    assert!(
+        t.elapsed() < Duration::from_secs(3),
+        "enqueue hung {:?} during the outage",
+        t.elapsed()
+    );
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    server.restart().unwrap();
+
+    // The handle reconnects; acknowledged jobs from before the kill are still there.
+    assert!(
+        eventually(Duration::from_secs(10), || async { q.enqueue(&100).await.is_ok() }).await,
+        "no reconnect"
+    );
+    for i in 101..120 {
+        q.enqueue(&i).await.unwrap();
+    }
+    let done = eventually(Duration::from_secs(15), || async {
+        q.counts()
+            .await
+            .map(|c| c.pending == 0 && c.active == 0)
+            .unwrap_or(false)
+    })
+    .await;
+    let c = q.counts().await.unwrap();
+    handle.shutdown().await;
+    assert!(done, "consumer did not resume: {c:?}");
+    assert!(c.completed >= 40, "{c:?}");
+}
