@@ -90,3 +90,50 @@ local function check_owner(jk, token, op, now)
   return {-2, now}
 end
 
+
+-- The settlements, shared by the one-job scripts (complete.lua, retry.lua,
+-- fail.lua, release.lua) and the batched settle.lua. Each assumes
+-- check_owner has passed. `k` holds the queue's keys: active, pending,
+-- delayed, completed, failed, wake. Each returns {code, now, due}.
+
+local function settle_complete(k, prefix, jk, id, token, now, keep)
+  rcall('ZREM', k.active, id)
+  finish(prefix, k.completed, jk, id, 'completed', now, keep, {'lo', 'c:' .. token})
+  return {1, now, 0}
+end
+
+-- failures += 1; at max_attempts (the job's own, else `default_max`) the
+-- job fails for good (code 3); else it is due again after `delay` ms.
+local function settle_retry(k, prefix, jk, id, token, now, delay, err, default_max, keep)
+  rcall('ZREM', k.active, id)
+  local failures = rcall('HINCRBY', jk, 'f', 1)
+  local max = tonumber(rcall('HGET', jk, 'ma') or default_max)
+  local settled = 'r:' .. token
+  if failures >= max then
+    finish(prefix, k.failed, jk, id, 'failed', now, keep, {'err', err, 'lo', settled})
+    return {3, now, 0}
+  end
+  rcall('HSET', jk, 'err', err, 'lo', settled)
+  if delay > 0 then
+    rcall('HSET', jk, 'st', 'delayed')
+    rcall('ZADD', k.delayed, now + delay, id)
+    return {1, now, now + delay}
+  end
+  to_pending(k.pending, jk, id)
+  wake(k.wake, 1)
+  return {1, now, 0}
+end
+
+local function settle_fail(k, prefix, jk, id, token, now, reason, keep)
+  rcall('ZREM', k.active, id)
+  finish(prefix, k.failed, jk, id, 'failed', now, keep, {'err', reason, 'lo', 'f:' .. token})
+  return {1, now, 0}
+end
+
+local function settle_release(k, jk, id, token, now)
+  rcall('ZREM', k.active, id)
+  rcall('HSET', jk, 'lo', 'l:' .. token)
+  to_pending(k.pending, jk, id)
+  wake(k.wake, 1)
+  return {1, now, 0}
+end

@@ -6,13 +6,10 @@
 --
 -- Returns {code, now}: 1 released; 2 already released with this token;
 -- -1 no such job; -2 lease lost (nothing changed).
-local jk, active_key, pending_key, wake_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local jk = KEYS[1]
+local k = {active = KEYS[2], pending = KEYS[3], wake = KEYS[4]}
 local id, token = ARGV[1], tonumber(ARGV[2])
 local now = server_now()
 local refused = check_owner(jk, token, 'l', now)
 if refused then return refused end
-rcall('ZREM', active_key, id)
-rcall('HSET', jk, 'lo', 'l:' .. token)
-to_pending(pending_key, jk, id)
-wake(wake_key, 1)
-return {1, now}
+return settle_release(k, jk, id, token, now)

@@ -11,28 +11,12 @@
 -- Returns {code, now, due}: 1 scheduled again (due = 0 when pending at
 -- once), 3 failed terminally, 2 already settled this way with this token,
 -- -1 no such job, -2 lease lost (nothing changed).
-local jk, active_key, pending_key, delayed_key, failed_key, wake_key =
-  KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
+local jk = KEYS[1]
+local k = {active = KEYS[2], pending = KEYS[3], delayed = KEYS[4], failed = KEYS[5], wake = KEYS[6]}
 local prefix, id, token = ARGV[1], ARGV[2], tonumber(ARGV[3])
 local delay, err = tonumber(ARGV[4]), ARGV[5]
 local default_max, keep = tonumber(ARGV[6]), tonumber(ARGV[7])
 local now = server_now()
 local refused = check_owner(jk, token, 'r', now)
 if refused then return refused end
-rcall('ZREM', active_key, id)
-local failures = rcall('HINCRBY', jk, 'f', 1)
-local max = tonumber(rcall('HGET', jk, 'ma') or default_max)
-local settled = 'r:' .. token
-if failures >= max then
-  finish(prefix, failed_key, jk, id, 'failed', now, keep, {'err', err, 'lo', settled})
-  return {3, now, 0}
-end
-rcall('HSET', jk, 'err', err, 'lo', settled)
-if delay > 0 then
-  rcall('HSET', jk, 'st', 'delayed')
-  rcall('ZADD', delayed_key, now + delay, id)
-  return {1, now, now + delay}
-end
-to_pending(pending_key, jk, id)
-wake(wake_key, 1)
-return {1, now, 0}
+return settle_retry(k, prefix, jk, id, token, now, delay, err, default_max, keep)

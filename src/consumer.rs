@@ -9,15 +9,15 @@ use std::time::Duration;
 
 use redis::aio::MultiplexedConnection;
 use serde::de::DeserializeOwned;
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
 use tokio::task::{JoinHandle, JoinSet};
 use tokio::time::{Instant, sleep, sleep_until, timeout_at};
 use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, debug, info_span, warn};
 
-use crate::error::{Error, Result};
+use crate::error::Error;
 use crate::job::{Job, Lease};
-use crate::queue::{Outcome, Queue, Settled};
+use crate::queue::{Outcome, Queue, Settle};
 use crate::reaper::{DEFAULT_MAX_STALLS, DEFAULT_REAP_INTERVAL, Reaper};
 
 /// Default handlers running at once.
@@ -333,12 +333,16 @@ where
                 .max_stalls(self.settings.max_stalls)
                 .spawn()
         });
+        let (settle_tx, settle_rx) = mpsc::unbounded_channel();
         let ctx = Arc::new(Ctx {
             queue: self.queue,
             handler: self.handler,
             settings: self.settings,
             hard_stop: CancellationToken::new(),
+            settle_tx,
         });
+        let all_settled = CancellationToken::new();
+        let settling = tokio::spawn(settler(ctx.clone(), settle_rx, all_settled.clone()));
         {
             let claiming = claim_loop(ctx.clone(), stop.clone());
             tokio::pin!(claiming);
@@ -351,6 +355,9 @@ where
                 }
             }
         }
+        // Every job task has ended and queued its settlement: flush them.
+        all_settled.cancel();
+        let _ = settling.await;
         if let Some(r) = reaper {
             r.shutdown().await;
         }
@@ -385,6 +392,18 @@ struct Ctx<H> {
     /// Fired when the shutdown grace period ends: handlers are cancelled
     /// and their jobs released.
     hard_stop: CancellationToken,
+    /// Finished jobs go to the settler, which sends them in batches.
+    settle_tx: mpsc::UnboundedSender<Pending>,
+}
+
+/// A settlement waiting for the settler. It holds the job's slot, so the
+/// claim loop leases no more jobs than `concurrency` until it is applied.
+struct Pending {
+    lease: Lease,
+    op: Settle,
+    /// Past this the lease has lapsed on the server: stop retrying.
+    deadline: Instant,
+    _slot: OwnedSemaphorePermit,
 }
 
 /// Claims while slots are free, until `stop`. Returns the running job tasks.
@@ -499,7 +518,7 @@ enum Ended<E> {
 }
 
 /// Runs one leased job: decode, handle with heartbeats, settle.
-async fn run_job<T, H>(ctx: Arc<Ctx<H>>, mut lease: Lease, claimed_at: Instant, _permit: OwnedSemaphorePermit)
+async fn run_job<T, H>(ctx: Arc<Ctx<H>>, mut lease: Lease, claimed_at: Instant, permit: OwnedSemaphorePermit)
 where
     T: DeserializeOwned + Send + 'static,
     H: Handler<T>,
@@ -519,7 +538,7 @@ where
             Err(e) => {
                 warn!(error = %e, "payload does not decode; failing the job");
                 let reason = format!("undecodable payload: {e}");
-                settle(s, &lease, "fail", claimed_at + s.lease, || q.fail(&lease, &reason)).await;
+                ctx.settle(lease, Settle::Fail { reason }, claimed_at + s.lease, permit);
                 return;
             }
         };
@@ -584,18 +603,16 @@ where
             Ended::Stopped => "stopped",
         };
         s.emit(Event::HandlerDone { id: &lease.id, token: lease.token, result });
-        match ended {
-            Ended::Ok => settle(s, &lease, "complete", settle_by, || q.complete(&lease)).await,
+        let op = match ended {
+            Ended::Ok => Settle::Complete,
             Ended::Err(e) => {
                 let error = e.to_string();
                 debug!(error = %error, "handler failed");
-                let delay = s.backoff.delay(lease.failures + 1);
-                settle(s, &lease, "retry", settle_by, || q.retry(&lease, delay, &error, s.max_attempts)).await
+                Settle::Retry { delay: s.backoff.delay(lease.failures + 1), error }
             }
             Ended::Panicked => {
                 warn!("handler panicked");
-                let delay = s.backoff.delay(lease.failures + 1);
-                settle(s, &lease, "retry", settle_by, || q.retry(&lease, delay, "panicked", s.max_attempts)).await
+                Settle::Retry { delay: s.backoff.delay(lease.failures + 1), error: "panicked".to_owned() }
             }
             Ended::LeaseLost => {
                 cancel.cancel();
@@ -603,56 +620,136 @@ where
                     _ = &mut handler => {}
                     _ = ctx.hard_stop.cancelled() => handler.abort(),
                 }
+                return;
             }
             Ended::Stopped => {
                 cancel.cancel();
                 handler.abort();
-                settle(s, &lease, "release", settle_by, || q.release(&lease)).await
+                Settle::Release
             }
-        }
+        };
+        ctx.settle(lease, op, settle_by, permit);
     }
     .instrument(span)
     .await
 }
 
-/// Sends a settlement, retrying transient failures until `deadline` (past
-/// it the lease has lapsed and the reaper takes over). Repeats are safe:
-/// a settlement already applied answers "already settled".
-async fn settle<F, Fut>(s: &Settings, lease: &Lease, op: &'static str, deadline: Instant, mut send: F)
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Result<Settled>>,
-{
-    let (id, token) = (lease.id.as_str(), lease.token);
+impl<H> Ctx<H> {
+    /// Hands a finished job to the settler (with its slot).
+    fn settle(&self, lease: Lease, op: Settle, deadline: Instant, slot: OwnedSemaphorePermit) {
+        let pending = Pending {
+            lease,
+            op,
+            deadline,
+            _slot: slot,
+        };
+        if let Err(mpsc::error::SendError(p)) = self.settle_tx.send(pending) {
+            // Only after the settler has stopped, which waits for every job.
+            warn!(job_id = %p.lease.id, "settler gone; the reaper will return the job when its lease lapses");
+        }
+    }
+}
+
+/// Most settlements sent in one call.
+const MAX_SETTLE_BATCH: usize = 256;
+
+/// Sends settlements in batches: whatever finished while the previous call
+/// was in flight goes in the next ([`Queue::settle_many`]), so a busy
+/// consumer makes a fraction of a call per job and an idle one adds no
+/// delay. Runs until `done` fires and the channel is empty.
+async fn settler<H>(ctx: Arc<Ctx<H>>, mut rx: mpsc::UnboundedReceiver<Pending>, done: CancellationToken) {
+    let mut batch: Vec<Pending> = Vec::new();
+    loop {
+        if batch.is_empty() {
+            tokio::select! {
+                biased;
+                p = rx.recv() => match p { Some(p) => batch.push(p), None => return },
+                _ = done.cancelled() => match rx.try_recv() {
+                    Ok(p) => batch.push(p),
+                    Err(_) => return,
+                },
+            }
+        }
+        while batch.len() < MAX_SETTLE_BATCH {
+            match rx.try_recv() {
+                Ok(p) => batch.push(p),
+                Err(_) => break,
+            }
+        }
+        settle_batch(&ctx, &mut batch).await;
+    }
+}
+
+/// Sends one batch, retrying transient failures for the items whose lease
+/// has not lapsed (repeats are safe: an applied settlement answers
+/// "already settled"). Empties `batch`; dropping an item frees its slot.
+async fn settle_batch<H>(ctx: &Ctx<H>, batch: &mut Vec<Pending>) {
+    let s = &ctx.settings;
     let mut pause = Duration::from_millis(10);
     loop {
-        s.emit(Event::SettleSent { id, token, op });
-        match send().await {
-            Ok(done) => {
-                debug!(outcome = ?done.outcome, "{op}");
-                s.emit(Event::Settled {
-                    id,
-                    token,
-                    op,
-                    outcome: done.outcome,
-                    server_ms: done.server_ms,
-                });
+        for p in batch.iter() {
+            s.emit(Event::SettleSent {
+                id: &p.lease.id,
+                token: p.lease.token,
+                op: p.op.name(),
+            });
+        }
+        let items: Vec<(&Lease, &Settle)> = batch.iter().map(|p| (&p.lease, &p.op)).collect();
+        match ctx.queue.settle_many(&items, s.max_attempts).await {
+            Ok(results) => {
+                for (p, r) in batch.iter().zip(results) {
+                    let (id, token, op) = (p.lease.id.as_str(), p.lease.token, p.op.name());
+                    let _span = info_span!("job", queue = ctx.queue.name(), job_id = %id, attempt = token).entered();
+                    match r {
+                        Ok(done) => {
+                            debug!(outcome = ?done.outcome, "{op}");
+                            s.emit(Event::Settled {
+                                id,
+                                token,
+                                op,
+                                outcome: done.outcome,
+                                server_ms: done.server_ms,
+                            });
+                        }
+                        Err(error) => {
+                            warn!(%error, "{op} not applied");
+                            s.emit(Event::SettleFailed {
+                                id,
+                                token,
+                                op,
+                                error: &error,
+                            });
+                        }
+                    }
+                }
+                batch.clear();
                 return;
-            }
-            Err(e) if e.is_transient() && Instant::now() + pause < deadline => {
-                debug!(error = %e, "{op} failed; retrying");
-                sleep(pause).await;
-                pause = (pause * 2).min(Duration::from_millis(500));
             }
             Err(error) => {
-                warn!(%error, "{op} not applied; the reaper will return the job if its lease lapses");
-                s.emit(Event::SettleFailed {
-                    id,
-                    token,
-                    op,
-                    error: &error,
+                let now = Instant::now();
+                let retry = error.is_transient();
+                batch.retain(|p| {
+                    let keep = retry && now + pause < p.deadline;
+                    if !keep {
+                        let (id, token, op) = (p.lease.id.as_str(), p.lease.token, p.op.name());
+                        let _span =
+                            info_span!("job", queue = ctx.queue.name(), job_id = %id, attempt = token).entered();
+                        warn!(%error, "{op} not applied; the reaper will return the job when its lease lapses");
+                        s.emit(Event::SettleFailed {
+                            id,
+                            token,
+                            op,
+                            error: &error,
+                        });
+                    }
+                    keep
                 });
-                return;
+                if batch.is_empty() {
+                    return;
+                }
+                debug!(%error, items = batch.len(), "settlement failed; retrying");
+                sleep(pause).await;
+                pause = (pause * 2).min(Duration::from_millis(500));
             }
         }
     }

@@ -29,5 +29,5 @@ pub use consumer::{Backoff, Consumer, ConsumerHandle, Event, Handler};
 pub use error::{Error, Result};
 pub use health::{ServerReport, SweepReport};
 pub use job::{Counts, EnqueueOptions, EnqueueStatus, Enqueued, Job, JobInfo, JobState, Lease};
-pub use queue::{Outcome, Queue, QueueOptions, ReapReport, Retention, Settled};
+pub use queue::{Outcome, Queue, QueueOptions, ReapReport, Retention, Settle, Settled};
 pub use reaper::{Reaper, ReaperHandle};

@@ -148,6 +148,40 @@ pub enum Outcome {
     AlreadySettled,
 }
 
+/// One settlement of a batch sent with [`Queue::settle_many`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Settle {
+    /// As [`Queue::complete`].
+    Complete,
+    /// As [`Queue::retry`].
+    Retry {
+        /// Delay before the next attempt.
+        delay: Duration,
+        /// The error text to record.
+        error: String,
+    },
+    /// As [`Queue::fail`].
+    Fail {
+        /// The reason to record.
+        reason: String,
+    },
+    /// As [`Queue::release`].
+    Release,
+}
+
+impl Settle {
+    /// The operation's name: complete, retry, fail or release.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Settle::Complete => "complete",
+            Settle::Retry { .. } => "retry",
+            Settle::Fail { .. } => "fail",
+            Settle::Release => "release",
+        }
+    }
+}
+
 /// The answer to a settlement: what happened and the server's clock then.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Settled {
@@ -493,6 +527,61 @@ impl Queue {
             }
         };
         Ok(Settled { outcome, server_ms })
+    }
+
+    /// Settles many leased jobs in one script call, each fenced by its own
+    /// token exactly as the one-job calls are; the answer holds one result
+    /// per item, in order. This is how a [`Consumer`](crate::Consumer)
+    /// settles: whatever finished while the previous call was in flight
+    /// goes in the next one. `max_attempts` applies to retries as in
+    /// [`retry`](Self::retry).
+    ///
+    /// # Errors
+    /// The outer error is a server or transport failure for the whole
+    /// batch (safe to resend: applied items answer
+    /// [`Outcome::AlreadySettled`]); inner errors are per item
+    /// ([`Error::LeaseLost`], [`Error::JobNotFound`]).
+    pub async fn settle_many(&self, items: &[(&Lease, &Settle)], max_attempts: u32) -> Result<Vec<Result<Settled>>> {
+        let k = self.keys();
+        let mut inv = SCRIPTS.settle.prepare_invoke();
+        inv.key(&k.active)
+            .key(&k.pending)
+            .key(&k.delayed)
+            .key(&k.completed)
+            .key(&k.failed)
+            .key(&k.wake);
+        inv.arg(&k.base)
+            .arg(self.inner.opts.keep_completed.arg())
+            .arg(self.inner.opts.keep_failed.arg())
+            .arg(max_attempts.max(1))
+            .arg(items.len());
+        for (lease, op) in items {
+            let (code, delay, text) = match op {
+                Settle::Complete => ("c", 0, ""),
+                Settle::Retry { delay, error } => ("r", millis("retry delay", *delay)?, error.as_str()),
+                Settle::Fail { reason } => ("f", 0, reason.as_str()),
+                Settle::Release => ("l", 0, ""),
+            };
+            inv.arg(code).arg(&lease.id).arg(lease.token).arg(delay).arg(text);
+        }
+        let v: Value = inv.invoke_async(&mut self.conn()).await?;
+        let mut r = Reply::new("settle", v)?;
+        let now = r.uint()?;
+        let mut out = Vec::with_capacity(items.len());
+        for (lease, op) in items {
+            let (status, due) = (r.int()?, r.uint()?);
+            let outcome = match op {
+                Settle::Complete => Outcome::Completed,
+                Settle::Retry { .. } if status == 3 => Outcome::Failed,
+                Settle::Retry { .. } => Outcome::Retrying {
+                    due_ms: (due > 0).then_some(due),
+                },
+                Settle::Fail { .. } => Outcome::Failed,
+                Settle::Release => Outcome::Released,
+            };
+            out.push(self.settled("settle", lease, status, now, outcome));
+        }
+        Ok(out)
     }
 
     /// Settles a leased job as completed.

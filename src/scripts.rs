@@ -30,6 +30,7 @@ pub(crate) struct Scripts {
     pub release: Script,
     pub reap: Script,
     pub sweep: Script,
+    pub settle: Script,
 }
 
 pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
@@ -42,6 +43,7 @@ pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
     release: script(lua!("release")),
     reap: script(lua!("reap")),
     sweep: script(lua!("sweep")),
+    settle: script(lua!("settle")),
 });
 
 /// Builds a script. A build with `--cfg echomq_faults` (the fault suite's

@@ -11,7 +11,7 @@ use std::time::Duration;
 use common::{eventually, raw, setup, setup_with, snapshot};
 use echomq::{
     Backoff, Consumer, EnqueueOptions, EnqueueStatus, Error, Job, JobState, Outcome, Queue, QueueOptions, Reaper,
-    Retention,
+    Retention, Settle,
 };
 use serde::{Deserialize, Serialize};
 
@@ -588,4 +588,50 @@ async fn skewed_server_clock_decides() {
         );
         handle.shutdown().await;
     }
+}
+
+// A batch settle fences each item by its own token and reports each result; a repeat answers AlreadySettled.
+#[tokio::test]
+async fn settle_many_fences_each_item() {
+    let (s, q) = setup("batch").await;
+    q.enqueue_bulk(&(0..5).map(email).collect::<Vec<_>>()).await.unwrap();
+    let stale = q.claim(1, Duration::from_millis(20)).await.unwrap().remove(0);
+    tokio::time::sleep(Duration::from_millis(40)).await;
+    Reaper::new(q.clone()).run_once().await.unwrap();
+    let l = q.claim(5, LEASE).await.unwrap();
+    assert_eq!(l.len(), 5);
+    let retry = Settle::Retry {
+        delay: Duration::from_secs(60),
+        error: "later".into(),
+    };
+    let fail = Settle::Fail { reason: "bad".into() };
+    let items = [
+        (&l[0], &Settle::Complete),
+        (&l[1], &retry),
+        (&l[2], &fail),
+        (&l[3], &Settle::Release),
+        (&stale, &Settle::Complete),
+    ];
+    let r = q.settle_many(&items, 5).await.unwrap();
+    assert_eq!(r[0].as_ref().unwrap().outcome, Outcome::Completed);
+    assert!(matches!(
+        r[1].as_ref().unwrap().outcome,
+        Outcome::Retrying { due_ms: Some(_) }
+    ));
+    assert_eq!(r[2].as_ref().unwrap().outcome, Outcome::Failed);
+    assert_eq!(r[3].as_ref().unwrap().outcome, Outcome::Released);
+    assert!(matches!(r[4], Err(Error::LeaseLost { token: 1, .. })));
+    // The stale item names the job l[0] completed in the same batch: refused, not a second completion.
+    assert_eq!(stale.id(), l[0].id());
+    assert_eq!(q.job(stale.id()).await.unwrap().attempts, 2);
+    let c = q.counts().await.unwrap();
+    assert_eq!((c.completed, c.delayed, c.failed, c.pending, c.active), (1, 1, 1, 1, 1));
+    let snap = snapshot(&s, q.name()).await;
+    let again = q.settle_many(&items[..3], 5).await.unwrap();
+    assert!(
+        again
+            .iter()
+            .all(|r| r.as_ref().unwrap().outcome == Outcome::AlreadySettled)
+    );
+    assert_eq!(snap, snapshot(&s, q.name()).await);
 }
