@@ -1,17 +1,110 @@
--- complete: settles a leased job as done.
+-- complete: settles a leased job as done, and applies the job's declared
+-- effects in the same script (atomic completion, src/effect.rs): effect and
+-- acknowledgement commit together or not at all.
 --
 -- KEYS[1] job (hash)  KEYS[2] active (zset)  KEYS[3] completed (zset)
+-- KEYS[4..] effect targets (optional). Each carries the queue's hash tag
+--           and lies outside echomq's own keys (checked in src/effect.rs).
 -- ARGV[1] key prefix "emq:{Q}:"   ARGV[2] job id   ARGV[3] fencing token
 -- ARGV[4] retention: -1 keep all, 0 delete the record, n keep the newest n
+-- ARGV[5] number of effects E (optional; absent = 0), then 4 fields each:
+--   op   incrby | hincrby | hset | sadd
+--   key  the target's index in KEYS (4 or more)
+--   a b  incrby: increment, ""      hincrby: field, increment
+--        hset: field, value         sadd: member, ""
+--   Increments are decimal integers within +-(2^53 - 1).
 --
--- Returns {code, now}: 1 completed; 2 already completed with this token (a
--- retried settle whose first reply was lost); -1 no such job; -2 lease lost
--- (not active, or a newer token owns it): nothing changed.
+-- Effects apply only when the job moves to completed in this call: never on
+-- a lost lease, never on "already completed". All of them are checked
+-- before anything is written (a script error part-way would keep earlier
+-- writes: there is no rollback): a target of another type, or a counter
+-- that is not an integer or would leave +-(2^53 - 1), refuses the call.
+--
+-- Returns {code, now}: 1 completed (effects applied); 2 already completed
+-- with this token (a retried settle whose first reply was lost; nothing
+-- applied again); -1 no such job; -2 lease lost (not active, or a newer
+-- token owns it): nothing changed. {-3, now, i, reason}: effect i (1-based)
+-- refused: nothing changed, the job is still leased to the caller.
 local jk, active_key, completed_key = KEYS[1], KEYS[2], KEYS[3]
 local prefix, id, token, keep = ARGV[1], ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
+local n_effects = tonumber(ARGV[5] or '0')
 local now = server_now()
 local refused = check_owner(jk, token, 'c', now)
 if refused then return refused end
+
+-- Counters stay exact in Lua's doubles up to 2^53 - 1.
+local LIMIT = 9007199254740991
+-- The type each operation needs its target to have (or not to exist).
+local WANTS = {incrby = 'string', hincrby = 'hash', hset = 'hash', sadd = 'set'}
+
+-- An integer in the server's own syntax (no '+', no leading zeros) within
+-- +-LIMIT, as a number; nil for anything else.
+local function as_int(s)
+  if s ~= '0' and not string.match(s, '^%-?[1-9]%d*$') then return nil end
+  if #s > 17 then return nil end
+  local v = tonumber(s)
+  if math.abs(v) > LIMIT then return nil end
+  return v
+end
+
+-- Effect i's fields: op, target key, a, b.
+local function effect(i)
+  local b = 6 + (i - 1) * 4
+  return ARGV[b], tonumber(ARGV[b + 1]), ARGV[b + 2], ARGV[b + 3]
+end
+
+-- Checks every effect against the current data and against the effects
+-- before it. Returns nil, or the index and reason of the first refusal.
+local function check_effects()
+  local types = {} -- key -> the type it has once earlier effects ran
+  local ints = {}  -- counter slot -> its value once earlier effects ran (false: not an integer)
+  for i = 1, n_effects do
+    local op, ki, a, b = effect(i)
+    local want = WANTS[op]
+    if not want then return i, 'unknown operation ' .. tostring(op) end
+    if not ki or ki % 1 ~= 0 or ki < 4 or ki > #KEYS or not a or not b then return i, 'malformed effect' end
+    local key = KEYS[ki]
+    local have = types[key] or rcall('TYPE', key)['ok']
+    if have ~= 'none' and have ~= want then
+      return i, key .. ' holds a ' .. have .. ', not a ' .. want
+    end
+    types[key] = want
+    if op == 'hset' then
+      ints[key .. '\0' .. a] = as_int(b) or false
+    elseif op == 'incrby' or op == 'hincrby' then
+      local by, slot, stored = a, key, nil
+      if op == 'hincrby' then by, slot = b, key .. '\0' .. a end
+      by = as_int(by)
+      if not by then return i, 'the increment is not an integer within 2^53' end
+      local cur = ints[slot]
+      if cur == nil then
+        if op == 'incrby' then stored = rcall('GET', key) else stored = rcall('HGET', key, a) end
+        cur = 0
+        if stored then cur = as_int(stored) or false end
+      end
+      if cur == false then return i, 'the current value is not an integer within 2^53' end
+      if math.abs(cur + by) > LIMIT then return i, 'the result would leave +-(2^53 - 1)' end
+      ints[slot] = cur + by
+    end
+  end
+  return nil
+end
+
+if n_effects > 0 then
+  local bad, why = check_effects()
+  if bad then return {-3, now, bad, why} end
+  for i = 1, n_effects do
+    local op, ki, a, b = effect(i)
+    local key = KEYS[ki]
+    -- Numbers go to the server as the caller's strings, never via Lua's
+    -- float formatting.
+    if op == 'incrby' then rcall('INCRBY', key, a)
+    elseif op == 'hincrby' then rcall('HINCRBY', key, a, b)
+    elseif op == 'hset' then rcall('HSET', key, a, b)
+    else rcall('SADD', key, a) end
+  end
+end
+
 rcall('ZREM', active_key, id)
 finish(prefix, completed_key, jk, id, 'completed', now, keep, {'lo', 'c:' .. token})
 return {1, now}

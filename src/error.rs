@@ -86,6 +86,38 @@ pub enum Error {
     /// The server or the connection failed.
     #[error("server error: {0}")]
     Redis(#[from] redis::RedisError),
+    /// An effect given to atomic completion ([`Queue::complete_with`](crate::Queue::complete_with))
+    /// cannot be applied: its key lies outside the queue's hash slot or
+    /// inside echomq's own keys, or its target holds another type or a
+    /// counter out of range. Nothing was applied; the job is still leased.
+    #[error("effect {index} ({effect}) refused: {reason}; nothing was applied")]
+    EffectRefused {
+        /// Which effect (1 for the first).
+        index: usize,
+        /// The effect, as a command.
+        effect: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// An effect marker ([`EffectMarker`](crate::EffectMarker)) belongs to
+    /// another attempt of the job: a newer attempt took it over, or an
+    /// attempt finished the effect. Nothing was changed.
+    #[error(
+        "effect marker {effect:?} of job {id} is {} by attempt {holder}, not by attempt {token}",
+        held_or_done(*.done)
+    )]
+    MarkerLost {
+        /// The job.
+        id: String,
+        /// The effect name.
+        effect: String,
+        /// The caller's attempt (fencing token).
+        token: u64,
+        /// The attempt the marker belongs to.
+        holder: u64,
+        /// True when `holder` finished the effect; false while it holds it.
+        done: bool,
+    },
     /// A script answered something this version does not understand.
     #[error("unexpected reply from {script}: {detail}")]
     Protocol {
@@ -94,6 +126,10 @@ pub enum Error {
         /// What was wrong.
         detail: String,
     },
+}
+
+fn held_or_done(done: bool) -> &'static str {
+    if done { "done" } else { "held" }
 }
 
 impl Error {

@@ -224,6 +224,11 @@ impl Lease {
     }
 }
 
+/// The idempotency key of job `id` of `queue`: `{QUEUE}:ID`.
+pub(crate) fn idempotency_key(queue: &str, id: &str) -> String {
+    format!("{{{queue}}}:{id}")
+}
+
 /// A job handed to a [`Consumer`](crate::Consumer)'s handler.
 #[derive(Debug)]
 pub struct Job<T> {
@@ -262,10 +267,24 @@ impl<T> Job<T> {
         self.payload
     }
     /// A key that is the same on every delivery of this job and differs
-    /// between jobs: `QUEUE:ID`. Pass it to external APIs that take an
-    /// idempotency key (payments, webhooks) so a redelivery is recognised.
+    /// between the jobs of a server's queues: `{QUEUE}:ID` (queue names
+    /// cannot hold braces, so no two queue/id pairs give the same key).
+    ///
+    /// Pass it to external APIs that take an idempotency key (payments,
+    /// webhooks, a unique column) so that the *external system* recognises
+    /// a redelivery and applies the effect once: delivery is at-least-once,
+    /// and this is how the effect becomes exactly-once. Namespace it if
+    /// several deployments share the external account, and mind that ids
+    /// restart if the queue's keys are deleted; see [`crate::effect`] for
+    /// this and the other tools (effect markers, atomic completion).
+    ///
+    /// ```
+    /// # fn demo(job: &echomq::Job<()>) {
+    /// let key = job.idempotency_key(); // e.g. "{payments}:42"
+    /// # let _ = key; }
+    /// ```
     pub fn idempotency_key(&self) -> String {
-        format!("{}:{}", self.queue, self.id)
+        idempotency_key(&self.queue, &self.id)
     }
     /// Cancelled when this attempt must stop: its lease was lost or could
     /// not be renewed in time, or the consumer is shutting down past its

@@ -6,6 +6,8 @@
 //!   claim/settle calls for people who write their own loop.
 //! - [`consumer`]: the [`Consumer`]: claims, runs a handler per job with
 //!   heartbeats, settles with the fencing token.
+//! - [`effect`]: exactly-once effects on at-least-once delivery: idempotency
+//!   keys, effect markers and atomic completion.
 //! - [`reaper`]: the [`Reaper`]: returns expired leases and promotes due jobs.
 //! - [`job`]: what a job looks like to producers, handlers and inspectors.
 //! - [`keys`]: key naming (the `{queue}` hash tag).
@@ -15,6 +17,7 @@
 #![forbid(unsafe_code)]
 
 pub mod consumer;
+pub mod effect;
 pub mod error;
 pub mod health;
 pub mod job;
@@ -26,6 +29,7 @@ mod scripts;
 pub mod server;
 
 pub use consumer::{Backoff, Consumer, ConsumerHandle, Event, Handler};
+pub use effect::{EffectMarker, Effects, MarkerState, Once, OnceError};
 pub use error::{Error, Result};
 pub use health::{ServerReport, SweepReport};
 pub use job::{Counts, EnqueueOptions, EnqueueStatus, Enqueued, Job, JobInfo, JobState, Lease};

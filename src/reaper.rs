@@ -96,13 +96,13 @@ impl Reaper {
         tokio::pin!(shutdown);
         let mut next_sweep = self.sweep_interval.map(|d| tokio::time::Instant::now() + d);
         loop {
-            if let (Some(due), Some(every)) = (next_sweep, self.sweep_interval) {
-                if tokio::time::Instant::now() >= due {
-                    if let Err(e) = self.queue.sweep(self.batch).await {
-                        warn!(queue = self.queue.name(), error = %e, "consistency sweep failed; will retry");
-                    }
-                    next_sweep = Some(tokio::time::Instant::now() + every);
+            if let (Some(due), Some(every)) = (next_sweep, self.sweep_interval)
+                && tokio::time::Instant::now() >= due
+            {
+                if let Err(e) = self.queue.sweep(self.batch).await {
+                    warn!(queue = self.queue.name(), error = %e, "consistency sweep failed; will retry");
                 }
+                next_sweep = Some(tokio::time::Instant::now() + every);
             }
             let pause = match self.run_once().await {
                 Ok(r) if r.requeued.len() + r.failed.len() >= self.batch || r.promoted as usize >= self.batch => {

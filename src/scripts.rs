@@ -31,6 +31,10 @@ pub(crate) struct Scripts {
     pub reap: Script,
     pub sweep: Script,
     pub settle: Script,
+    /// Effect markers and their codes: see `src/effect.rs` and [`effect_code`].
+    pub marker_claim: Script,
+    pub marker_done: Script,
+    pub marker_abandon: Script,
 }
 
 pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
@@ -44,6 +48,9 @@ pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
     reap: script(lua!("reap")),
     sweep: script(lua!("sweep")),
     settle: script(lua!("settle")),
+    marker_claim: script(lua!("marker_claim")),
+    marker_done: script(lua!("marker_done")),
+    marker_abandon: script(lua!("marker_abandon")),
 });
 
 /// Builds a script. A build with `--cfg echomq_faults` (the fault suite's
@@ -114,6 +121,51 @@ pub(crate) fn code(script: &'static str, n: i64) -> Result<Code> {
         2 => Code::AlreadySettled,
         -1 => Code::NotFound,
         -2 => Code::LeaseLost,
+        other => {
+            return Err(Error::Protocol {
+                script,
+                detail: format!("unknown status code {other}"),
+            });
+        }
+    })
+}
+
+/// What an effect script answered: the effect-marker scripts
+/// (`lua/marker_*.lua`) and atomic completion's refusal in `complete.lua`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum EffectCode {
+    /// Done as asked; a claim found the marker free and the caller holds it now (1).
+    Ok,
+    /// A claim found the effect done by an earlier attempt (2).
+    Done,
+    /// A claim took the marker over from an attempt that ended without finishing (3).
+    Orphaned,
+    /// No such job (-1).
+    NotFound,
+    /// The caller is not the job's current attempt (-2).
+    LeaseLost,
+    /// `complete`: a declared effect was refused; nothing changed (-3).
+    Refused,
+    /// Another attempt holds the marker (-4).
+    HeldByOther,
+    /// Another attempt finished the effect (-5).
+    DoneByOther,
+    /// The marker holds a value echomq did not write (-6).
+    Foreign,
+}
+
+/// Maps an effect script's status code; the single place that knows them.
+pub(crate) fn effect_code(script: &'static str, n: i64) -> Result<EffectCode> {
+    Ok(match n {
+        1 => EffectCode::Ok,
+        2 => EffectCode::Done,
+        3 => EffectCode::Orphaned,
+        -1 => EffectCode::NotFound,
+        -2 => EffectCode::LeaseLost,
+        -3 => EffectCode::Refused,
+        -4 => EffectCode::HeldByOther,
+        -5 => EffectCode::DoneByOther,
+        -6 => EffectCode::Foreign,
         other => {
             return Err(Error::Protocol {
                 script,
@@ -197,6 +249,29 @@ mod tests {
         assert_eq!(code("t", -1).unwrap(), Code::NotFound);
         assert_eq!(code("t", -2).unwrap(), Code::LeaseLost);
         assert!(matches!(code("t", 7), Err(Error::Protocol { .. })));
+    }
+
+    // Every effect script code maps to one meaning; others are protocol errors.
+    #[test]
+    fn effect_codes_map_one_to_one() {
+        use EffectCode::*;
+        let all = [
+            (1, Ok),
+            (2, Done),
+            (3, Orphaned),
+            (-1, NotFound),
+            (-2, LeaseLost),
+            (-3, Refused),
+            (-4, HeldByOther),
+            (-5, DoneByOther),
+            (-6, Foreign),
+        ];
+        for (n, want) in all {
+            assert_eq!(effect_code("t", n).unwrap(), want, "code {n}");
+        }
+        for bad in [0, 4, -7] {
+            assert!(matches!(effect_code("t", bad), Err(Error::Protocol { .. })));
+        }
     }
 
     // The embedded scripts start with the shared helpers and keep their own text.
