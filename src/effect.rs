@@ -16,7 +16,7 @@
 //! [`Job::idempotency_key`](crate::Job::idempotency_key) (and
 //! [`Queue::idempotency_key`] for the low-level API) is `{QUEUE}:ID`: the
 //! same on every delivery of a job, different for every other job of the
-//! server's queues. Send it wherever an external API takes one (Stripe's
+//! queues under one key prefix. Send it wherever an external API takes one (Stripe's
 //! `Idempotency-Key`, a webhook's delivery id, a unique column in your
 //! database): the *external system* then recognises the redelivery and
 //! applies the effect once. This is the only tool that covers effects
@@ -415,8 +415,9 @@ impl EffectMarker {
 
     /// Records that this attempt's effect finished: every later claim
     /// answers [`MarkerState::Done`]. Works after this attempt's lease was
-    /// lost too, unless a newer attempt has taken the marker over. Marking
-    /// done again answers `Ok`.
+    /// lost too, unless a newer attempt has taken the marker over; a marker
+    /// whose TTL ran out is written as done (the effect happened either
+    /// way). Marking done again answers `Ok`.
     ///
     /// # Errors
     /// [`Error::MarkerLost`] when a newer attempt took the marker over or

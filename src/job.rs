@@ -267,8 +267,9 @@ impl<T> Job<T> {
         self.payload
     }
     /// A key that is the same on every delivery of this job and differs
-    /// between the jobs of a server's queues: `{QUEUE}:ID` (queue names
-    /// cannot hold braces, so no two queue/id pairs give the same key).
+    /// between the jobs of all queues under one key prefix: `{QUEUE}:ID`
+    /// (queue names cannot hold braces, so no two queue/id pairs give the
+    /// same key).
     ///
     /// Pass it to external APIs that take an idempotency key (payments,
     /// webhooks, a unique column) so that the *external system* recognises
