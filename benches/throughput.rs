@@ -43,7 +43,7 @@ use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use echomq::server::LocalServer;
-use echomq::{Consumer, Job, Lease, Queue, QueueOptions, Retention};
+use echomq::{Consumer, Job, Lease, Queue, QueueOptions, Retention, Settle};
 use redis::AsyncConnectionConfig;
 use redis::aio::MultiplexedConnection;
 use serde::{Deserialize, Serialize};
@@ -431,8 +431,8 @@ impl Bench {
     /// `conc`. Timed from the first handler start to the moment every job
     /// is settled on the server: when the N-th handler has started, the
     /// consumer is shut down gracefully, which returns once every running
-    /// job's `complete` has been answered (no job is left active or pending,
-    /// as the checks confirm). The end time is taken when `shutdown`
+    /// job's settlement has been answered (no job is left active or
+    /// pending, as the checks confirm). The end time is taken when `shutdown`
     /// returns, so it can only overstate the time, never understate it.
     async fn process_once(&mut self, run: usize, conc: usize, ret: Ret) -> Value {
         let n = self.cfg.n;
@@ -484,19 +484,24 @@ impl Bench {
             "check_left": counts.pending + counts.active + counts.delayed, "check_handler_calls": handled,
         });
         cost_fields(&mut line, &d, n);
-        // Claim calls, worked out from the scripts' own commands: each claim
-        // runs ZRANGEBYSCORE once (promote), each reaper pass twice, each
-        // complete never; every job is completed once. So with e script
-        // calls and z ZRANGEBYSCOREs: reaps = N - (e - z), claims = z - 2 reaps.
+        // Claim and settle calls, worked out from the scripts' own commands
+        // (an estimate tied to today's scripts): each claim runs
+        // ZRANGEBYSCORE once (its promote step), each reaper pass twice,
+        // settling never; the consumer's reaper passes at start and then
+        // every DEFAULT_REAP_INTERVAL. So claims = z - 2 reaps and settle
+        // calls = script calls - claims - reaps.
         let e = d.calls(SCRIPT_CMDS) as i64;
         let z = d.calls(&["zrangebyscore"]) as i64;
-        let reaps = n as i64 - (e - z);
+        let interval = echomq::reaper::DEFAULT_REAP_INTERVAL.as_secs_f64();
+        let reaps = (end.duration_since(spawned).as_secs_f64() / interval).floor() as i64 + 1;
         let claims = z - 2 * reaps;
-        if reaps >= 0 && claims > 0 {
+        let settles = e - claims - reaps;
+        if claims > 0 && settles > 0 {
             let m = line.as_object_mut().unwrap();
             m.insert("est_claim_calls".into(), claims.into());
             m.insert("est_jobs_per_claim".into(), round(n as f64 / claims as f64, 2).into());
-            m.insert("est_reaper_calls".into(), reaps.into());
+            m.insert("est_settle_calls".into(), settles.into());
+            m.insert("est_jobs_per_settle".into(), round(n as f64 / settles as f64, 2).into());
         }
         line
     }
@@ -584,12 +589,13 @@ impl Bench {
 
     /// The server time of each script, measured alone through the low-level
     /// API (one phase per script, `INFO commandstats` deltas around it):
-    /// `enqueue` (one job per call, 64 in flight), `enqueue` (1,000 jobs per
-    /// call), `claim` (64 per call), `complete` (64 in flight) with each
-    /// retention; then claim 64 → complete the 64 concurrently, in lock
-    /// step, which is what a consumer at concurrency 64 could reach without
+    /// `enqueue` (one job per call, 64 in flight, and 1,000 jobs per call),
+    /// `claim` (64 per call), `complete` (one job per call, 64 in flight)
+    /// and `settle_many` (64 per call), with each retention; then claim 64 →
+    /// settle those 64 (64 concurrent `complete`s, or one `settle_many`),
+    /// in lock step: what a consumer at concurrency 64 could reach without
     /// its own overhead. The consumer's own cost per job is in the
-    /// `process_noop` lines (and summarised here as phase `consumer`).
+    /// `process_noop` lines (repeated here as phase `consumer`).
     async fn server_cost(&mut self) {
         let n = self.cfg.cost_n;
         let lease = Duration::from_secs(600);
@@ -621,24 +627,43 @@ impl Bench {
             let d = self.snap().await.since(&before);
             assert_eq!(leases.len(), total, "claimed every job");
             self.cost_line("claim", "claim_64_per_call", ret, total, &d);
+            // Half the leases one by one, the other half in batches.
+            let batched = leases.split_off(n);
             let before = self.snap().await;
             complete_in_flight(&q, leases, IN_FLIGHT).await;
             let d = self.snap().await.since(&before);
-            self.cost_line("complete", "complete_64inflight", ret, total, &d);
-
-            // Lock step: claim 64, complete them concurrently, repeat.
-            fill(&q, total, payload).await;
+            self.cost_line("complete", "complete_64inflight", ret, n, &d);
             let before = self.snap().await;
-            loop {
-                let got = q.claim(CLAIM_BATCH, lease).await.unwrap();
-                if got.is_empty() {
-                    break;
-                }
-                let k = got.len();
-                complete_in_flight(&q, got, k).await;
+            for chunk in batched.chunks(CLAIM_BATCH) {
+                settle_all(&q, chunk).await;
             }
             let d = self.snap().await.since(&before);
-            self.cost_line("claim+complete", "lockstep_claim64_complete64", ret, total, &d);
+            self.cost_line("settle", "settle_many_64_per_call", ret, n, &d);
+
+            // Lock step: claim 64, settle them (64 concurrent `complete`s, or
+            // one `settle_many`), repeat.
+            for many in [false, true] {
+                fill(&q, n, payload).await;
+                let before = self.snap().await;
+                loop {
+                    let got = q.claim(CLAIM_BATCH, lease).await.unwrap();
+                    if got.is_empty() {
+                        break;
+                    }
+                    if many {
+                        settle_all(&q, &got).await;
+                    } else {
+                        let k = got.len();
+                        complete_in_flight(&q, got, k).await;
+                    }
+                }
+                let d = self.snap().await.since(&before);
+                if many {
+                    self.cost_line("claim+settle", "lockstep_claim64_settle_many64", ret, n, &d);
+                } else {
+                    self.cost_line("claim+complete", "lockstep_claim64_complete64", ret, n, &d);
+                }
+            }
             drop(q);
             self.cleanup(&name).await;
         }
@@ -666,6 +691,7 @@ impl Bench {
                 "server_cpu_us_per_job",
                 "client_cpu_us_per_job",
                 "est_jobs_per_claim",
+                "est_jobs_per_settle",
             ] {
                 if let Some(v) = m.get(k) {
                     obj.insert(k.into(), v.clone());
@@ -949,6 +975,7 @@ fn median_line(op: &str, runs: &[Value], extra: Value) -> Value {
         "client_cpu_us_per_job",
         "server_busy",
         "est_jobs_per_claim",
+        "est_jobs_per_settle",
         "startup_s",
     ] {
         let v: Vec<f64> = runs.iter().filter_map(|r| r.get(key).and_then(Value::as_f64)).collect();
@@ -985,6 +1012,15 @@ async fn add_in_flight(q: &Queue, n: usize, lanes: usize) {
         });
     }
     while let Some(r) = set.join_next().await {
+        r.unwrap();
+    }
+}
+
+/// Completes `leases` in one `settle_many` call.
+async fn settle_all(q: &Queue, leases: &[Lease]) {
+    let complete = Settle::Complete;
+    let items: Vec<(&Lease, &Settle)> = leases.iter().map(|l| (l, &complete)).collect();
+    for r in q.settle_many(&items, 3).await.unwrap() {
         r.unwrap();
     }
 }
