@@ -1,0 +1,97 @@
+//! The checker: reads every history (`DIR/*.jsonl`) of a run and the final
+//! state of its queue, checks the invariants I1–I11 (see
+//! `echomq_fault::check`), prints a report and, as its last line, the
+//! report as one JSON object. Exits 1 on any violation, 2 on bad input.
+//!
+//! ```text
+//! fault-check --dir=DIR --url=redis://127.0.0.1:PORT/ --queue=Q [--not-drained] [--call-bound-ms=15000]
+//! ```
+
+use std::path::PathBuf;
+
+use echomq_fault::args::Args;
+use echomq_fault::check::{CheckOptions, check};
+use echomq_fault::{history, state};
+
+/// Violations printed in the text part (all of them go into the JSON line).
+const SHOWN: usize = 40;
+
+#[tokio::main(flavor = "current_thread")]
+async fn main() {
+    let a = Args::from_env();
+    let dir = PathBuf::from(a.req("dir"));
+    let (records, torn) = match history::read_dir(&dir) {
+        Ok(x) => x,
+        Err(e) => {
+            eprintln!("fault-check: cannot read {}: {e}", dir.display());
+            std::process::exit(2);
+        }
+    };
+    let st = match state::read(&a.req("url"), &a.req("queue")).await {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("fault-check: cannot read the server state: {e}");
+            std::process::exit(2);
+        }
+    };
+    let opts = CheckOptions {
+        drained: !a.get("not-drained", false),
+        call_bound_ms: a.get("call-bound-ms", CheckOptions::default().call_bound_ms),
+    };
+    let mut report = check(&records, &st, &opts);
+    report.torn_lines = torn;
+
+    println!("fault-check: {} history records from {}", records.len(), dir.display());
+    println!(
+        "jobs {} (completed {}, failed {}, pending {}, delayed {}, active {}); enqueues acked {}, unknown {}",
+        report.jobs,
+        report.completed,
+        report.failed,
+        report.pending,
+        report.delayed,
+        report.active,
+        report.enqueues_acked,
+        report.enqueues_unknown
+    );
+    println!(
+        "faults: worker kills {}, worker pauses {}, server kills {}, restarts {}, partitions {}, connection drops {}, script flushes {}, graceful stops {}",
+        report.worker_kills,
+        report.worker_pauses,
+        report.server_kills,
+        report.server_restarts,
+        report.partitions,
+        report.connection_drops,
+        report.script_flushes,
+        report.graceful_stops
+    );
+    println!(
+        "claims {}, redeliveries {}, stalls {}, reap records {}, max redelivery gap {} ms, max call {} ms",
+        report.claims,
+        report.redeliveries,
+        report.stalls,
+        report.reaps,
+        report.max_redelivery_gap_ms,
+        report.max_call_ms
+    );
+    println!(
+        "duplicate effects {} explained by {:?}; guarded effects {} (duplicates {})",
+        report.duplicate_effects, report.duplicate_explained, report.guarded_effects, report.guarded_duplicates
+    );
+    println!(
+        "stale settles rejected {}, stale heartbeats rejected {}, already-settled answers {}, lost {}",
+        report.stale_settles_rejected, report.stale_heartbeats_rejected, report.already_settled, report.lost
+    );
+    for (inv, how) in &report.invariants {
+        println!("  {inv}: {how}");
+    }
+    if report.ok {
+        println!("OK: no violation");
+    } else {
+        println!("VIOLATIONS: {}", report.violations.len());
+        for v in report.violations.iter().take(SHOWN) {
+            println!("  {v}");
+        }
+    }
+    println!("{}", serde_json::to_string(&report).expect("report serialises"));
+    std::process::exit(if report.ok { 0 } else { 1 });
+}

@@ -1,0 +1,132 @@
+//! A producer process of a fault run: enqueues jobs `PREFIX{from}` ..
+//! `PREFIX{from+count-1}` with caller-chosen ids, so an enqueue whose
+//! outcome is unknown (timeout, dropped connection, server restart) is
+//! retried safely with the same id until the server answers. Every
+//! `--dedup-every`-th job carries a dedup id `g{k % groups}` (marker until
+//! the job finishes). Records invoke / ok / fail (definite or unknown).
+//!
+//! ```text
+//! fault-producer --url=U --queue=Q --history=p1.jsonl --src=p1 --from=0 --count=1000 \
+//!     [--prefix=j] [--concurrency=8] [--dedup-every=0] [--dedup-groups=5]
+//!     [--pace-ms=0] [--response-timeout-ms=1000]
+//! ```
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use echomq::{EnqueueOptions, EnqueueStatus, Queue, QueueOptions, Retention};
+use echomq_fault::args::Args;
+use echomq_fault::history::{Ev, History};
+
+/// How long one job's enqueue is retried before the producer gives up.
+const GIVE_UP: Duration = Duration::from_secs(120);
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() {
+    let a = Args::from_env();
+    let url = a.req("url");
+    let hist = Arc::new(History::open(a.req("history").as_ref(), &a.req("src")).expect("open the history"));
+    let from: u64 = a.get("from", 0);
+    let count: u64 = a.get("count", 100);
+    let prefix = a.get("prefix", "j".to_string());
+    let dedup_every: u64 = a.get("dedup-every", 0);
+    let groups: u64 = a.get("dedup-groups", 5);
+    let pace = Duration::from_millis(a.get("pace-ms", 0));
+    let timeout = Duration::from_millis(a.get("response-timeout-ms", 1000u64));
+    let opts = QueueOptions::new()
+        .keep_completed(Retention::All)
+        .keep_failed(Retention::All)
+        .response_timeout(timeout)
+        .connection_timeout(timeout);
+    let until = Instant::now() + Duration::from_secs(60);
+    let queue = loop {
+        match Queue::connect_with(&url, &a.req("queue"), opts.clone()).await {
+            Ok(q) => break q,
+            Err(e) if Instant::now() < until => {
+                eprintln!("connect: {e}; retrying");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            Err(e) => panic!("cannot connect: {e}"),
+        }
+    };
+    hist.write(Ev::Start {
+        role: "producer".into(),
+        pid: std::process::id(),
+        lease_ms: 0,
+        guarded: false,
+    });
+    let next = Arc::new(AtomicU64::new(from));
+    let mut tasks = Vec::new();
+    for _ in 0..a.get("concurrency", 8usize) {
+        let (q, h, next, prefix) = (queue.clone(), hist.clone(), next.clone(), prefix.clone());
+        tasks.push(tokio::spawn(async move {
+            loop {
+                let k = next.fetch_add(1, Ordering::SeqCst);
+                if k >= from + count {
+                    return;
+                }
+                let id = format!("{prefix}{k}");
+                let dedup = (dedup_every > 0 && k % dedup_every == 0).then(|| format!("g{}", k % groups));
+                enqueue(&q, &h, &id, k, dedup).await;
+                if !pace.is_zero() {
+                    tokio::time::sleep(pace).await;
+                }
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.expect("producer task");
+    }
+    hist.write(Ev::Stop { reason: "done".into() });
+}
+
+/// Enqueues one job, retrying an unknown outcome with the same id.
+async fn enqueue(q: &Queue, h: &History, id: &str, n: u64, dedup: Option<String>) {
+    let mut opts = EnqueueOptions::new().id(id);
+    if let Some(d) = &dedup {
+        opts = opts.dedup(d.clone(), Duration::ZERO);
+    }
+    let payload = serde_json::json!({ "n": n });
+    let give_up = Instant::now() + GIVE_UP;
+    loop {
+        h.write(Ev::EnqueueInvoke {
+            id: id.to_owned(),
+            dedup: dedup.clone(),
+        });
+        let t0 = Instant::now();
+        let res = q.enqueue_with(&payload, &opts).await;
+        let ms = t0.elapsed().as_millis() as u64;
+        match res {
+            Ok(e) => {
+                let status = match e.status {
+                    EnqueueStatus::Created => "created",
+                    EnqueueStatus::Existing => "existing",
+                    EnqueueStatus::Deduplicated => "deduplicated",
+                    _ => "other",
+                };
+                h.write(Ev::EnqueueOk {
+                    id: id.to_owned(),
+                    status: status.into(),
+                    job: e.id,
+                    ms,
+                });
+                return;
+            }
+            Err(e) => {
+                let definite = !e.is_transient();
+                h.write(Ev::EnqueueFail {
+                    id: id.to_owned(),
+                    error: e.to_string(),
+                    definite,
+                    ms,
+                });
+                if definite || Instant::now() > give_up {
+                    eprintln!("enqueue {id}: giving up: {e}");
+                    return;
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    }
+}

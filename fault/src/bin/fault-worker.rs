@@ -1,0 +1,413 @@
+//! A worker process of a fault run: an echomq `Consumer` whose observer
+//! appends every step to a history, whose handler performs an unguarded
+//! effect (HINCRBY of the job's counter in `fault:{Q}:fxu`) and, with
+//! `--guarded`, a guarded one (the same behind an `EffectMarker`, in
+//! `fault:{Q}:fxg`). With `--role=reaper` it runs reaper passes instead and
+//! records what each reaped.
+//!
+//! Kill points: `--pause-point=before_effect|after_effect_before_ack|after_ack`
+//! with `--pause-prob=P` (default 1) and `--pause-max=N` (default 1) makes it
+//! write a `paused_at` event at that point and wait there until the file
+//! `HISTORY.go` exists, so the driver can SIGKILL it exactly there.
+//! SIGTERM or Ctrl-C: graceful shutdown (`ConsumerHandle::shutdown`).
+//!
+//! ```text
+//! fault-worker --url=redis://127.0.0.1:6379/ --queue=q --history=w1.jsonl --src=w1 \
+//!     [--role=worker|reaper] [--concurrency=8] [--lease-ms=1000] [--heartbeat-ms=N]
+//!     [--work-ms=0] [--guarded] [--shutdown-timeout-ms=2000] [--response-timeout-ms=1000]
+//!     [--pause-point=P --pause-prob=1 --pause-max=1 --pause-job=ID]
+//!     reaper: [--interval-ms=100] [--batch=1000] [--max-stalls=1000] [--until-empty]
+//! ```
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+use echomq::{
+    Backoff, Consumer, EffectMarker, Error, Event, Job, MarkerState, Once, OnceError, Outcome, Queue, QueueOptions,
+    Reaper, Retention,
+};
+use echomq_fault::args::Args;
+use echomq_fault::history::{Ev, History};
+use echomq_fault::state::{effect_key, guarded_key};
+use redis::AsyncCommands;
+use redis::aio::ConnectionManager;
+use serde_json::Value;
+use tokio::signal::unix::{SignalKind, signal};
+
+struct Worker {
+    hist: History,
+    queue: Queue,
+    /// Connection for the effects (outside echomq's own keys).
+    fx: ConnectionManager,
+    effect_key: String,
+    guarded_key: String,
+    guarded: bool,
+    work_ms: u64,
+    pause_point: Option<String>,
+    pause_prob: f64,
+    pause_left: AtomicU32,
+    pause_job: Option<String>,
+    go_file: PathBuf,
+    /// Created at a kill point, so the driver notices without reading the history.
+    paused_file: PathBuf,
+}
+
+impl Worker {
+    /// Whether this job stops at `point` (and uses up one pause).
+    fn pauses_at(&self, id: &str, point: &str) -> bool {
+        if self.pause_point.as_deref() != Some(point) {
+            return false;
+        }
+        if self.pause_job.as_deref().is_some_and(|j| j != id) {
+            return false;
+        }
+        if fastrand::f64() >= self.pause_prob {
+            return false;
+        }
+        self.pause_left
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+            .is_ok()
+    }
+
+    /// Stops at a kill point in the handler until released or cancelled.
+    async fn pause(&self, id: &str, token: u64, point: &str, job: &Job<Value>) -> Result<(), String> {
+        if !self.pauses_at(id, point) {
+            return Ok(());
+        }
+        self.hist.write(Ev::PausedAt {
+            id: id.to_owned(),
+            token,
+            point: point.to_owned(),
+        });
+        let _ = std::fs::write(&self.paused_file, point);
+        while !self.go_file.exists() {
+            if job.is_cancelled() {
+                return Err(format!("cancelled while paused at {point}"));
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        Ok(())
+    }
+
+    async fn handle(&self, job: Job<Value>) -> Result<(), String> {
+        let (id, token) = (job.id().to_owned(), job.attempt());
+        if self.work_ms > 0 {
+            tokio::time::sleep(Duration::from_millis(fastrand::u64(0..=self.work_ms))).await;
+        }
+        self.pause(&id, token, "before_effect", &job).await?;
+        if job.is_cancelled() {
+            return Err("cancelled before the effect".into());
+        }
+        self.hist.write(Ev::EffectBegin { id: id.clone(), token });
+        let mut fx = self.fx.clone();
+        match fx.hincr::<_, _, _, i64>(&self.effect_key, &id, 1).await {
+            Ok(count) => self.hist.write(Ev::EffectDone {
+                id: id.clone(),
+                token,
+                count,
+            }),
+            Err(e) => {
+                self.hist.write(Ev::EffectUnknown {
+                    id: id.clone(),
+                    token,
+                    error: e.to_string(),
+                });
+                return Err(format!("effect failed: {e}"));
+            }
+        }
+        if self.guarded {
+            self.guarded_effect(&job).await?;
+        }
+        self.pause(&id, token, "after_effect_before_ack", &job).await?;
+        Ok(())
+    }
+
+    /// The guarded effect: HINCRBY behind an effect marker. An orphaned
+    /// marker (an earlier attempt died inside the effect) is resolved by
+    /// reading the counter, the "external system's own record".
+    async fn guarded_effect(&self, job: &Job<Value>) -> Result<(), String> {
+        let (id, token) = (job.id().to_owned(), job.attempt());
+        let marker = EffectMarker::for_job(&self.queue, job, "fault").map_err(|e| e.to_string())?;
+        let mut fx = self.fx.clone();
+        let key = self.guarded_key.clone();
+        let field = id.clone();
+        let done = marker
+            .once(|state| async move {
+                if let MarkerState::Orphaned { attempt } = state {
+                    let seen: Option<i64> = fx.hget(&key, &field).await.map_err(|e| e.to_string())?;
+                    if seen.unwrap_or(0) >= 1 {
+                        return Ok(format!("orphan_found (attempt {attempt})"));
+                    }
+                }
+                let n: i64 = fx.hincr(&key, &field, 1).await.map_err(|e| e.to_string())?;
+                Ok::<_, String>(format!("ran (count {n}, state {state:?})"))
+            })
+            .await;
+        let (result, detail, ok) = match done {
+            Ok(Once::Ran(what)) => {
+                let r = if what.starts_with("ran") { "ran" } else { "orphan_found" };
+                (r, what, true)
+            }
+            Ok(Once::Skipped { attempt }) => ("skipped", format!("done by attempt {attempt}"), true),
+            Ok(_) => ("other", String::new(), true),
+            Err(OnceError::Claim(e)) => ("not_claimed", e.to_string(), false),
+            Err(OnceError::Effect(e)) => ("effect_failed", e, false),
+            Err(OnceError::Unrecorded(e)) => ("unrecorded", e.to_string(), false),
+            Err(e) => ("error", e.to_string(), false),
+        };
+        self.hist.write(Ev::Guarded {
+            id,
+            token,
+            result: result.into(),
+            detail: detail.clone(),
+        });
+        if ok {
+            Ok(())
+        } else {
+            Err(format!("guarded effect: {result}: {detail}"))
+        }
+    }
+
+    fn observe(&self, e: &Event<'_>) {
+        let ev = match *e {
+            Event::Claimed {
+                id,
+                token,
+                deadline_ms,
+                server_ms,
+            } => Ev::Claimed {
+                id: id.into(),
+                token,
+                deadline_ms,
+                server_ms,
+            },
+            Event::Extended { id, token, deadline_ms } => Ev::Extended {
+                id: id.into(),
+                token,
+                deadline_ms,
+            },
+            Event::LeaseLost { id, token, confirmed } => Ev::LeaseLost {
+                id: id.into(),
+                token,
+                confirmed,
+            },
+            Event::HandlerDone { id, token, result } => Ev::HandlerDone {
+                id: id.into(),
+                token,
+                result: result.into(),
+            },
+            Event::SettleSent { id, token, op } => Ev::SettleSent {
+                id: id.into(),
+                token,
+                op: op.into(),
+            },
+            Event::Settled {
+                id,
+                token,
+                op,
+                outcome,
+                server_ms,
+            } => {
+                self.hist.write(Ev::Settled {
+                    id: id.into(),
+                    token,
+                    op: op.into(),
+                    outcome: outcome_name(outcome).into(),
+                    server_ms,
+                });
+                if op == "complete" && outcome == Outcome::Completed && self.pauses_at(id, "after_ack") {
+                    self.hist.write(Ev::PausedAt {
+                        id: id.into(),
+                        token,
+                        point: "after_ack".into(),
+                    });
+                    let _ = std::fs::write(&self.paused_file, "after_ack");
+                    // Block this job's task (the observer runs inline) until released.
+                    while !self.go_file.exists() {
+                        std::thread::sleep(Duration::from_millis(10));
+                    }
+                }
+                return;
+            }
+            Event::SettleFailed { id, token, op, error } => Ev::SettleFailed {
+                id: id.into(),
+                token,
+                op: op.into(),
+                error: error.to_string(),
+                lease_lost: matches!(error, Error::LeaseLost { .. } | Error::JobNotFound(_)),
+            },
+            _ => return,
+        };
+        self.hist.write(ev);
+    }
+}
+
+fn outcome_name(o: Outcome) -> &'static str {
+    match o {
+        Outcome::Completed => "completed",
+        Outcome::Retrying { .. } => "retrying",
+        Outcome::Failed => "failed",
+        Outcome::Released => "released",
+        Outcome::AlreadySettled => "already_settled",
+        _ => "other",
+    }
+}
+
+/// Resolves on SIGTERM or SIGINT.
+async fn terminated() {
+    let mut term = signal(SignalKind::terminate()).expect("SIGTERM handler");
+    let mut int = signal(SignalKind::interrupt()).expect("SIGINT handler");
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = int.recv() => {}
+    }
+}
+
+/// Connects, retrying while the server is down (a restart may be under way).
+async fn connect(url: &str, queue: &str, opts: QueueOptions) -> Queue {
+    let until = Instant::now() + Duration::from_secs(60);
+    loop {
+        match Queue::connect_with(url, queue, opts.clone()).await {
+            Ok(q) => return q,
+            Err(e) if Instant::now() < until => {
+                eprintln!("connect: {e}; retrying");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            Err(e) => panic!("cannot connect to {url}: {e}"),
+        }
+    }
+}
+
+async fn effect_connection(url: &str, timeout: Duration) -> ConnectionManager {
+    let until = Instant::now() + Duration::from_secs(60);
+    let client = redis::Client::open(url).expect("server url");
+    loop {
+        let config = redis::aio::ConnectionManagerConfig::new()
+            .set_response_timeout(Some(timeout))
+            .set_connection_timeout(Some(timeout))
+            .set_number_of_retries(1);
+        match ConnectionManager::new_with_config(client.clone(), config).await {
+            Ok(c) => return c,
+            Err(e) if Instant::now() < until => {
+                eprintln!("effect connection: {e}; retrying");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            Err(e) => panic!("cannot connect to {url}: {e}"),
+        }
+    }
+}
+
+async fn run_reaper(a: &Args, hist: History, queue: Queue) {
+    let interval = Duration::from_millis(a.get("interval-ms", 100u64));
+    let batch: usize = a.get("batch", 1000);
+    let until_empty = a.get("until-empty", false);
+    let reaper = Reaper::new(queue).batch(batch).max_stalls(a.get("max-stalls", 1000u32));
+    let stop = terminated();
+    tokio::pin!(stop);
+    loop {
+        let t0 = Instant::now();
+        let full = match reaper.run_once().await {
+            Ok(rep) => {
+                let n = rep.requeued.len() + rep.failed.len();
+                if n > 0 {
+                    hist.write(Ev::Reap {
+                        server_ms: rep.server_ms,
+                        requeued: rep.requeued.clone(),
+                        failed: rep.failed.clone(),
+                        ms: t0.elapsed().as_millis() as u64,
+                    });
+                }
+                if until_empty && n == 0 {
+                    break;
+                }
+                n >= batch
+            }
+            Err(e) => {
+                hist.write(Ev::ReapFailed {
+                    error: e.to_string(),
+                    ms: t0.elapsed().as_millis() as u64,
+                });
+                false
+            }
+        };
+        if !full {
+            tokio::select! {
+                _ = tokio::time::sleep(interval) => {}
+                _ = &mut stop => break,
+            }
+        }
+    }
+    hist.write(Ev::Stop {
+        reason: if until_empty { "nothing left to reap" } else { "signal" }.into(),
+    });
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() {
+    let a = Args::from_env();
+    let url = a.req("url");
+    let qname = a.req("queue");
+    let history = PathBuf::from(a.req("history"));
+    let hist = History::open(&history, &a.req("src")).expect("open the history");
+    let role = a.get("role", "worker".to_string());
+    let lease_ms: u64 = a.get("lease-ms", 1000);
+    let guarded = a.get("guarded", false);
+    let timeout = Duration::from_millis(a.get("response-timeout-ms", 1000u64));
+    let opts = QueueOptions::new()
+        .keep_completed(Retention::All)
+        .keep_failed(Retention::All)
+        .response_timeout(timeout)
+        .connection_timeout(timeout);
+    let queue = connect(&url, &qname, opts).await;
+    hist.write(Ev::Start {
+        role: role.clone(),
+        pid: std::process::id(),
+        lease_ms: if role == "worker" { lease_ms } else { 0 },
+        guarded: guarded && role == "worker",
+    });
+    if role == "reaper" {
+        run_reaper(&a, hist, queue).await;
+        return;
+    }
+
+    let worker = Arc::new(Worker {
+        hist,
+        queue: queue.clone(),
+        fx: effect_connection(&url, timeout).await,
+        effect_key: effect_key(&qname),
+        guarded_key: guarded_key(&qname),
+        guarded,
+        work_ms: a.get("work-ms", 0),
+        pause_point: a.opt("pause-point"),
+        pause_prob: a.get("pause-prob", 1.0),
+        pause_left: AtomicU32::new(a.get("pause-max", 1)),
+        pause_job: a.opt("pause-job"),
+        go_file: PathBuf::from(format!("{}.go", history.display())),
+        paused_file: PathBuf::from(format!("{}.paused", history.display())),
+    });
+    let (w1, w2) = (worker.clone(), worker.clone());
+    let mut consumer = Consumer::new(queue, move |job: Job<Value>| {
+        let w = w1.clone();
+        async move { w.handle(job).await }
+    })
+    .observer(move |e| w2.observe(e))
+    .concurrency(a.get("concurrency", 8))
+    .lease(Duration::from_millis(lease_ms))
+    .max_attempts(1000)
+    .backoff(Backoff::Fixed(Duration::from_millis(20)))
+    .shutdown_timeout(Duration::from_millis(a.get("shutdown-timeout-ms", 2000)))
+    .poll_interval(Duration::from_millis(200))
+    .reaper(false);
+    if let Some(hb) = a.opt("heartbeat-ms") {
+        consumer = consumer.heartbeat(Duration::from_millis(hb.parse().expect("--heartbeat-ms")));
+    }
+    let handle = consumer.spawn();
+    terminated().await;
+    let t0 = Instant::now();
+    handle.shutdown().await;
+    worker.hist.write(Ev::Stop {
+        reason: format!("signal; shutdown took {} ms", t0.elapsed().as_millis()),
+    });
+}

@@ -1,0 +1,686 @@
+//! The fault scenarios, as functions that run one fault run end to end and
+//! return the checker's verdict with the final state. They assert nothing
+//! themselves: `tests/faults.rs` asserts that they pass, and
+//! `tests/negative_controls.rs` that a build with a broken guarantee fails
+//! them. Each waits for its steps with deadlines, never unbounded.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use echomq::server::LocalServer;
+use serde_json::{Value, json};
+
+use crate::harness::{Bins, Checked, ProducerOpts, Run, WorkerOpts};
+use crate::history::Ev;
+use crate::netns::NetNs;
+use crate::proxy::Proxy;
+use crate::state::ServerState;
+
+/// What every scenario needs: the binaries, and how to start the server.
+#[derive(Debug, Clone)]
+pub struct Ctx {
+    /// The fault binaries (and their environment).
+    pub bins: Bins,
+    /// Environment of the server process (libfaketime, say).
+    pub server_env: Vec<(String, String)>,
+}
+
+impl Ctx {
+    /// A context running `bins` against a plain server.
+    pub fn new(bins: Bins) -> Ctx {
+        Ctx {
+            bins,
+            server_env: Vec::new(),
+        }
+    }
+
+    /// Starts a private server (`aof`: append-only with `appendfsync always`).
+    pub fn server(&self, aof: bool) -> LocalServer {
+        let mut b = LocalServer::builder();
+        if aof {
+            b = b.aof(true).appendfsync("always");
+        }
+        for (k, v) in &self.server_env {
+            b = b.env(k, v);
+        }
+        b.start()
+            .expect("start a local server (run scripts/test, which installs one)")
+    }
+}
+
+/// How a scenario ended.
+#[derive(Debug)]
+pub struct Outcome {
+    /// The checker's verdict.
+    pub check: Checked,
+    /// Whether every job settled before the deadline.
+    pub drained: bool,
+    /// The final state of the queue.
+    pub state: ServerState,
+    /// Scenario-specific observations.
+    pub notes: BTreeMap<String, Value>,
+}
+
+impl Outcome {
+    /// A one-paragraph summary for test output.
+    pub fn summary(&self) -> String {
+        let r = &self.check.report;
+        format!(
+            "ok={} drained={} jobs={} completed={} kills={} pauses={} server_restarts={} partitions={} drops={} \
+             flushes={} redeliveries={} stalls={} duplicate_effects={} explained={} guarded={} guarded_dups={} \
+             stale_settles_rejected={} stale_heartbeats_rejected={} already_settled={} lost={} notes={}",
+            self.check.ok,
+            self.drained,
+            r["jobs"],
+            r["completed"],
+            r["worker_kills"],
+            r["worker_pauses"],
+            r["server_restarts"],
+            r["partitions"],
+            r["connection_drops"],
+            r["script_flushes"],
+            r["redeliveries"],
+            r["stalls"],
+            r["duplicate_effects"],
+            r["duplicate_explained"],
+            r["guarded_effects"],
+            r["guarded_duplicates"],
+            r["stale_settles_rejected"],
+            r["stale_heartbeats_rejected"],
+            r["already_settled"],
+            r["lost"],
+            serde_json::to_string(&self.notes).unwrap_or_default()
+        )
+    }
+}
+
+fn finish(mut run: Run, drained: bool, notes: BTreeMap<String, Value>) -> Outcome {
+    run.stop_all();
+    let check = run.check(if drained { &[] } else { &["--not-drained"] });
+    let state = run.state();
+    run.keep |= !check.ok;
+    Outcome {
+        check,
+        drained,
+        state,
+        notes,
+    }
+}
+
+fn addr(server: &LocalServer) -> SocketAddr {
+    SocketAddr::from(([127, 0, 0, 1], server.port()))
+}
+
+/// Waits up to `limit` for `cond`.
+fn wait_until(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
+    let until = Instant::now() + limit;
+    while Instant::now() < until {
+        if cond() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    cond()
+}
+
+/// The job and token a worker paused on.
+fn paused_on(run: &mut Run, src: &str) -> Option<(String, u64)> {
+    run.events(src).into_iter().find_map(|r| match r.ev {
+        Ev::PausedAt { id, token, .. } => Some((id, token)),
+        _ => None,
+    })
+}
+
+/// Enqueues `count` jobs and waits for the producer to finish.
+fn enqueue(run: &mut Run, count: u64) {
+    let p = run.producer(&ProducerOpts {
+        count,
+        ..ProducerOpts::default()
+    });
+    assert!(
+        run.wait_exit(&p, Duration::from_secs(60)),
+        "the producer did not finish"
+    );
+}
+
+/// A worker stops at kill point `point` on its first job and is SIGKILLed
+/// exactly there; another worker finishes the queue.
+pub fn kill_point(ctx: &Ctx, point: &str) -> Outcome {
+    let server = ctx.server(false);
+    let mut run = Run::new(&ctx.bins, &server.url(), "killpoint");
+    enqueue(&mut run, 20);
+    run.reaper(100, 1000, false);
+    let w1 = run.worker(&WorkerOpts {
+        concurrency: 4,
+        pause: Some((point.into(), 1.0, 1)),
+        ..WorkerOpts::default()
+    });
+    let mut notes = BTreeMap::new();
+    let paused = wait_until(Duration::from_secs(20), || run.paused_at_point(&w1));
+    let target = paused_on(&mut run, &w1);
+    notes.insert("paused".into(), json!(paused));
+    notes.insert("paused_job".into(), json!(target));
+    run.kill(&w1);
+    run.worker(&WorkerOpts::default());
+    let drained = run.drive(Duration::from_secs(60), |_| {});
+    finish(run, drained, notes)
+}
+
+/// Workers are SIGKILLed at random times and at random kill points while
+/// `jobs` jobs flow; each killed worker is replaced at once.
+pub fn random_kills(ctx: &Ctx, jobs: u64, workers: usize, kill_every_ms: u64, limit: Duration) -> Outcome {
+    let server = ctx.server(false);
+    let mut run = Run::new(&ctx.bins, &server.url(), "random");
+    run.reaper(100, 1000, false);
+    run.producer(&ProducerOpts {
+        count: jobs,
+        concurrency: 4,
+        dedup_every: 97,
+        ..ProducerOpts::default()
+    });
+    let points = ["before_effect", "after_effect_before_ack", "after_ack"];
+    let opts = || WorkerOpts {
+        concurrency: 8,
+        lease_ms: 1000,
+        work_ms: 2,
+        pause: Some((points[fastrand::usize(0..3)].into(), 0.002, 1)),
+        ..WorkerOpts::default()
+    };
+    for _ in 0..workers {
+        run.worker(&opts());
+    }
+    let mut next_kill = Instant::now() + Duration::from_millis(kill_every_ms);
+    let (mut random, mut at_points) = (0u64, 0u64);
+    let drained = run.drive(limit, |run| {
+        for w in run.live("worker") {
+            if run.paused_at_point(&w) {
+                run.kill(&w);
+                run.worker(&opts());
+                at_points += 1;
+            }
+        }
+        if Instant::now() >= next_kill {
+            let live = run.live("worker");
+            if !live.is_empty() {
+                let w = &live[fastrand::usize(0..live.len())];
+                run.kill(w);
+                run.worker(&opts());
+                random += 1;
+            }
+            next_kill =
+                Instant::now() + Duration::from_millis(fastrand::u64(kill_every_ms / 2..=kill_every_ms * 3 / 2));
+        }
+    });
+    let mut notes = BTreeMap::new();
+    notes.insert("kills_at_random_times".into(), json!(random));
+    notes.insert("kills_at_kill_points".into(), json!(at_points));
+    finish(run, drained, notes)
+}
+
+/// How [`ack_lost`] loses the acknowledgement of a `complete`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AckLoss {
+    /// The server runs the complete; its reply dies with the connection.
+    ReplyLost,
+    /// The complete never reaches the server; the connection dies.
+    RequestLost,
+    /// The complete never arrives and the worker stays cut off past its lease.
+    CutOffPastLease,
+}
+
+/// A worker's `complete` is cut in flight by a proxy (see [`AckLoss`]).
+pub fn ack_lost(ctx: &Ctx, how: AckLoss) -> Outcome {
+    let server = ctx.server(false);
+    let proxy = Proxy::start(addr(&server)).expect("start the proxy");
+    let mut run = Run::new(&ctx.bins, &server.url(), "acklost");
+    run.reaper(100, 1000, false);
+    let w1 = run.worker(&WorkerOpts {
+        url: Some(proxy.url()),
+        concurrency: 1,
+        lease_ms: 1500,
+        ..WorkerOpts::default()
+    });
+    // A first job loads the scripts, so the cut hits the complete itself
+    // and not a NOSCRIPT answer that would be retried anyway.
+    enqueue(&mut run, 1);
+    let warm = run.wait_event(&w1, Duration::from_secs(10), |e| matches!(e, Ev::Settled { .. }));
+    assert!(warm.is_some(), "the first job was not completed");
+    let pattern = format!("{{{}}}:completed", run.queue);
+    proxy.arm_cut(
+        pattern.as_bytes(),
+        how == AckLoss::ReplyLost,
+        how == AckLoss::CutOffPastLease,
+    );
+    run.fault("cut_ack", "proxy", &format!("{how:?}"));
+    run.producer(&ProducerOpts {
+        from: 1,
+        count: 1,
+        ..ProducerOpts::default()
+    });
+    let mut notes = BTreeMap::new();
+    if how == AckLoss::CutOffPastLease {
+        // The worker's settle keeps failing; its lease lapses; another worker redoes the job.
+        let gave_up = run.wait_event(&w1, Duration::from_secs(10), |e| matches!(e, Ev::SettleFailed { .. }));
+        notes.insert("settle_failed".into(), json!(gave_up.is_some()));
+        run.worker(&WorkerOpts::default());
+        let drained = run.drive(Duration::from_secs(20), |_| {});
+        proxy.blackhole(false);
+        notes.insert("cuts".into(), json!(proxy.cuts_done()));
+        return finish(run, drained, notes);
+    }
+    let settled = run.wait_event(
+        &w1,
+        Duration::from_secs(10),
+        |e| matches!(e, Ev::Settled { id, .. } if id == "j1"),
+    );
+    notes.insert("cuts".into(), json!(proxy.cuts_done()));
+    if let Some(Ev::Settled { outcome, .. }) = settled {
+        notes.insert("outcome".into(), json!(outcome));
+    }
+    let drained = run.drive(Duration::from_secs(20), |_| {});
+    finish(run, drained, notes)
+}
+
+/// Which call of the paused worker [`paused_takeover`] watches.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stale {
+    /// Its heartbeat, which runs first after the pause.
+    Heartbeat,
+    /// Its settlement (heartbeats off, so the handler's result is sent).
+    Settle,
+}
+
+/// Worker A, paused by SIGSTOP after its effect past its lease, loses the
+/// job to worker B; resumed, A's heartbeat or settlement is refused and
+/// changes nothing. Notes: `unchanged` (the queue's keys are identical
+/// before A resumes and after it gave up), `a_event`.
+pub fn paused_takeover(ctx: &Ctx, what: Stale) -> Outcome {
+    let server = ctx.server(false);
+    let mut run = Run::new(&ctx.bins, &server.url(), "takeover");
+    enqueue(&mut run, 1);
+    run.reaper(100, 1000, false);
+    let a = run.worker(&WorkerOpts {
+        concurrency: 1,
+        lease_ms: 1000,
+        heartbeat_ms: (what == Stale::Settle).then_some(3_600_000),
+        pause: Some(("after_effect_before_ack".into(), 1.0, 1)),
+        ..WorkerOpts::default()
+    });
+    let mut notes = BTreeMap::new();
+    assert!(
+        wait_until(Duration::from_secs(20), || run.paused_at_point(&a)),
+        "A never reached its kill point"
+    );
+    run.pause(&a);
+    // B takes the job once the reaper returns it, and holds it (its lease is long).
+    let b = run.worker(&WorkerOpts {
+        concurrency: 1,
+        lease_ms: 60_000,
+        pause: Some(("before_effect".into(), 1.0, 1)),
+        ..WorkerOpts::default()
+    });
+    let b_holds = wait_until(Duration::from_secs(20), || run.paused_at_point(&b));
+    notes.insert("b_holds".into(), json!(b_holds));
+    let before = run.snapshot();
+    let a_event = match what {
+        Stale::Heartbeat => {
+            run.resume(&a);
+            let e = run.wait_event(&a, Duration::from_secs(10), |e| matches!(e, Ev::LeaseLost { .. }));
+            run.release(&a);
+            e
+        }
+        Stale::Settle => {
+            run.release(&a);
+            run.resume(&a);
+            run.wait_event(&a, Duration::from_secs(10), |e| {
+                matches!(e, Ev::SettleFailed { .. } | Ev::Settled { .. })
+            })
+        }
+    };
+    // Whatever else A would do after that, give it the time to.
+    std::thread::sleep(Duration::from_millis(500));
+    let after = run.snapshot();
+    notes.insert("unchanged".into(), json!(before == after));
+    notes.insert("a_event".into(), json!(format!("{a_event:?}")));
+    run.release(&b);
+    let drained = run.drive(Duration::from_secs(30), |_| {});
+    finish(run, drained, notes)
+}
+
+/// A lone worker, paused by SIGSTOP before its effect past its lease, with
+/// nobody taking the job meanwhile. With `reaper`, a reaper returns the
+/// job to pending during the pause; without, the job stays active until a
+/// reaper is started after the worker resumed. Either way the resumed
+/// worker drops its stale attempt unsettled and then runs the job anew.
+/// Notes: `state_while_paused`, `reap_after_deadline_ms`.
+pub fn paused_alone(ctx: &Ctx, reaper: bool) -> Outcome {
+    let server = ctx.server(false);
+    let mut run = Run::new(&ctx.bins, &server.url(), "alone");
+    enqueue(&mut run, 1);
+    if reaper {
+        run.reaper(100, 1000, false);
+    }
+    let a = run.worker(&WorkerOpts {
+        concurrency: 1,
+        lease_ms: 1000,
+        pause: Some(("before_effect".into(), 1.0, 1)),
+        ..WorkerOpts::default()
+    });
+    assert!(
+        wait_until(Duration::from_secs(20), || run.paused_at_point(&a)),
+        "the worker never reached its kill point"
+    );
+    run.pause(&a);
+    std::thread::sleep(Duration::from_millis(2500));
+    let mut notes = BTreeMap::new();
+    let st = run.state();
+    let job = st.jobs.values().next().cloned().unwrap_or_default();
+    notes.insert("state_while_paused".into(), json!(job.state));
+    run.resume(&a);
+    let lost = run.wait_event(&a, Duration::from_secs(10), |e| matches!(e, Ev::LeaseLost { .. }));
+    notes.insert("lease_lost".into(), json!(format!("{lost:?}")));
+    run.release(&a);
+    if !reaper {
+        std::thread::sleep(Duration::from_millis(300));
+        let st = run.state();
+        notes.insert(
+            "state_before_reaper".into(),
+            json!(st.jobs.values().next().map(|j| j.state.clone())),
+        );
+        run.reaper(100, 1000, false);
+    }
+    let drained = run.drive(Duration::from_secs(30), |_| {});
+    // The gap between the paused attempt's last deadline and its reap.
+    let mut deadline = 0;
+    let mut reaped = 0;
+    let (records, _) = crate::history::read_dir(&run.dir).unwrap_or_default();
+    for r in records {
+        match r.ev {
+            Ev::Claimed {
+                token: 1, deadline_ms, ..
+            } => deadline = deadline.max(deadline_ms),
+            Ev::Extended {
+                token: 1, deadline_ms, ..
+            } => deadline = deadline.max(deadline_ms),
+            Ev::Reap { server_ms, .. } if reaped == 0 => reaped = server_ms,
+            _ => {}
+        }
+    }
+    notes.insert("reap_after_deadline_ms".into(), json!(reaped as i64 - deadline as i64));
+    finish(run, drained, notes)
+}
+
+/// A worker claims `jobs` jobs and is SIGKILLed; once their leases have
+/// all expired, `reapers` reaper processes race over them (small batches),
+/// then workers drain the queue.
+pub fn racing_reapers(ctx: &Ctx, jobs: u64, reapers: usize) -> Outcome {
+    let server = ctx.server(false);
+    let mut run = Run::new(&ctx.bins, &server.url(), "reapers");
+    enqueue(&mut run, jobs);
+    let w = run.worker(&WorkerOpts {
+        concurrency: jobs as usize,
+        lease_ms: 1000,
+        heartbeat_ms: Some(3_600_000),
+        pause: Some(("before_effect".into(), 1.0, jobs as u32)),
+        ..WorkerOpts::default()
+    });
+    let all = wait_until(Duration::from_secs(60), || run.counts().is_some_and(|c| c[1] == jobs));
+    let mut notes = BTreeMap::new();
+    notes.insert("all_leased".into(), json!(all));
+    run.kill(&w);
+    std::thread::sleep(Duration::from_millis(1300));
+    let rs: Vec<String> = (0..reapers).map(|_| run.reaper(1, 50, true)).collect();
+    for r in &rs {
+        run.wait_exit(r, Duration::from_secs(60));
+    }
+    run.worker(&WorkerOpts::default());
+    run.worker(&WorkerOpts::default());
+    let drained = run.drive(Duration::from_secs(120), |_| {});
+    finish(run, drained, notes)
+}
+
+/// The server (append-only, `appendfsync always`) is SIGKILLed and
+/// restarted `restarts` times while producers and workers run.
+pub fn server_restarts(ctx: &Ctx, jobs: u64, restarts: usize, limit: Duration) -> Outcome {
+    let mut server = ctx.server(true);
+    let mut run = Run::new(&ctx.bins, &server.url(), "restarts");
+    run.reaper(100, 1000, false);
+    run.producer(&ProducerOpts {
+        count: jobs,
+        concurrency: 8,
+        dedup_every: 89,
+        pace_ms: 2,
+        ..ProducerOpts::default()
+    });
+    for _ in 0..3 {
+        run.worker(&WorkerOpts {
+            lease_ms: 2000,
+            ..WorkerOpts::default()
+        });
+    }
+    let mut done = 0;
+    let mut next = Instant::now() + Duration::from_millis(700);
+    let mut restart_error = None;
+    let drained = run.drive(limit, |run| {
+        if done < restarts && Instant::now() >= next {
+            run.fault("kill_server", "server", "SIGKILL");
+            server.kill();
+            std::thread::sleep(Duration::from_millis(fastrand::u64(50..300)));
+            if let Err(e) = server.restart() {
+                restart_error = Some(e.to_string());
+            }
+            run.fault("restart_server", "server", "");
+            done += 1;
+            next = Instant::now() + Duration::from_millis(fastrand::u64(700..1500));
+        }
+    });
+    let mut notes = BTreeMap::new();
+    notes.insert("restarts".into(), json!(done));
+    notes.insert("restart_error".into(), json!(restart_error));
+    finish(run, drained, notes)
+}
+
+/// How [`partition`] cuts the network.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Cut {
+    /// iptables DROP in a network namespace holding the server.
+    Namespace,
+    /// The loopback proxy stops moving bytes.
+    Proxy,
+}
+
+/// Blackholes the server `rounds` times for `hold_ms` (longer than the
+/// lease) under load. `Err` says why a namespace could not be had.
+pub fn partition(ctx: &Ctx, how: Cut, jobs: u64, rounds: usize, hold_ms: u64) -> Result<Outcome, String> {
+    let mut ns = None;
+    let mut proxy = None;
+    let mut local = None;
+    let (url, client_url) = match how {
+        Cut::Namespace => {
+            let mut n = NetNs::create()?;
+            let bin = echomq::server::find_server_binary().map_err(|e| e.to_string())?;
+            let env: Vec<&str> = Vec::new();
+            n.start_server(&bin, &env)?;
+            let u = n.url();
+            ns = Some(n);
+            (u.clone(), u)
+        }
+        Cut::Proxy => {
+            let s = ctx.server(false);
+            let p = Proxy::start(addr(&s)).map_err(|e| e.to_string())?;
+            let urls = (s.url(), p.url());
+            local = Some(s);
+            proxy = Some(p);
+            urls
+        }
+    };
+    let mut run = Run::new(&ctx.bins, &url, "partition");
+    run.client_url = client_url;
+    run.reaper(100, 1000, false);
+    run.producer(&ProducerOpts {
+        count: jobs,
+        concurrency: 4,
+        pace_ms: 5,
+        ..ProducerOpts::default()
+    });
+    for _ in 0..3 {
+        run.worker(&WorkerOpts {
+            lease_ms: 1000,
+            response_timeout_ms: 500,
+            ..WorkerOpts::default()
+        });
+    }
+    let mut done = 0;
+    let mut next = Instant::now() + Duration::from_millis(1000);
+    let mut errors = Vec::new();
+    let drained = run.drive(Duration::from_secs(60 + 10 * rounds as u64), |run| {
+        if done < rounds && Instant::now() >= next {
+            run.fault("partition", &format!("{how:?}"), &format!("{hold_ms} ms"));
+            match (&mut ns, &proxy) {
+                (Some(n), _) => {
+                    if let Err(e) = n.partition() {
+                        errors.push(e);
+                    }
+                }
+                (None, Some(p)) => p.blackhole(true),
+                _ => {}
+            }
+            std::thread::sleep(Duration::from_millis(hold_ms));
+            match (&mut ns, &proxy) {
+                (Some(n), _) => {
+                    if let Err(e) = n.heal() {
+                        errors.push(e);
+                    }
+                }
+                (None, Some(p)) => p.blackhole(false),
+                _ => {}
+            }
+            run.fault("heal", &format!("{how:?}"), "");
+            done += 1;
+            next = Instant::now() + Duration::from_millis(1500);
+        }
+    });
+    let mut notes = BTreeMap::new();
+    notes.insert("rounds".into(), json!(done));
+    notes.insert("errors".into(), json!(errors));
+    let out = finish(run, drained, notes);
+    drop(local);
+    Ok(out)
+}
+
+/// Connections are dropped under load: the proxy closes every connection
+/// every 300 ms, and `CLIENT KILL TYPE normal` runs on the server every second.
+pub fn connection_drops(ctx: &Ctx, jobs: u64) -> Outcome {
+    let server = ctx.server(false);
+    let proxy = Proxy::start(addr(&server)).expect("start the proxy");
+    let mut run = Run::new(&ctx.bins, &server.url(), "drops");
+    run.client_url = proxy.url();
+    run.reaper(100, 1000, false);
+    run.producer(&ProducerOpts {
+        count: jobs,
+        concurrency: 4,
+        pace_ms: 3,
+        ..ProducerOpts::default()
+    });
+    for _ in 0..3 {
+        run.worker(&WorkerOpts::default());
+    }
+    let (mut drops, mut kills) = (0, 0);
+    let mut next_drop = Instant::now() + Duration::from_millis(300);
+    let mut next_kill = Instant::now() + Duration::from_millis(1000);
+    let drained = run.drive(Duration::from_secs(90), |run| {
+        if Instant::now() >= next_drop {
+            proxy.drop_connections();
+            run.fault("drop_connections", "proxy", "");
+            drops += 1;
+            next_drop = Instant::now() + Duration::from_millis(300);
+        }
+        if Instant::now() >= next_kill {
+            if let Ok(mut c) = run.conn() {
+                let _: redis::RedisResult<i64> =
+                    redis::cmd("CLIENT").arg("KILL").arg("TYPE").arg("normal").query(&mut c);
+                run.fault("client_kill", "server", "CLIENT KILL TYPE normal");
+                kills += 1;
+            }
+            next_kill = Instant::now() + Duration::from_millis(1000);
+        }
+    });
+    let mut notes = BTreeMap::new();
+    notes.insert("proxy_drops".into(), json!(drops));
+    notes.insert("client_kills".into(), json!(kills));
+    finish(run, drained, notes)
+}
+
+/// `SCRIPT FLUSH` every 100 ms under load: scripts reload on NOSCRIPT.
+pub fn script_flush(ctx: &Ctx, jobs: u64) -> Outcome {
+    let server = ctx.server(false);
+    let mut run = Run::new(&ctx.bins, &server.url(), "flush");
+    run.reaper(100, 1000, false);
+    run.producer(&ProducerOpts {
+        count: jobs,
+        concurrency: 4,
+        pace_ms: 2,
+        ..ProducerOpts::default()
+    });
+    for _ in 0..2 {
+        run.worker(&WorkerOpts::default());
+    }
+    let mut next = Instant::now();
+    let mut flushes = 0;
+    let drained = run.drive(Duration::from_secs(90), |run| {
+        if Instant::now() >= next {
+            if let Ok(mut c) = run.conn() {
+                let _: redis::RedisResult<()> = redis::cmd("SCRIPT").arg("FLUSH").query(&mut c);
+                run.fault("script_flush", "server", "");
+                flushes += 1;
+            }
+            next = Instant::now() + Duration::from_millis(100);
+        }
+    });
+    let mut notes = BTreeMap::new();
+    notes.insert("flushes".into(), json!(flushes));
+    finish(run, drained, notes)
+}
+
+/// Workers get SIGTERM under load: a quick worker (handlers finish within
+/// the grace period) and a slow one (handlers outlast it and are released).
+/// Fresh workers then drain the queue. Notes: `exit_ms` per worker, `grace_ms`.
+pub fn graceful_shutdown(ctx: &Ctx, jobs: u64) -> Outcome {
+    let server = ctx.server(false);
+    let mut run = Run::new(&ctx.bins, &server.url(), "shutdown");
+    run.reaper(100, 1000, false);
+    enqueue(&mut run, jobs);
+    let quick = run.worker(&WorkerOpts {
+        work_ms: 200,
+        shutdown_timeout_ms: 2000,
+        ..WorkerOpts::default()
+    });
+    let slow = run.worker(&WorkerOpts {
+        work_ms: 5000,
+        shutdown_timeout_ms: 500,
+        ..WorkerOpts::default()
+    });
+    let busy = wait_until(Duration::from_secs(20), || {
+        run.counts().is_some_and(|c| c[3] >= 10 && c[1] >= 8)
+    });
+    let mut notes = BTreeMap::new();
+    notes.insert("busy_before_stop".into(), json!(busy));
+    let mut exits = BTreeMap::new();
+    for (w, grace) in [(&quick, 2000u64), (&slow, 500)] {
+        let took = run.term(w, Duration::from_millis(grace + 5000));
+        exits.insert(w.clone(), json!(took.map(|d| d.as_millis() as u64)));
+    }
+    notes.insert("exit_ms".into(), json!(exits));
+    notes.insert("grace_ms".into(), json!({ quick.clone(): 2000, slow.clone(): 500 }));
+    let released = run
+        .events(&slow)
+        .iter()
+        .filter(|r| matches!(&r.ev, Ev::Settled { outcome, .. } if outcome == "released"))
+        .count();
+    notes.insert("released_by_slow".into(), json!(released));
+    run.worker(&WorkerOpts::default());
+    run.worker(&WorkerOpts::default());
+    let drained = run.drive(Duration::from_secs(60), |_| {});
+    finish(run, drained, notes)
+}

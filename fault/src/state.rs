@@ -1,0 +1,125 @@
+//! The server's final state of one queue, as the checker reads it: every
+//! job hash, the five state sets, the effect counters and dedup markers.
+
+use std::collections::BTreeMap;
+
+use redis::AsyncCommands;
+
+/// The state sets of a queue, in the order the checker reports them.
+pub const SETS: [&str; 5] = ["pending", "active", "delayed", "completed", "failed"];
+
+/// One job hash, decoded.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct JobRecord {
+    /// `st`: pending, delayed, active, completed or failed.
+    pub state: String,
+    /// `a`: claims so far (the last token minted).
+    pub attempts: u64,
+    /// `s`: expired leases.
+    pub stalls: u64,
+    /// `f`: handler failures.
+    pub failures: u64,
+    /// `ct`: created, server ms.
+    pub created_ms: u64,
+    /// `ft`: finished, server ms.
+    pub finished_ms: Option<u64>,
+    /// `lo`: the last settlement, "OP:TOKEN".
+    pub last_op: Option<String>,
+    /// `dd`: the dedup id it was created with (markers without a TTL).
+    pub dedup: Option<String>,
+    /// `err`: the last error.
+    pub error: Option<String>,
+}
+
+/// A queue's state at the end of a run.
+#[derive(Debug, Clone, Default)]
+pub struct ServerState {
+    /// Job id → record.
+    pub jobs: BTreeMap<String, JobRecord>,
+    /// Set name (see [`SETS`]) → member → score.
+    pub sets: BTreeMap<String, BTreeMap<String, f64>>,
+    /// Job id → unguarded effect counter.
+    pub effects: BTreeMap<String, i64>,
+    /// Job id → guarded effect counter.
+    pub guarded: BTreeMap<String, i64>,
+    /// Dedup markers still standing: dedup id → job id.
+    pub dedup_markers: BTreeMap<String, String>,
+}
+
+/// The hash the workers' unguarded effect increments (field = job id).
+pub fn effect_key(queue: &str) -> String {
+    format!("fault:{{{queue}}}:fxu")
+}
+
+/// The hash the workers' guarded effect increments (field = job id).
+pub fn guarded_key(queue: &str) -> String {
+    format!("fault:{{{queue}}}:fxg")
+}
+
+fn num(v: Option<&String>) -> u64 {
+    v.and_then(|s| s.parse().ok()).unwrap_or(0)
+}
+
+impl JobRecord {
+    /// Decodes a job hash's fields.
+    pub fn from_fields(f: &BTreeMap<String, String>) -> JobRecord {
+        JobRecord {
+            state: f.get("st").cloned().unwrap_or_default(),
+            attempts: num(f.get("a")),
+            stalls: num(f.get("s")),
+            failures: num(f.get("f")),
+            created_ms: num(f.get("ct")),
+            finished_ms: f.get("ft").and_then(|s| s.parse().ok()),
+            last_op: f.get("lo").cloned(),
+            dedup: f.get("dd").cloned(),
+            error: f.get("err").cloned(),
+        }
+    }
+}
+
+/// Reads the state of `queue` (default key prefix `emq`) from `url`.
+pub async fn read(url: &str, queue: &str) -> redis::RedisResult<ServerState> {
+    let client = redis::Client::open(url)?;
+    let mut c = client.get_multiplexed_async_connection().await?;
+    let base = format!("emq:{{{queue}}}:");
+    let mut st = ServerState::default();
+
+    let mut job_keys = Vec::new();
+    let mut dedup_keys = Vec::new();
+    {
+        let mut it: redis::AsyncIter<String> = c.scan_match(format!("{base}*")).await?;
+        while let Some(k) = it.next_item().await {
+            let k = k?;
+            if let Some(id) = k.strip_prefix(&format!("{base}job:")) {
+                job_keys.push((id.to_owned(), k.clone()));
+            } else if let Some(d) = k.strip_prefix(&format!("{base}de:")) {
+                dedup_keys.push((d.to_owned(), k.clone()));
+            }
+        }
+    }
+    for chunk in job_keys.chunks(500) {
+        let mut p = redis::pipe();
+        for (_, k) in chunk {
+            p.hgetall(k);
+        }
+        let hashes: Vec<BTreeMap<String, String>> = p.query_async(&mut c).await?;
+        for ((id, _), h) in chunk.iter().zip(hashes) {
+            st.jobs.insert(id.clone(), JobRecord::from_fields(&h));
+        }
+    }
+    for set in SETS {
+        let members: Vec<(String, f64)> = c.zrange_withscores(format!("{base}{set}"), 0, -1).await?;
+        st.sets.insert(set.to_owned(), members.into_iter().collect());
+    }
+    let fx: BTreeMap<String, i64> = c.hgetall(effect_key(queue)).await?;
+    st.effects = fx;
+    let g: BTreeMap<String, i64> = c.hgetall(guarded_key(queue)).await?;
+    st.guarded = g;
+    for (d, k) in dedup_keys {
+        let v: Option<String> = c.get(&k).await?;
+        if let Some(v) = v {
+            st.dedup_markers.insert(d, v);
+        }
+    }
+    Ok(st)
+}

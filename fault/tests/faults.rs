@@ -1,0 +1,440 @@
+//! The fault suite (RELIABILITY.md): workers, reapers and producers run as
+//! separate processes (`fault-worker`, `fault-producer`) against a private
+//! server; the test injects faults; `fault-check` checks the histories and
+//! the final state against the invariants I1–I11. Scenarios live in
+//! `echomq_fault::scenarios`; here each runs once and its verdict is
+//! asserted, plus the deterministic interleavings that need no process.
+//!
+//! Tiers: the CI tier (default) runs every scenario at a size that takes a
+//! few minutes on 2 cores. The long tier, `ECHOMQ_FAULT_LONG=1 cargo test -p
+//! echomq-fault --test faults -- --nocapture`, runs the soak sizes (50,000
+//! jobs under random kills, 10 server restarts under 20,000 jobs, longer
+//! partitions) and prints each run's figures.
+//!
+//! Scenarios run one at a time (they load the machine; a parallel one would
+//! only add lease losses). Set `ECHOMQ_FAULT_KEEP=1` to keep the histories.
+
+use std::sync::Mutex;
+use std::time::Duration;
+
+use echomq::{JobState, Outcome as SettleOutcome, Queue, QueueOptions, Reaper, Retention};
+use echomq_fault::harness::Bins;
+use echomq_fault::scenarios::{self, AckLoss, Ctx, Cut, Outcome, Stale};
+
+static SERIAL: Mutex<()> = Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn long() -> bool {
+    std::env::var("ECHOMQ_FAULT_LONG").is_ok_and(|v| v == "1")
+}
+
+fn ctx() -> Ctx {
+    Ctx::new(Bins {
+        worker: env!("CARGO_BIN_EXE_fault-worker").into(),
+        producer: env!("CARGO_BIN_EXE_fault-producer").into(),
+        check: env!("CARGO_BIN_EXE_fault-check").into(),
+        env: Vec::new(),
+    })
+}
+
+/// Prints the run's figures and asserts the checker passed and the queue drained.
+fn passed(name: &str, out: &Outcome) {
+    println!("[{name}] {}", out.summary());
+    assert!(out.check.ok, "[{name}] checker failed:\n{}", out.check.text);
+    assert!(out.drained, "[{name}] jobs left unsettled:\n{}", out.check.text);
+    assert_eq!(out.check.n("lost"), 0, "[{name}] acknowledged jobs lost");
+    assert_eq!(
+        out.check.n("completed"),
+        out.check.n("jobs"),
+        "[{name}] not every job completed"
+    );
+}
+
+fn job<'a>(out: &'a Outcome, id: &str) -> &'a echomq_fault::state::JobRecord {
+    out.state.jobs.get(id).unwrap_or_else(|| panic!("job {id} missing"))
+}
+
+fn paused_job(out: &Outcome) -> String {
+    out.notes["paused_job"][0].as_str().expect("a job paused").to_owned()
+}
+
+// Killed before its effect: the job is redelivered once and its effect happens once.
+#[test]
+fn kill_before_effect() {
+    let _g = serial();
+    let out = scenarios::kill_point(&ctx(), "before_effect");
+    passed("kill_before_effect", &out);
+    let id = paused_job(&out);
+    let j = job(&out, &id);
+    assert_eq!((j.attempts, j.stalls, j.last_op.as_deref()), (2, 1, Some("c:2")));
+    assert_eq!(out.state.effects[&id], 1, "the effect ran twice");
+    assert_eq!(out.state.guarded[&id], 1);
+}
+
+// Killed between effect and ack: redelivered, the unguarded effect runs twice (explained), the guarded once.
+#[test]
+fn kill_between_effect_and_ack() {
+    let _g = serial();
+    let out = scenarios::kill_point(&ctx(), "after_effect_before_ack");
+    passed("kill_between_effect_and_ack", &out);
+    let id = paused_job(&out);
+    let j = job(&out, &id);
+    assert_eq!((j.attempts, j.stalls, j.last_op.as_deref()), (2, 1, Some("c:2")));
+    assert_eq!(out.state.effects[&id], 2, "the duplicate window did not show");
+    assert_eq!(out.state.guarded[&id], 1, "the effect marker let the effect run twice");
+    assert!(out.check.report["duplicate_explained"]["worker killed"].as_u64() >= Some(1));
+}
+
+// Killed right after the ack: the job stays completed by the killed worker and is never redelivered.
+#[test]
+fn kill_after_ack() {
+    let _g = serial();
+    let out = scenarios::kill_point(&ctx(), "after_ack");
+    passed("kill_after_ack", &out);
+    let id = paused_job(&out);
+    let j = job(&out, &id);
+    assert_eq!((j.attempts, j.stalls, j.last_op.as_deref()), (1, 0, Some("c:1")));
+    assert_eq!(out.state.effects[&id], 1);
+}
+
+// Thousands of jobs under random SIGKILLs and kill points: nothing lost, every invariant holds.
+#[test]
+fn random_kills_over_5000_jobs() {
+    let _g = serial();
+    let (jobs, limit) = if long() { (50_000, 1200) } else { (5_000, 240) };
+    let out = scenarios::random_kills(&ctx(), jobs, 3, 400, Duration::from_secs(limit));
+    passed("random_kills", &out);
+    assert!(out.check.n("worker_kills") >= 10, "too few kills to mean anything");
+    assert!(out.check.n("redeliveries") > 0);
+}
+
+// The server runs a complete but its reply is lost: the worker's retry answers "already settled".
+#[test]
+fn ack_reply_lost_in_flight() {
+    let _g = serial();
+    let out = scenarios::ack_lost(&ctx(), AckLoss::ReplyLost);
+    passed("ack_reply_lost", &out);
+    assert_eq!(out.notes["cuts"], 1);
+    assert_eq!(out.notes["outcome"], "already_settled");
+    assert_eq!(out.check.n("already_settled"), 1);
+    assert_eq!((out.check.n("redeliveries"), out.check.n("duplicate_effects")), (0, 0));
+}
+
+// The complete is lost before the server: the worker's retry completes the job, once.
+#[test]
+fn ack_request_lost_in_flight() {
+    let _g = serial();
+    let out = scenarios::ack_lost(&ctx(), AckLoss::RequestLost);
+    passed("ack_request_lost", &out);
+    assert_eq!(out.notes["cuts"], 1);
+    assert_eq!(out.notes["outcome"], "completed");
+    assert_eq!((out.check.n("redeliveries"), out.check.n("duplicate_effects")), (0, 0));
+}
+
+// The ack is lost and the worker stays cut off past its lease: the job is redone; the duplicate is explained.
+#[test]
+fn ack_lost_past_the_lease() {
+    let _g = serial();
+    let out = scenarios::ack_lost(&ctx(), AckLoss::CutOffPastLease);
+    passed("ack_lost_past_lease", &out);
+    assert_eq!(out.notes["settle_failed"], true);
+    assert_eq!(out.check.n("redeliveries"), 1);
+    assert_eq!(out.check.n("duplicate_effects"), 1);
+    assert_eq!(out.check.report["duplicate_explained"]["ack lost"], 1);
+    assert_eq!(out.check.n("guarded_duplicates"), 0);
+}
+
+// A SIGSTOPped worker whose job went to another: resumed, its heartbeat gives up and nothing changes.
+#[test]
+fn paused_worker_heartbeat_is_fenced() {
+    let _g = serial();
+    let out = scenarios::paused_takeover(&ctx(), Stale::Heartbeat);
+    passed("paused_heartbeat", &out);
+    assert_eq!(out.notes["b_holds"], true);
+    assert!(
+        out.notes["a_event"].as_str().unwrap().contains("LeaseLost"),
+        "{:?}",
+        out.notes
+    );
+    assert_eq!(out.notes["unchanged"], true, "the stale worker changed the queue");
+}
+
+// A SIGSTOPped worker whose job went to another: resumed, its complete gets LeaseLost and changes nothing.
+#[test]
+fn paused_worker_settle_is_fenced() {
+    let _g = serial();
+    let out = scenarios::paused_takeover(&ctx(), Stale::Settle);
+    passed("paused_settle", &out);
+    assert!(
+        out.notes["a_event"].as_str().unwrap().contains("SettleFailed")
+            && out.notes["a_event"].as_str().unwrap().contains("lease_lost: true"),
+        "{:?}",
+        out.notes
+    );
+    assert_eq!(out.notes["unchanged"], true, "the stale settle changed the queue");
+    assert!(out.check.n("stale_settles_rejected") >= 1);
+    let j = out.state.jobs.values().next().unwrap();
+    assert_eq!(j.last_op.as_deref(), Some("c:2"), "completed by the stale token");
+}
+
+// Paused past its lease with a reaper and nobody else: reaped within the interval, then rerun by the same worker.
+#[test]
+fn paused_worker_alone_with_reaper() {
+    let _g = serial();
+    let out = scenarios::paused_alone(&ctx(), true);
+    passed("paused_alone_reaper", &out);
+    assert_eq!(out.notes["state_while_paused"], "pending");
+    let gap = out.notes["reap_after_deadline_ms"].as_i64().unwrap();
+    assert!(
+        (0..=100 + 600).contains(&gap),
+        "reaped {gap} ms after the deadline (interval 100 ms)"
+    );
+    let j = out.state.jobs.values().next().unwrap();
+    assert_eq!((j.attempts, j.stalls), (2, 1));
+    assert_eq!(
+        out.state.effects.values().sum::<i64>(),
+        1,
+        "the stale attempt ran its effect"
+    );
+}
+
+// Paused past its lease with nobody reaping: the job stays active until a reaper runs; the stale attempt settles nothing.
+#[test]
+fn paused_worker_alone_without_reaper() {
+    let _g = serial();
+    let out = scenarios::paused_alone(&ctx(), false);
+    passed("paused_alone_no_reaper", &out);
+    assert_eq!(out.notes["state_while_paused"], "active");
+    assert_eq!(out.notes["state_before_reaper"], "active");
+    let j = out.state.jobs.values().next().unwrap();
+    assert_eq!((j.attempts, j.stalls), (2, 1));
+    assert_eq!(
+        out.state.effects.values().sum::<i64>(),
+        1,
+        "the stale attempt ran its effect"
+    );
+}
+
+// Reaper processes racing over thousands of simultaneously expired leases reap each exactly once.
+#[test]
+fn reapers_race_over_thousands_of_expired_leases() {
+    let _g = serial();
+    let jobs = if long() { 10_000 } else { 3_000 };
+    let out = scenarios::racing_reapers(&ctx(), jobs, 4);
+    passed("racing_reapers", &out);
+    assert_eq!(out.notes["all_leased"], true);
+    assert!(
+        out.state.jobs.values().all(|j| j.stalls == 1),
+        "a job did not count exactly one stall"
+    );
+    assert_eq!(out.check.n("stalls"), jobs);
+}
+
+// The server is SIGKILLed and restarted under full load (appendfsync always): no acknowledged enqueue is lost.
+#[test]
+fn server_killed_and_restarted_under_load() {
+    let _g = serial();
+    let (jobs, restarts) = if long() { (20_000, 10) } else { (3_000, 3) };
+    let out = scenarios::server_restarts(&ctx(), jobs, restarts, Duration::from_secs(300));
+    passed("server_restarts", &out);
+    assert_eq!(out.notes["restarts"], restarts);
+    assert_eq!(out.notes["restart_error"], serde_json::Value::Null);
+    assert_eq!(out.check.n("server_restarts"), restarts as u64);
+}
+
+// A blackhole partition longer than the lease, in a network namespace (root + iptables), under load.
+#[test]
+fn namespace_partition_longer_than_the_lease() {
+    let _g = serial();
+    let (jobs, rounds) = if long() { (6_000, 4) } else { (1_500, 2) };
+    match scenarios::partition(&ctx(), Cut::Namespace, jobs, rounds, 2500) {
+        Err(why) => println!("SKIPPED namespace partition: {why} (the proxy variant still runs)"),
+        Ok(out) => {
+            passed("namespace_partition", &out);
+            assert_eq!(out.notes["errors"], serde_json::json!([]));
+            assert_eq!(out.check.n("partitions"), rounds as u64);
+        }
+    }
+}
+
+// The loopback variant: a proxy blackholes every connection longer than the lease, under load.
+#[test]
+fn proxy_partition_longer_than_the_lease() {
+    let _g = serial();
+    let (jobs, rounds) = if long() { (6_000, 4) } else { (1_500, 2) };
+    let out = scenarios::partition(&ctx(), Cut::Proxy, jobs, rounds, 2500).unwrap();
+    passed("proxy_partition", &out);
+    assert_eq!(out.check.n("partitions"), rounds as u64);
+}
+
+// Connections dropped every 300 ms (proxy) and CLIENT KILL every second under load.
+#[test]
+fn connection_drops_under_load() {
+    let _g = serial();
+    let out = scenarios::connection_drops(&ctx(), if long() { 10_000 } else { 2_000 });
+    passed("connection_drops", &out);
+    assert!(out.check.n("connection_drops") >= 5);
+}
+
+// SCRIPT FLUSH every 100 ms under load: every script reloads transparently.
+#[test]
+fn script_flush_under_load() {
+    let _g = serial();
+    let out = scenarios::script_flush(&ctx(), if long() { 10_000 } else { 2_000 });
+    passed("script_flush", &out);
+    assert!(out.check.n("script_flushes") >= 5);
+}
+
+// SIGTERM under load: quick handlers finish, slow ones are released within the grace period; no stall.
+#[test]
+fn graceful_shutdown_under_load() {
+    let _g = serial();
+    let out = scenarios::graceful_shutdown(&ctx(), 300);
+    passed("graceful_shutdown", &out);
+    assert_eq!(out.notes["busy_before_stop"], true);
+    for (w, ms) in out.notes["exit_ms"].as_object().unwrap() {
+        let grace = out.notes["grace_ms"][w].as_u64().unwrap();
+        let ms = ms.as_u64().unwrap_or_else(|| panic!("{w} did not exit"));
+        assert!(ms <= grace + 2000, "{w} took {ms} ms to stop (grace {grace} ms)");
+    }
+    assert!(
+        out.notes["released_by_slow"].as_u64().unwrap() >= 1,
+        "nothing was released"
+    );
+    assert_eq!(out.check.n("stalls"), 0, "a graceful stop caused a stall");
+}
+
+fn rt() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+async fn queue(server: &echomq::server::LocalServer, name: &str) -> Queue {
+    let opts = QueueOptions::new().keep_completed(Retention::All);
+    Queue::connect_with(&server.url(), &format!("{name}-{}", std::process::id()), opts)
+        .await
+        .unwrap()
+}
+
+/// Sleeps until the server clock passes `deadline_ms`.
+async fn past(q: &Queue, deadline_ms: u64) {
+    while q.server_time_ms().await.unwrap() <= deadline_ms {
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+}
+
+// At the deadline, ack then reap: the ack wins (completed) and the reaper finds nothing.
+#[test]
+fn ack_before_reap_at_the_deadline() {
+    let _g = serial();
+    rt().block_on(async {
+        let server = echomq::server::LocalServer::start().unwrap();
+        let q = queue(&server, "ackfirst").await;
+        let id = q.enqueue(&1).await.unwrap();
+        let lease = q.claim(1, Duration::from_millis(100)).await.unwrap().remove(0);
+        past(&q, lease.deadline_ms()).await;
+        assert_eq!(q.complete(&lease).await.unwrap().outcome, SettleOutcome::Completed);
+        let rep = Reaper::new(q.clone()).run_once().await.unwrap();
+        assert!(rep.requeued.is_empty() && rep.failed.is_empty(), "{rep:?}");
+        let j = q.job(&id).await.unwrap();
+        assert_eq!((j.state, j.stalls, j.attempts), (JobState::Completed, 0, 1));
+    });
+}
+
+// At the deadline, reap then ack: the reap wins (pending, one stall) and the ack gets LeaseLost.
+#[test]
+fn reap_before_ack_at_the_deadline() {
+    let _g = serial();
+    rt().block_on(async {
+        let server = echomq::server::LocalServer::start().unwrap();
+        let q = queue(&server, "reapfirst").await;
+        let id = q.enqueue(&1).await.unwrap();
+        let lease = q.claim(1, Duration::from_millis(100)).await.unwrap().remove(0);
+        past(&q, lease.deadline_ms()).await;
+        let rep = Reaper::new(q.clone()).run_once().await.unwrap();
+        assert_eq!(rep.requeued, vec![(id.clone(), 1)]);
+        assert!(matches!(q.complete(&lease).await, Err(echomq::Error::LeaseLost { .. })));
+        let j = q.job(&id).await.unwrap();
+        assert_eq!((j.state, j.stalls, j.attempts), (JobState::Pending, 1, 1));
+    });
+}
+
+// Acks and reapers fired together at a shared deadline: each job ends exactly one way, never both.
+#[test]
+fn reaper_races_acks_at_the_deadline() {
+    let _g = serial();
+    rt().block_on(async {
+        let server = echomq::server::LocalServer::start().unwrap();
+        let q = queue(&server, "ackrace").await;
+        let n = 400;
+        q.enqueue_bulk(&(0..n).collect::<Vec<u32>>()).await.unwrap();
+        let mut leases = Vec::new();
+        while leases.len() < n as usize {
+            leases.extend(q.claim(64, Duration::from_millis(300)).await.unwrap());
+        }
+        let last = leases.iter().map(|l| l.deadline_ms()).max().unwrap();
+        past(&q, last).await;
+        let acks = {
+            let q = q.clone();
+            tokio::spawn(async move {
+                let mut won = Vec::new();
+                for l in leases {
+                    match q.complete(&l).await {
+                        Ok(s) => {
+                            assert_eq!(s.outcome, SettleOutcome::Completed);
+                            won.push(l.id().to_owned());
+                        }
+                        Err(echomq::Error::LeaseLost { .. }) => {}
+                        Err(e) => panic!("{e}"),
+                    }
+                }
+                won
+            })
+        };
+        let mut reapers = Vec::new();
+        for _ in 0..3 {
+            let r = Reaper::new(q.clone()).batch(7);
+            reapers.push(tokio::spawn(async move {
+                let mut reaped = Vec::new();
+                for _ in 0..200 {
+                    let rep = r.run_once().await.unwrap();
+                    if rep.requeued.is_empty() {
+                        tokio::task::yield_now().await;
+                    }
+                    reaped.extend(rep.requeued.into_iter().map(|(id, _)| id));
+                }
+                reaped
+            }));
+        }
+        let won = acks.await.unwrap();
+        let mut reaped = Vec::new();
+        for r in reapers {
+            reaped.extend(r.await.unwrap());
+        }
+        let mut all: Vec<&String> = won.iter().chain(reaped.iter()).collect();
+        all.sort();
+        let total = all.len();
+        all.dedup();
+        assert_eq!(
+            all.len(),
+            total,
+            "a job was both acknowledged and reaped, or reaped twice"
+        );
+        assert_eq!(total, n as usize, "a job was neither acknowledged nor reaped");
+        for id in &won {
+            let j = q.job(id).await.unwrap();
+            assert_eq!((j.state, j.stalls), (JobState::Completed, 0), "{id}");
+        }
+        for id in &reaped {
+            let j = q.job(id).await.unwrap();
+            assert_eq!((j.state, j.stalls), (JobState::Pending, 1), "{id}");
+        }
+        println!("ack race: {} acknowledged, {} reaped", won.len(), reaped.len());
+    });
+}
