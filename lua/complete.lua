@@ -105,6 +105,5 @@ if n_effects > 0 then
   end
 end
 
-rcall('ZREM', active_key, id)
-finish(prefix, completed_key, jk, id, 'completed', now, keep, {'lo', 'c:' .. token})
-return {1, now}
+local r = settle_complete({active = active_key, completed = completed_key}, prefix, jk, id, token, now, keep)
+return {r[1], r[2]}

@@ -177,7 +177,7 @@ pub struct Enqueued {
 /// A job leased to the caller by [`Queue::claim`](crate::Queue::claim): the
 /// only way to settle it. Settling borrows the lease, so a settle whose
 /// reply was lost can be sent again (it answers "already settled").
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct Lease {
     pub(crate) id: String,
     pub(crate) token: u64,
@@ -185,6 +185,19 @@ pub struct Lease {
     pub(crate) payload: Vec<u8>,
     pub(crate) deadline_ms: u64,
     pub(crate) claimed_ms: u64,
+}
+
+/// Shows the payload's size, not its bytes: payloads may hold personal data.
+impl std::fmt::Debug for Lease {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Lease")
+            .field("id", &self.id)
+            .field("token", &self.token)
+            .field("failures", &self.failures)
+            .field("payload_bytes", &self.payload.len())
+            .field("deadline_ms", &self.deadline_ms)
+            .finish_non_exhaustive()
+    }
 }
 
 impl Lease {

@@ -81,6 +81,12 @@ pub async fn snapshot(server: &LocalServer, queue: &str) -> Vec<(String, String)
                 .query_async(&mut c)
                 .await
                 .unwrap(),
+            "set" => redis::cmd("SORT")
+                .arg(&k)
+                .arg("ALPHA")
+                .query_async(&mut c)
+                .await
+                .unwrap(),
             _ => redis::cmd("GET").arg(&k).query_async(&mut c).await.unwrap(),
         };
         out.push((k, format!("{v:?}")));
