@@ -1,0 +1,236 @@
+//! Negative controls: the suite must notice a broken guarantee.
+//!
+//! The library has test-only breakages behind `--cfg echomq_faults` (see
+//! `src/scripts.rs`), selected at run time by `ECHOMQ_FAULT`:
+//! `no-token-check`, `client-clock`, `two-step-reaper`,
+//! `no-stall-increment`. This test builds the fault binaries and the core
+//! tests once with that cfg (into `target/faults`, so the normal build is
+//! untouched; about a minute or two on 2 cores), then for each control runs
+//! the scenario that exposes it and asserts that the checker **fails**, and
+//! that the deterministic core test for the same guarantee **fails** too.
+//! Without a control, the same build passes both (so a failure is the
+//! control's doing, not the build's).
+//!
+//! `client-clock` needs libfaketime (the server's clock an hour ahead, so
+//! a client clock is visibly wrong); `scripts/test` installs it, and the
+//! control is skipped with a message where it is missing.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::{Mutex, OnceLock};
+
+use echomq_fault::harness::Bins;
+use echomq_fault::scenarios::{self, Ctx, Outcome, Stale};
+
+static SERIAL: Mutex<()> = Mutex::new(());
+static BUILT: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("the workspace root")
+        .to_path_buf()
+}
+
+fn target() -> PathBuf {
+    root().join("target").join("faults")
+}
+
+fn cargo(args: &[&str], fault: Option<&str>) -> Command {
+    let mut c = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
+    let flags = match std::env::var("RUSTFLAGS") {
+        Ok(f) if !f.is_empty() => format!("{f} --cfg echomq_faults"),
+        _ => "--cfg echomq_faults".into(),
+    };
+    // `--target-dir` goes before a `--` that hands the rest to the test binary.
+    let (cargo_args, test_args) = match args.iter().position(|a| *a == "--") {
+        Some(i) => args.split_at(i),
+        None => (args, &[][..]),
+    };
+    c.current_dir(root())
+        .args(cargo_args)
+        .arg("--target-dir")
+        .arg(target())
+        .args(test_args)
+        .env("RUSTFLAGS", flags)
+        .env_remove("CARGO_TARGET_DIR")
+        .env_remove("CARGO_ENCODED_RUSTFLAGS");
+    match fault {
+        Some(f) => c.env("ECHOMQ_FAULT", f),
+        None => c.env_remove("ECHOMQ_FAULT"),
+    };
+    c
+}
+
+/// Builds the fault binaries and the core tests with `--cfg echomq_faults`, once.
+fn faults_build() -> PathBuf {
+    BUILT
+        .get_or_init(|| {
+            let t0 = std::time::Instant::now();
+            for args in [
+                &["build", "-p", "echomq-fault", "--bins"][..],
+                &["test", "-p", "echomq", "--all-features", "--test", "core", "--no-run"][..],
+            ] {
+                let out = cargo(args, None).output().map_err(|e| e.to_string())?;
+                if !out.status.success() {
+                    return Err(format!(
+                        "cargo {} failed:\n{}",
+                        args.join(" "),
+                        String::from_utf8_lossy(&out.stderr)
+                    ));
+                }
+            }
+            println!("negative-control build took {:?}", t0.elapsed());
+            Ok(target().join("debug"))
+        })
+        .clone()
+        .unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// The faults build's binaries with `ECHOMQ_FAULT` set to `fault` (or unset).
+fn ctx(fault: Option<&str>) -> Ctx {
+    let dir = faults_build();
+    let mut bins = Bins {
+        worker: dir.join("fault-worker"),
+        producer: dir.join("fault-producer"),
+        // The checker does not depend on the library's guarantees.
+        check: env!("CARGO_BIN_EXE_fault-check").into(),
+        env: Vec::new(),
+    };
+    if let Some(f) = fault {
+        bins = bins.with_env("ECHOMQ_FAULT", f);
+    }
+    Ctx::new(bins)
+}
+
+/// Runs one core test of the faults build; true when it passed.
+fn core_test(name: &str, fault: Option<&str>) -> bool {
+    faults_build();
+    let out = cargo(
+        &[
+            "test",
+            "-p",
+            "echomq",
+            "--all-features",
+            "--test",
+            "core",
+            "--",
+            "--exact",
+            name,
+        ],
+        fault,
+    )
+    .output()
+    .expect("run cargo test");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("running 1 test"),
+        "core test {name} did not run:\n{text}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out.status.success()
+}
+
+fn faketime() -> Option<&'static str> {
+    [
+        "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1",
+        "/usr/lib/aarch64-linux-gnu/faketime/libfaketime.so.1",
+    ]
+    .into_iter()
+    .find(|p| Path::new(p).exists())
+}
+
+fn skewed(mut ctx: Ctx) -> Ctx {
+    let lib = faketime().expect("libfaketime");
+    ctx.server_env = vec![("LD_PRELOAD".into(), lib.into()), ("FAKETIME".into(), "+1h".into())];
+    ctx
+}
+
+fn failed(name: &str, out: &Outcome) {
+    println!("[{name}] {}", out.summary());
+    let shown: Vec<&str> = out.check.report["violations"]
+        .as_array()
+        .map(|v| v.iter().take(3).filter_map(|s| s.as_str()).collect())
+        .unwrap_or_default();
+    println!("[{name}] first violations: {shown:?}");
+    assert!(
+        !out.check.ok,
+        "[{name}] the checker did not notice the broken guarantee"
+    );
+}
+
+fn passed(name: &str, out: &Outcome) {
+    println!("[{name}] {}", out.summary());
+    assert!(out.check.ok, "[{name}] fails without any control:\n{}", out.check.text);
+}
+
+// With no control, the faults build passes the scenarios and the core tests the controls break.
+#[test]
+fn without_a_control_the_faults_build_passes() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let c = ctx(None);
+    passed("none/takeover", &scenarios::paused_takeover(&c, Stale::Settle));
+    passed("none/reapers", &scenarios::racing_reapers(&c, 1000, 4));
+    passed("none/killpoint", &scenarios::kill_point(&c, "before_effect"));
+    if faketime().is_some() {
+        passed(
+            "none/skewed",
+            &scenarios::kill_point(&skewed(c.clone()), "before_effect"),
+        );
+    }
+    for t in [
+        "stale_token_is_fenced",
+        "racing_reapers_reap_each_job_once",
+        "unsettled_lease_is_redelivered",
+        "skewed_server_clock_decides",
+    ] {
+        assert!(core_test(t, None), "core test {t} fails without any control");
+    }
+}
+
+// no-token-check: a stale worker's settle completes the job; the checker (I4/I5) and stale_token_is_fenced fail.
+#[test]
+fn no_token_check_is_caught() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let out = scenarios::paused_takeover(&ctx(Some("no-token-check")), Stale::Settle);
+    failed("no-token-check", &out);
+    assert!(out.check.violates("I4") || out.check.violates("I5"));
+    assert_eq!(out.notes["unchanged"], false, "the stale settle changed nothing");
+    assert!(!core_test("stale_token_is_fenced", Some("no-token-check")));
+}
+
+// two-step-reaper: racing reapers count stalls twice; the checker (I9) and racing_reapers_reap_each_job_once fail.
+#[test]
+fn two_step_reaper_is_caught() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let out = scenarios::racing_reapers(&ctx(Some("two-step-reaper")), 1000, 4);
+    failed("two-step-reaper", &out);
+    assert!(out.check.violates("I9"));
+    assert!(!core_test("racing_reapers_reap_each_job_once", Some("two-step-reaper")));
+}
+
+// no-stall-increment: an expired lease counts no stall; the checker (I9) and unsettled_lease_is_redelivered fail.
+#[test]
+fn no_stall_increment_is_caught() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let out = scenarios::kill_point(&ctx(Some("no-stall-increment")), "before_effect");
+    failed("no-stall-increment", &out);
+    assert!(out.check.violates("I9"));
+    assert!(!core_test("unsettled_lease_is_redelivered", Some("no-stall-increment")));
+}
+
+// client-clock: leases counted from the worker's clock; with the server an hour ahead the checker (I6) and skewed_server_clock_decides fail.
+#[test]
+fn client_clock_is_caught() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    if faketime().is_none() {
+        println!(
+            "SKIPPED client-clock control: libfaketime not installed (apt-get install faketime; scripts/test does)"
+        );
+        return;
+    }
+    let out = scenarios::kill_point(&skewed(ctx(Some("client-clock"))), "before_effect");
+    failed("client-clock", &out);
+    assert!(out.check.violates("I6"));
+    assert!(!core_test("skewed_server_clock_decides", Some("client-clock")));
+}
