@@ -215,6 +215,8 @@ impl Run {
             .arg(format!("--src={src}"))
             .args(args)
             .envs(self.bins.env.iter().map(|(k, v)| (k, v)))
+            // Under the temp dir, so CI's cleanup finds a process a dead test left behind.
+            .current_dir(&self.dir)
             .stdin(Stdio::null())
             .stdout(log.try_clone().expect("log"))
             .stderr(log)

@@ -115,6 +115,7 @@ impl NetNs {
             .arg("--logfile")
             .arg(&log)
             .args(extra)
+            .current_dir(&self.dir)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null());

@@ -270,13 +270,13 @@ fn proxy_partition_longer_than_the_lease() {
     assert_eq!(out.check.n("partitions"), rounds as u64);
 }
 
-// Connections dropped every 300 ms (proxy) and CLIENT KILL every second under load.
+// Connections dropped every 0.5-1.5 s (proxy) and CLIENT KILL every 2 s under load.
 #[test]
 fn connection_drops_under_load() {
     let _g = serial();
     let out = scenarios::connection_drops(&ctx(), if long() { 10_000 } else { 2_000 });
     passed("connection_drops", &out);
-    assert!(out.check.n("connection_drops") >= 5);
+    assert!(out.check.n("connection_drops") >= 3);
 }
 
 // SCRIPT FLUSH every 100 ms under load: every script reloads transparently.
