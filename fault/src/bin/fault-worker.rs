@@ -7,8 +7,10 @@
 //!
 //! Kill points: `--pause-point=before_effect|after_effect_before_ack|after_ack`
 //! with `--pause-prob=P` (default 1) and `--pause-max=N` (default 1) makes it
-//! write a `paused_at` event at that point and wait there until the file
-//! `HISTORY.go` exists, so the driver can SIGKILL it exactly there.
+//! write a `paused_at` event (and the file `HISTORY.paused`) at that point
+//! and wait there until the file `HISTORY.go` exists, so the driver can
+//! SIGKILL it exactly there. A handler paused before or after its effect
+//! keeps its lease alive with heartbeats and gives up if cancelled.
 //! SIGTERM or Ctrl-C: graceful shutdown (`ConsumerHandle::shutdown`).
 //!
 //! ```text
