@@ -758,10 +758,17 @@ impl Bench {
     /// interval, same lease) runs the job again. Timed from the kill to the
     /// second handler start. The lease left at the kill is read from the
     /// job's deadline and the server clock just before it.
+    ///
+    /// The surviving consumer starts (idle, long before the deadline) at a
+    /// different phase of its reaper's interval in each run, spread evenly
+    /// over the interval: its reaper passes at its start and then every
+    /// interval, so with a lease that is a multiple of the interval and a
+    /// fixed start, every run would land on the same, lucky, phase.
     async fn redelivery(&mut self) {
         let lease = self.cfg.redelivery_lease;
         let reap = echomq::reaper::DEFAULT_REAP_INTERVAL;
         let mut delays = Vec::new();
+        let mut after = Vec::new();
         for run in 1..=self.cfg.redelivery_runs {
             let name = self.fresh("redelivery").await;
             let q = self.connect(&name, Ret::Default).await;
@@ -784,7 +791,17 @@ impl Bench {
                 .expect("a line from the victim");
             assert!(line.starts_with("started"), "victim said {line:?}");
 
-            // A surviving consumer, idle and waiting, before the kill.
+            let deadline_ms = q.job(&id).await.unwrap().deadline_ms.expect("the job is active");
+            let now_ms = q.server_time_ms().await.unwrap();
+            child.start_kill().expect("SIGKILL the victim");
+            let killed = Instant::now();
+            child.wait().await.expect("reap the victim");
+            let lease_left = (deadline_ms as f64 - now_ms as f64) / 1000.0;
+
+            // A surviving consumer, idle and waiting well before the deadline,
+            // started at an evenly spread phase of its reaper's interval.
+            let phase = reap.mul_f64((run as f64 - 0.5) / self.cfg.redelivery_runs as f64);
+            tokio::time::sleep(phase).await;
             let began: Arc<OnceLock<(Instant, u64)>> = Arc::new(OnceLock::new());
             let again = Arc::new(Notify::new());
             let handler = {
@@ -796,14 +813,6 @@ impl Bench {
                 }
             };
             let survivor = Consumer::new(q.clone(), handler).lease(lease).spawn();
-            tokio::time::sleep(Duration::from_millis(100)).await;
-
-            let deadline_ms = q.job(&id).await.unwrap().deadline_ms.expect("the job is active");
-            let now_ms = q.server_time_ms().await.unwrap();
-            child.start_kill().expect("SIGKILL the victim");
-            let killed = Instant::now();
-            child.wait().await.expect("reap the victim");
-            let lease_left = (deadline_ms as f64 - now_ms as f64) / 1000.0;
 
             let limit = lease + reap * 4 + Duration::from_secs(10);
             if timeout(limit, again.notified()).await.is_err() {
@@ -821,12 +830,17 @@ impl Bench {
                 "lease_left_at_kill_s": round(lease_left, 4),
                 "after_deadline_s": round(delay - lease_left, 4),
                 "bound_s": round(lease_left + reap.as_secs_f64(), 4), "attempt": attempt,
+                "survivor_start_after_kill_s": round(phase.as_secs_f64(), 4),
             }));
+            after.push(delay - lease_left);
         }
         self.out.emit(json!({
             "op": "redelivery_after_kill", "run": "median", "runs": delays.len(),
             "seconds": round(median(&delays), 4), "lease_s": lease.as_secs_f64(),
             "reap_interval_s": reap.as_secs_f64(),
+            "after_deadline_s": round(median(&after), 4),
+            "after_deadline_mean_s": round(after.iter().sum::<f64>() / after.len().max(1) as f64, 4),
+            "after_deadline_max_s": round(after.iter().copied().fold(f64::MIN, f64::max), 4),
         }));
     }
 
@@ -903,10 +917,11 @@ impl Bench {
             .collect();
         for (run, l) in kills {
             println!(
-                "redelivery after SIGKILL (run {run}): {} s (lease {} s, left at kill {} s, reaper every {} s)",
+                "redelivery after SIGKILL (run {run}): {} s (lease {} s, left at kill {} s, {} s after the deadline; reaper every {} s)",
                 show(f(l, "seconds"), 3),
                 show(f(l, "lease_s"), 1),
                 show(f(l, "lease_left_at_kill_s"), 3),
+                show(f(l, "after_deadline_s"), 3),
                 show(f(l, "reap_interval_s"), 1),
             );
         }
