@@ -26,10 +26,10 @@
 -- token owns it): nothing changed. {-3, now, i, reason}: effect i (1-based)
 -- refused: nothing changed, the job is still leased to the caller.
 local jk, active_key, completed_key = KEYS[1], KEYS[2], KEYS[3]
-local prefix, id, token, keep = ARGV[1], ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
+local prefix, id, token, keep = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4])
 local n_effects = tonumber(ARGV[5] or '0')
 local now = server_now()
-local refused = check_owner(jk, token, 'c', now)
+local refused, dd = check_owner(jk, token, 'c', now)
 if refused then return refused end
 
 -- Counters stay exact in Lua's doubles up to 2^53 - 1.
@@ -105,5 +105,7 @@ if n_effects > 0 then
   end
 end
 
-local r = settle_complete({active = active_key, completed = completed_key}, prefix, jk, id, token, now, keep)
+local moves = new_moves()
+local r = settle_complete(moves, prefix, jk, id, token, now, keep, dd)
+apply_moves(moves, {active = active_key, completed = completed_key}, prefix, keep, -1)
 return {r[1], r[2]}

@@ -7,7 +7,7 @@
 -- -1 no such job; -2 lease lost (nothing changed). Extending is naturally
 -- idempotent, so there is no "already settled" answer.
 local jk, active_key = KEYS[1], KEYS[2]
-local id, token, lease = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
+local id, token, lease = ARGV[1], ARGV[2], tonumber(ARGV[3])
 local now = server_now()
 local refused = check_owner(jk, token, nil, now)
 if refused then return refused end

@@ -8,8 +8,11 @@
 -- -1 no such job; -2 lease lost (nothing changed).
 local jk = KEYS[1]
 local k = {active = KEYS[2], failed = KEYS[3]}
-local prefix, id, token, reason, keep = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4], tonumber(ARGV[5])
+local prefix, id, token, reason, keep = ARGV[1], ARGV[2], ARGV[3], ARGV[4], tonumber(ARGV[5])
 local now = server_now()
-local refused = check_owner(jk, token, 'f', now)
+local refused, dd = check_owner(jk, token, 'f', now)
 if refused then return refused end
-return settle_fail(k, prefix, jk, id, token, now, reason, keep)
+local moves = new_moves()
+local r = settle_fail(moves, prefix, jk, id, token, now, reason, keep, dd)
+apply_moves(moves, k, prefix, -1, keep)
+return r

@@ -19,16 +19,18 @@ local now = server_now()
 local out = {now, 0}
 
 local expired = rcall('ZRANGEBYSCORE', active_key, '-inf', '(' .. now, 'LIMIT', 0, limit)
+local moves = new_moves()
 local back = 0
 for _, id in ipairs(expired) do
+  moves.unlease[#moves.unlease + 1] = id
   local jk = prefix .. 'job:' .. id
   if rcall('EXISTS', jk) == 1 then
-    local stalls = rcall('HINCRBY', jk, 's', 1)
+    local stalls = rcall('HINCRBY', jk, 's', '1')
     local max = tonumber(rcall('HGET', jk, 'ms') or default_max)
     local outcome = 1
     if stalls > max then
       outcome = 3
-      finish(prefix, failed_key, jk, id, 'failed', now, keep, {'err', 'stalled'})
+      finish(moves, prefix, jk, id, 'failed', now, keep, rcall('HGET', jk, 'dd'), {'err', 'stalled'})
     else
       to_pending(pending_key, jk, id)
       back = back + 1
@@ -38,7 +40,7 @@ for _, id in ipairs(expired) do
     out[#out + 1] = stalls
   end
 end
-if #expired > 0 then rcall('ZREM', active_key, unpack(expired)) end
+apply_moves(moves, {active = active_key, failed = failed_key}, prefix, -1, keep)
 if back > 0 then wake(wake_key, back) end
 out[2] = promote_due(delayed_key, pending_key, wake_key, prefix, now, limit)
 return out

@@ -8,8 +8,11 @@
 -- -1 no such job; -2 lease lost (nothing changed).
 local jk = KEYS[1]
 local k = {active = KEYS[2], pending = KEYS[3], wake = KEYS[4]}
-local id, token = ARGV[1], tonumber(ARGV[2])
+local id, token = ARGV[1], ARGV[2]
 local now = server_now()
 local refused = check_owner(jk, token, 'l', now)
 if refused then return refused end
-return settle_release(k, jk, id, token, now)
+local moves = new_moves()
+local r = settle_release(moves, k, jk, id, token, now)
+apply_moves(moves, k, '', -1, -1)
+return r

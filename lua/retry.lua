@@ -13,10 +13,13 @@
 -- -1 no such job, -2 lease lost (nothing changed).
 local jk = KEYS[1]
 local k = {active = KEYS[2], pending = KEYS[3], delayed = KEYS[4], failed = KEYS[5], wake = KEYS[6]}
-local prefix, id, token = ARGV[1], ARGV[2], tonumber(ARGV[3])
+local prefix, id, token = ARGV[1], ARGV[2], ARGV[3]
 local delay, err = tonumber(ARGV[4]), ARGV[5]
 local default_max, keep = tonumber(ARGV[6]), tonumber(ARGV[7])
 local now = server_now()
-local refused = check_owner(jk, token, 'r', now)
+local refused, dd = check_owner(jk, token, 'r', now)
 if refused then return refused end
-return settle_retry(k, prefix, jk, id, token, now, delay, err, default_max, keep)
+local moves = new_moves()
+local r = settle_retry(moves, k, prefix, jk, id, token, now, delay, err, default_max, keep, dd)
+apply_moves(moves, k, prefix, -1, keep)
+return r

@@ -10,9 +10,10 @@ use std::time::Duration;
 use redis::aio::MultiplexedConnection;
 use serde::de::DeserializeOwned;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
-use tokio::task::{JoinHandle, JoinSet};
+use tokio::task::JoinHandle;
 use tokio::time::{Instant, sleep, sleep_until, timeout_at};
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 use tracing::{Instrument, debug, info_span, warn};
 
 use crate::error::Error;
@@ -326,7 +327,6 @@ where
     /// claiming, lets running handlers finish for up to `shutdown_timeout`,
     /// then cancels the rest and releases their jobs.
     pub async fn run(self, shutdown: impl Future<Output = ()> + Send) {
-        let stop = CancellationToken::new();
         let reaper = self.settings.reaper.then(|| {
             Reaper::new(self.queue.clone())
                 .interval(self.settings.reap_interval)
@@ -337,24 +337,27 @@ where
         let ctx = Arc::new(Ctx {
             queue: self.queue,
             handler: self.handler,
+            slots: Arc::new(Semaphore::new(self.settings.concurrency)),
             settings: self.settings,
+            stop: CancellationToken::new(),
             hard_stop: CancellationToken::new(),
+            tasks: TaskTracker::new(),
             settle_tx,
         });
         let all_settled = CancellationToken::new();
-        let settling = tokio::spawn(settler(ctx.clone(), settle_rx, all_settled.clone()));
+        let settling = tokio::spawn(settler::<T, H>(ctx.clone(), settle_rx, all_settled.clone()));
         {
-            let claiming = claim_loop(ctx.clone(), stop.clone());
+            let claiming = claim_loop::<T, H>(ctx.clone());
             tokio::pin!(claiming);
             tokio::select! {
-                tasks = &mut claiming => { drain(&ctx, tasks).await; }
+                _ = &mut claiming => {}
                 _ = shutdown => {
-                    stop.cancel();
-                    let tasks = claiming.await;
-                    drain(&ctx, tasks).await;
+                    ctx.stop.cancel();
+                    claiming.await;
                 }
             }
         }
+        drain(&ctx).await;
         // Every job task has ended and queued its settlement: flush them.
         all_settled.cancel();
         let _ = settling.await;
@@ -389,6 +392,12 @@ struct Ctx<H> {
     queue: Queue,
     handler: Arc<H>,
     settings: Settings,
+    /// One permit per running job (and per finished job until it is settled).
+    slots: Arc<Semaphore>,
+    /// Fired by shutdown: lease no more jobs.
+    stop: CancellationToken,
+    /// Every job task, so shutdown can wait for them.
+    tasks: TaskTracker,
     /// Fired when the shutdown grace period ends: handlers are cancelled
     /// and their jobs released.
     hard_stop: CancellationToken,
@@ -403,28 +412,27 @@ struct Pending {
     op: Settle,
     /// Past this the lease has lapsed on the server: stop retrying.
     deadline: Instant,
-    _slot: OwnedSemaphorePermit,
+    slot: OwnedSemaphorePermit,
 }
 
-/// Claims while slots are free, until `stop`. Returns the running job tasks.
-async fn claim_loop<T, H>(ctx: Arc<Ctx<H>>, stop: CancellationToken) -> JoinSet<()>
+/// Claims while slots are free, until `stop`. (At full load the settler
+/// refills most slots itself, in the call that settles their jobs.)
+async fn claim_loop<T, H>(ctx: Arc<Ctx<H>>)
 where
     T: DeserializeOwned + Send + 'static,
     H: Handler<T>,
 {
     let s = &ctx.settings;
-    let slots = Arc::new(Semaphore::new(s.concurrency));
-    let mut tasks = JoinSet::new();
     let mut waiter: Option<MultiplexedConnection> = None;
     let mut errors = 0u32;
     loop {
         let first = tokio::select! {
-            p = slots.clone().acquire_owned() => match p { Ok(p) => p, Err(_) => break },
-            _ = stop.cancelled() => break,
+            p = ctx.slots.clone().acquire_owned() => match p { Ok(p) => p, Err(_) => break },
+            _ = ctx.stop.cancelled() => break,
         };
         let mut permits = vec![first];
         while permits.len() < MAX_CLAIM_BATCH {
-            match slots.clone().try_acquire_owned() {
+            match ctx.slots.clone().try_acquire_owned() {
                 Ok(p) => permits.push(p),
                 Err(_) => break,
             }
@@ -434,13 +442,12 @@ where
             Ok(leases) if leases.is_empty() => {
                 errors = 0;
                 drop(permits);
-                wait_for_work(&ctx.queue, &mut waiter, s.poll_interval, &stop).await;
+                wait_for_work(&ctx.queue, &mut waiter, s.poll_interval, &ctx.stop).await;
             }
             Ok(leases) => {
                 errors = 0;
-                for lease in leases {
-                    let Some(permit) = permits.pop() else { break };
-                    tasks.spawn(run_job::<T, H>(ctx.clone(), lease, sent, permit));
+                for (lease, permit) in leases.into_iter().zip(permits) {
+                    ctx.start::<T>(lease, sent, permit);
                 }
             }
             Err(e) => {
@@ -448,12 +455,10 @@ where
                 errors = errors.saturating_add(1);
                 let pause = Duration::from_millis(50u64 << errors.min(6));
                 warn!(queue = ctx.queue.name(), error = %e, ?pause, "claim failed; retrying");
-                tokio::select! { _ = sleep(pause) => {}, _ = stop.cancelled() => break }
+                tokio::select! { _ = sleep(pause) => {}, _ = ctx.stop.cancelled() => break }
             }
         }
-        while tasks.try_join_next().is_some() {}
     }
-    tasks
 }
 
 /// Waits for a wake token (pushed by enqueue, retry, release, reap and
@@ -492,17 +497,17 @@ async fn wait_for_work(
 
 /// After the claim loop stops: waits for running jobs up to the grace
 /// period, then cancels the rest (they release their jobs).
-async fn drain<H>(ctx: &Ctx<H>, mut tasks: JoinSet<()>) {
+async fn drain<H>(ctx: &Ctx<H>) {
+    ctx.tasks.close();
     let deadline = Instant::now() + ctx.settings.shutdown_timeout;
-    let graceful = timeout_at(deadline, async { while tasks.join_next().await.is_some() {} }).await;
-    if graceful.is_err() {
+    if timeout_at(deadline, ctx.tasks.wait()).await.is_err() {
         warn!(
             queue = ctx.queue.name(),
-            running = tasks.len(),
+            running = ctx.tasks.len(),
             "shutdown grace period over; cancelling handlers"
         );
         ctx.hard_stop.cancel();
-        while tasks.join_next().await.is_some() {}
+        ctx.tasks.wait().await;
     }
 }
 
@@ -635,13 +640,22 @@ where
 }
 
 impl<H> Ctx<H> {
+    /// Starts a job task for a fresh lease, holding `slot`.
+    fn start<T>(self: &Arc<Self>, lease: Lease, claimed_at: Instant, slot: OwnedSemaphorePermit)
+    where
+        T: DeserializeOwned + Send + 'static,
+        H: Handler<T>,
+    {
+        self.tasks.spawn(run_job::<T, H>(self.clone(), lease, claimed_at, slot));
+    }
+
     /// Hands a finished job to the settler (with its slot).
     fn settle(&self, lease: Lease, op: Settle, deadline: Instant, slot: OwnedSemaphorePermit) {
         let pending = Pending {
             lease,
             op,
             deadline,
-            _slot: slot,
+            slot,
         };
         if let Err(mpsc::error::SendError(p)) = self.settle_tx.send(pending) {
             // Only after the settler has stopped, which waits for every job.
@@ -650,14 +664,17 @@ impl<H> Ctx<H> {
     }
 }
 
-/// Most settlements sent in one call.
-const MAX_SETTLE_BATCH: usize = 256;
-
 /// Sends settlements in batches: whatever finished while the previous call
-/// was in flight goes in the next ([`Queue::settle_many`]), so a busy
-/// consumer makes a fraction of a call per job and an idle one adds no
-/// delay. Runs until `done` fires and the channel is empty.
-async fn settler<H>(ctx: Arc<Ctx<H>>, mut rx: mpsc::UnboundedReceiver<Pending>, done: CancellationToken) {
+/// was in flight goes in the next ([`Queue::settle_and_claim`]), and the
+/// same call leases new jobs for the slots the settled ones free, so a busy
+/// consumer makes a fraction of a call per job and a consumer at
+/// concurrency 1 one call per job. An idle one adds no delay. Runs until
+/// `done` fires and the channel is empty.
+async fn settler<T, H>(ctx: Arc<Ctx<H>>, mut rx: mpsc::UnboundedReceiver<Pending>, done: CancellationToken)
+where
+    T: DeserializeOwned + Send + 'static,
+    H: Handler<T>,
+{
     let mut batch: Vec<Pending> = Vec::new();
     loop {
         if batch.is_empty() {
@@ -676,14 +693,34 @@ async fn settler<H>(ctx: Arc<Ctx<H>>, mut rx: mpsc::UnboundedReceiver<Pending>, 
                 Err(_) => break,
             }
         }
-        settle_batch(&ctx, &mut batch).await;
+        let sent = Instant::now();
+        let leases = settle_batch(&ctx, &mut batch).await;
+        let (leases, mut slots) = leases;
+        for lease in leases {
+            match slots.pop() {
+                // Leased just as shutdown began: hand it straight back.
+                Some(slot) if ctx.stop.is_cancelled() => batch.push(Pending {
+                    deadline: sent + ctx.settings.lease,
+                    lease,
+                    op: Settle::Release,
+                    slot,
+                }),
+                Some(slot) => ctx.start::<T>(lease, sent, slot),
+                None => break,
+            }
+        }
     }
 }
 
-/// Sends one batch, retrying transient failures for the items whose lease
-/// has not lapsed (repeats are safe: an applied settlement answers
-/// "already settled"). Empties `batch`; dropping an item frees its slot.
-async fn settle_batch<H>(ctx: &Ctx<H>, batch: &mut Vec<Pending>) {
+/// Most settlements sent in one call.
+const MAX_SETTLE_BATCH: usize = 256;
+
+/// Sends one batch (claiming as many jobs as it settles, unless stopping),
+/// retrying transient failures for the items whose lease has not lapsed
+/// (repeats are safe: an applied settlement answers "already settled").
+/// Empties `batch`; returns the new leases and the settled items' slots
+/// for them (dropping a slot frees it for the claim loop).
+async fn settle_batch<H>(ctx: &Ctx<H>, batch: &mut Vec<Pending>) -> (Vec<Lease>, Vec<OwnedSemaphorePermit>) {
     let s = &ctx.settings;
     let mut pause = Duration::from_millis(10);
     loop {
@@ -695,9 +732,11 @@ async fn settle_batch<H>(ctx: &Ctx<H>, batch: &mut Vec<Pending>) {
             });
         }
         let items: Vec<(&Lease, &Settle)> = batch.iter().map(|p| (&p.lease, &p.op)).collect();
-        match ctx.queue.settle_many(&items, s.max_attempts).await {
-            Ok(results) => {
-                for (p, r) in batch.iter().zip(results) {
+        let claim = if ctx.stop.is_cancelled() { 0 } else { items.len() };
+        match ctx.queue.settle_and_claim(&items, s.max_attempts, claim, s.lease).await {
+            Ok((results, leases)) => {
+                let mut slots = Vec::with_capacity(batch.len());
+                for (p, r) in batch.drain(..).zip(results) {
                     let (id, token, op) = (p.lease.id.as_str(), p.lease.token, p.op.name());
                     let _span = info_span!("job", queue = ctx.queue.name(), job_id = %id, attempt = token).entered();
                     match r {
@@ -721,9 +760,9 @@ async fn settle_batch<H>(ctx: &Ctx<H>, batch: &mut Vec<Pending>) {
                             });
                         }
                     }
+                    slots.push(p.slot);
                 }
-                batch.clear();
-                return;
+                return (leases, slots);
             }
             Err(error) => {
                 let now = Instant::now();
@@ -745,7 +784,7 @@ async fn settle_batch<H>(ctx: &Ctx<H>, batch: &mut Vec<Pending>) {
                     keep
                 });
                 if batch.is_empty() {
-                    return;
+                    return (Vec::new(), Vec::new());
                 }
                 debug!(%error, items = batch.len(), "settlement failed; retrying");
                 sleep(pause).await;

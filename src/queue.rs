@@ -33,6 +33,10 @@ pub const DEFAULT_KEEP_FAILED: Retention = Retention::Newest(10_000);
 /// Most jobs one enqueue script call carries; `enqueue_bulk` splits larger batches.
 pub const ENQUEUE_CHUNK: usize = 1_000;
 
+/// Most jobs one claim, settle or reap call handles (scripts pass a batch to
+/// one variadic command, and Lua's argument stack is bounded).
+pub const MAX_BATCH: usize = 1_000;
+
 /// How many finished job records a queue keeps.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
@@ -203,6 +207,23 @@ pub struct ReapReport {
     pub failed: Vec<(String, u64)>,
     /// Due delayed jobs moved to pending.
     pub promoted: u64,
+}
+
+/// Reads claim.lua's `deadline, id, token, failures, payload, ...` tail.
+fn read_leases(r: &mut Reply, claimed_ms: u64) -> Result<Vec<Lease>> {
+    let deadline_ms = r.uint()?;
+    let mut leases = Vec::with_capacity(r.remaining() / 4);
+    while r.remaining() > 0 {
+        leases.push(Lease {
+            id: r.string()?,
+            token: r.uint()?,
+            failures: r.uint()?,
+            payload: r.bytes()?,
+            deadline_ms,
+            claimed_ms,
+        });
+    }
+    Ok(leases)
 }
 
 /// A job hash as field/value pairs.
@@ -470,10 +491,10 @@ impl Queue {
     /// # Errors
     /// [`Error::InvalidOption`] for `max == 0` or a zero lease; server errors.
     pub async fn claim(&self, max: usize, lease: Duration) -> Result<Vec<Lease>> {
-        if max == 0 || max > 10_000 {
+        if max == 0 || max > MAX_BATCH {
             return Err(Error::InvalidOption {
                 name: "claim batch size",
-                reason: "must be between 1 and 10000".into(),
+                reason: format!("must be between 1 and {MAX_BATCH}"),
             });
         }
         let lease_ms = millis("lease", lease)?;
@@ -492,19 +513,7 @@ impl Queue {
         let v: Value = inv.invoke_async(&mut self.conn()).await?;
         let mut r = Reply::new("claim", v)?;
         let claimed_ms = r.uint()?;
-        let deadline_ms = r.uint()?;
-        let mut leases = Vec::with_capacity(r.remaining() / 4);
-        while r.remaining() > 0 {
-            leases.push(Lease {
-                id: r.string()?,
-                token: r.uint()?,
-                failures: r.uint()?,
-                payload: r.bytes()?,
-                deadline_ms,
-                claimed_ms,
-            });
-        }
-        Ok(leases)
+        read_leases(&mut r, claimed_ms)
     }
 
     fn settled(
@@ -542,6 +551,29 @@ impl Queue {
     /// [`Outcome::AlreadySettled`]); inner errors are per item
     /// ([`Error::LeaseLost`], [`Error::JobNotFound`]).
     pub async fn settle_many(&self, items: &[(&Lease, &Settle)], max_attempts: u32) -> Result<Vec<Result<Settled>>> {
+        Ok(self.settle_and_claim(items, max_attempts, 0, Duration::ZERO).await?.0)
+    }
+
+    /// [`settle_many`](Self::settle_many), then leases up to `claim` jobs
+    /// for `lease` in the same script call (as [`claim`](Self::claim)): a
+    /// consumer refills the slots its finished jobs free without another
+    /// round trip.
+    ///
+    /// # Errors
+    /// As [`settle_many`](Self::settle_many) and [`claim`](Self::claim).
+    pub async fn settle_and_claim(
+        &self,
+        items: &[(&Lease, &Settle)],
+        max_attempts: u32,
+        claim: usize,
+        lease: Duration,
+    ) -> Result<(Vec<Result<Settled>>, Vec<Lease>)> {
+        if items.len() > MAX_BATCH || claim > MAX_BATCH {
+            return Err(Error::InvalidOption {
+                name: "settle batch size",
+                reason: format!("at most {MAX_BATCH} items and {MAX_BATCH} claims"),
+            });
+        }
         let k = self.keys();
         let mut inv = SCRIPTS.settle.prepare_invoke();
         inv.key(&k.active)
@@ -564,6 +596,11 @@ impl Queue {
             };
             inv.arg(code).arg(&lease.id).arg(lease.token).arg(delay).arg(text);
         }
+        if claim > 0 {
+            inv.arg(millis("lease", lease)?.max(1)).arg(claim);
+            #[cfg(echomq_faults)]
+            inv.arg(crate::scripts::faults::client_now_ms());
+        }
         let v: Value = inv.invoke_async(&mut self.conn()).await?;
         let mut r = Reply::new("settle", v)?;
         let now = r.uint()?;
@@ -581,7 +618,12 @@ impl Queue {
             };
             out.push(self.settled("settle", lease, status, now, outcome));
         }
-        Ok(out)
+        let leases = if claim > 0 {
+            read_leases(&mut r, now)?
+        } else {
+            Vec::new()
+        };
+        Ok((out, leases))
     }
 
     /// Settles a leased job as completed.
@@ -736,7 +778,7 @@ impl Queue {
             .key(&k.failed)
             .key(&k.wake)
             .arg(&k.base)
-            .arg(limit.max(1))
+            .arg(limit.clamp(1, MAX_BATCH))
             .arg(max_stalls)
             .arg(self.inner.opts.keep_failed.arg())
             .invoke_async(&mut self.conn())

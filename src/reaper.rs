@@ -55,9 +55,10 @@ impl Reaper {
         self.interval = d.max(Duration::from_millis(1));
         self
     }
-    /// Most jobs per pass (default [`DEFAULT_REAP_BATCH`]).
+    /// Most jobs per pass (default [`DEFAULT_REAP_BATCH`], at most
+    /// [`MAX_BATCH`](crate::queue::MAX_BATCH)).
     pub fn batch(mut self, n: usize) -> Self {
-        self.batch = n.max(1);
+        self.batch = n.clamp(1, crate::queue::MAX_BATCH);
         self
     }
     /// Stalls tolerated before a job fails as "stalled" (default

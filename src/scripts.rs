@@ -77,10 +77,13 @@ pub(crate) mod faults {
     pub(crate) fn apply(source: &str) -> String {
         let mut src = source.to_owned();
         if active("no-token-check") {
-            src = src.replace("cur[1] == 'active' and tonumber(cur[2]) == token", "cur[1] == 'active'");
+            src = src.replace("cur[1] == 'active' and cur[2] == token", "cur[1] == 'active'");
         }
         if active("no-stall-increment") {
-            src = src.replace("rcall('HINCRBY', jk, 's', 1)", "tonumber(rcall('HGET', jk, 's') or 0)");
+            src = src.replace(
+                "rcall('HINCRBY', jk, 's', '1')",
+                "tonumber(rcall('HGET', jk, 's') or 0)",
+            );
         }
         if active("client-clock") {
             // claim.lua and extend.lua count the lease from the caller's clock (the last ARGV).

@@ -635,3 +635,28 @@ async fn settle_many_fences_each_item() {
     );
     assert_eq!(snap, snapshot(&s, q.name()).await);
 }
+
+// settle_and_claim settles and leases the next ready jobs in one call, and leases nothing when told to claim 0.
+#[tokio::test]
+async fn settle_and_claim_refills_in_one_call() {
+    let (_s, q) = setup("fused").await;
+    q.enqueue_bulk(&(0..3).map(email).collect::<Vec<_>>()).await.unwrap();
+    let first = q.claim(1, LEASE).await.unwrap().remove(0);
+    let (r, next) = q
+        .settle_and_claim(&[(&first, &Settle::Complete)], 3, 5, LEASE)
+        .await
+        .unwrap();
+    assert_eq!(r[0].as_ref().unwrap().outcome, Outcome::Completed);
+    assert_eq!(next.len(), 2);
+    assert!(
+        next.iter()
+            .all(|l| l.token() == 1 && l.deadline_ms() >= r[0].as_ref().unwrap().server_ms + 29_000)
+    );
+    let (_, none) = q
+        .settle_and_claim(&[(&next[0], &Settle::Release)], 3, 0, LEASE)
+        .await
+        .unwrap();
+    assert!(none.is_empty());
+    let c = q.counts().await.unwrap();
+    assert_eq!((c.completed, c.active, c.pending), (1, 1, 1));
+}
