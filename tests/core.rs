@@ -405,6 +405,19 @@ async fn bad_input_gets_typed_errors() {
     assert!(w.last_error.unwrap().starts_with("undecodable payload"));
     assert_eq!(q.job(&right).await.unwrap().state, JobState::Completed);
 
+    // A queue written by a newer layout is refused, not misread.
+    let mut c = raw(&s).await;
+    let newer = common::unique("newer");
+    let _: () = redis::cmd("HSET")
+        .arg(format!("emq:{{{newer}}}:meta"))
+        .arg("v")
+        .arg(99)
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    let e = Queue::connect(&s.url(), &newer).await.unwrap_err();
+    assert!(matches!(e, Error::LayoutMismatch { ref found, .. } if found == "99"), "{e:?}");
+
     // An unreachable server is a typed, transient error.
     let port = s.port();
     drop(s);
