@@ -450,7 +450,7 @@ pub fn server_restarts(ctx: &Ctx, jobs: u64, restarts: usize, limit: Duration) -
         count: jobs,
         concurrency: 8,
         dedup_every: 89,
-        pace_ms: 2,
+        pace_ms: 3,
         ..ProducerOpts::default()
     });
     for _ in 0..3 {
@@ -460,23 +460,37 @@ pub fn server_restarts(ctx: &Ctx, jobs: u64, restarts: usize, limit: Duration) -
         });
     }
     let mut done = 0;
-    let mut next = Instant::now() + Duration::from_millis(700);
+    let mut next = Instant::now() + Duration::from_millis(300);
     let mut restart_error = None;
-    let drained = run.drive(limit, |run| {
+    let mut restart = |run: &mut Run| {
+        run.fault("kill_server", "server", "SIGKILL");
+        server.kill();
+        std::thread::sleep(Duration::from_millis(fastrand::u64(50..300)));
+        if let Err(e) = server.restart() {
+            restart_error = Some(e.to_string());
+        }
+        run.fault("restart_server", "server", "");
+    };
+    let mut under_load = 0;
+    let mut drained = run.drive(limit, |run| {
         if done < restarts && Instant::now() >= next {
-            run.fault("kill_server", "server", "SIGKILL");
-            server.kill();
-            std::thread::sleep(Duration::from_millis(fastrand::u64(50..300)));
-            if let Err(e) = server.restart() {
-                restart_error = Some(e.to_string());
+            if !run.live("producer").is_empty() {
+                under_load += 1;
             }
-            run.fault("restart_server", "server", "");
+            restart(run);
             done += 1;
-            next = Instant::now() + Duration::from_millis(fastrand::u64(700..1500));
+            next = Instant::now() + Duration::from_millis(fastrand::u64(400..900));
         }
     });
+    // Should the queue drain first (a fast machine), the rest still happen.
+    while done < restarts {
+        restart(&mut run);
+        done += 1;
+        drained = run.drive(limit, |_| {});
+    }
     let mut notes = BTreeMap::new();
     notes.insert("restarts".into(), json!(done));
+    notes.insert("restarts_while_producing".into(), json!(under_load));
     notes.insert("restart_error".into(), json!(restart_error));
     finish(run, drained, notes)
 }

@@ -243,6 +243,10 @@ fn server_killed_and_restarted_under_load() {
     assert_eq!(out.notes["restarts"], restarts);
     assert_eq!(out.notes["restart_error"], serde_json::Value::Null);
     assert_eq!(out.check.n("server_restarts"), restarts as u64);
+    assert!(
+        out.notes["restarts_while_producing"].as_u64() >= Some(1),
+        "no restart under load"
+    );
 }
 
 // A blackhole partition longer than the lease, in a network namespace (root + iptables), under load.
