@@ -190,6 +190,11 @@ impl Run {
         }
     }
 
+    /// Whether the processes run a negative control (`ECHOMQ_FAULT` set).
+    pub fn negative_control(&self) -> bool {
+        self.bins.env.iter().any(|(k, _)| k == "ECHOMQ_FAULT")
+    }
+
     /// Records a fault the test injected.
     pub fn fault(&self, kind: &str, target: &str, detail: &str) {
         self.driver.write(Ev::Fault {

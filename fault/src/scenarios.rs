@@ -99,7 +99,8 @@ fn finish(mut run: Run, drained: bool, notes: BTreeMap<String, Value>) -> Outcom
     run.stop_all();
     let check = run.check(if drained { &[] } else { &["--not-drained"] });
     let state = run.state();
-    run.keep |= !check.ok || !drained;
+    // Keep a failed run for reading, unless a negative control made it fail on purpose.
+    run.keep |= (!check.ok || !drained) && !run.negative_control();
     Outcome {
         check,
         drained,
