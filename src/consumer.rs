@@ -263,7 +263,11 @@ where
         self.settings.lease = d.max(Duration::from_millis(10));
         self
     }
-    /// Time between heartbeats (default: a third of the lease).
+    /// Time between heartbeats (default: a third of the lease). Keep it well
+    /// under the lease: the safety window (the lease minus a tenth) is
+    /// checked at each beat, so with beats further apart a lapsed lease goes
+    /// unnoticed until the handler returns (its settlement is then refused
+    /// by the server's token check, never applied twice).
     pub fn heartbeat(mut self, d: Duration) -> Self {
         self.settings.heartbeat = Some(d);
         self
@@ -574,7 +578,15 @@ where
                 _ = sleep_until(next_beat) => {
                     let sent = Instant::now();
                     let safe_until = confirmed + s.safety_window();
-                    match timeout_at(safe_until, q.extend(&mut lease, s.lease)).await {
+                    // Past the window (e.g. this process was paused) the attempt has
+                    // given up: renewing now would only delay the redelivery.
+                    let renewal = async {
+                        if sent >= safe_until {
+                            return Err(Error::Timeout(s.safety_window()));
+                        }
+                        q.extend(&mut lease, s.lease).await
+                    };
+                    match timeout_at(safe_until, renewal).await {
                         Ok(Ok(deadline_ms)) => {
                             confirmed = sent;
                             next_beat = sent + s.heartbeat();

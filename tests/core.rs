@@ -416,7 +416,10 @@ async fn bad_input_gets_typed_errors() {
         .await
         .unwrap();
     let e = Queue::connect(&s.url(), &newer).await.unwrap_err();
-    assert!(matches!(e, Error::LayoutMismatch { ref found, .. } if found == "99"), "{e:?}");
+    assert!(
+        matches!(e, Error::LayoutMismatch { ref found, .. } if found == "99"),
+        "{e:?}"
+    );
 
     // An unreachable server is a typed, transient error.
     let port = s.port();
