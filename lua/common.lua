@@ -65,11 +65,12 @@ local function claim_jobs(k, prefix, now, lease, limit, out)
   for i = 1, #popped, 2 do
     local id = popped[i]
     local jk = prefix .. 'job:' .. id
-    local job = rcall('HMGET', jk, 'p', 'f')
+    local job = rcall('HMGET', jk, 'p', 'f', 'a')
     -- a pending id without a hash (evicted, or a torn write) is dropped
     if job[1] then
-      local token = rcall('HINCRBY', jk, 'a', '1')
-      rcall('HSET', jk, 'st', 'active')
+      -- one write for the new token and the state (the script is atomic)
+      local token = tostring((tonumber(job[3]) or 0) + 1)
+      rcall('HSET', jk, 'a', token, 'st', 'active')
       zargs[#zargs + 1] = deadline_s
       zargs[#zargs + 1] = id
       out[#out + 1] = id

@@ -133,6 +133,24 @@ fn held_or_done(done: bool) -> &'static str {
 }
 
 impl Error {
+    /// A copy of this error for each of several callers that shared one
+    /// failed server call (the coalesced enqueue). Transport and server
+    /// errors keep their kind; the rest keep their message.
+    pub(crate) fn duplicate(&self) -> Error {
+        match self {
+            Error::Redis(e) => Error::Redis(e.clone()),
+            Error::Timeout(d) => Error::Timeout(*d),
+            Error::Protocol { script, detail } => Error::Protocol {
+                script,
+                detail: detail.clone(),
+            },
+            other => Error::Protocol {
+                script: "enqueue",
+                detail: other.to_string(),
+            },
+        }
+    }
+
     /// True for failures of the transport (connection refused or dropped,
     /// timeouts, a server still loading): the same call may succeed later.
     /// Settlements and enqueues with a caller-chosen id are safe to retry.

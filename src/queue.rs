@@ -6,6 +6,7 @@ use std::time::Duration;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig, MultiplexedConnection};
 use redis::{AsyncConnectionConfig, Client, Value};
 use serde::Serialize;
+use tokio::sync::{Semaphore, mpsc, oneshot};
 
 use crate::error::{Error, Result};
 use crate::job::{Counts, EnqueueOptions, EnqueueStatus, Enqueued, JobInfo, JobState, Lease, millis};
@@ -209,6 +210,121 @@ pub struct ReapReport {
     pub promoted: u64,
 }
 
+/// Enqueue calls one queue keeps in flight while coalescing: few enough
+/// that concurrent enqueues pile up into batches, enough to hide a round trip.
+const ENQUEUE_CALLS_IN_FLIGHT: usize = 4;
+
+/// One `enqueue_with` waiting for the coalescer.
+struct EnqueueRequest {
+    payload: Vec<u8>,
+    opts: EnqueueOptions,
+    reply: oneshot::Sender<Result<Enqueued>>,
+}
+
+/// Sends single enqueues: a lone one at once, and those that arrive while
+/// earlier calls are in flight together in one script call, so many
+/// concurrent producers (web handlers) cost the server a fraction of a call
+/// each. Each caller still gets its own answer only after the server has
+/// stored its job. Ends when every `Queue` handle is dropped.
+async fn coalesce_enqueues(conn: ConnectionManager, keys: Keys, mut requests: mpsc::UnboundedReceiver<EnqueueRequest>) {
+    let calls = Arc::new(Semaphore::new(ENQUEUE_CALLS_IN_FLIGHT));
+    while let Some(first) = requests.recv().await {
+        let Ok(call) = calls.clone().acquire_owned().await else {
+            return;
+        };
+        let mut batch = vec![first];
+        while batch.len() < ENQUEUE_CHUNK {
+            match requests.try_recv() {
+                Ok(r) => batch.push(r),
+                Err(_) => break,
+            }
+        }
+        let (mut conn, keys) = (conn.clone(), keys.clone());
+        tokio::spawn(async move {
+            let jobs: Vec<(&[u8], &EnqueueOptions)> = batch.iter().map(|r| (r.payload.as_slice(), &r.opts)).collect();
+            let result = enqueue_call(&mut conn, &keys, &jobs).await;
+            drop(jobs);
+            match result {
+                Ok(out) if out.len() == batch.len() => {
+                    for (request, answer) in batch.into_iter().zip(out) {
+                        let _ = request.reply.send(Ok(answer));
+                    }
+                }
+                Ok(out) => {
+                    let detail = format!("{} answers for {} jobs", out.len(), batch.len());
+                    for request in batch {
+                        let _ = request.reply.send(Err(Error::Protocol {
+                            script: "enqueue",
+                            detail: detail.clone(),
+                        }));
+                    }
+                }
+                Err(e) => {
+                    for request in batch {
+                        let _ = request.reply.send(Err(e.duplicate()));
+                    }
+                }
+            }
+            drop(call);
+        });
+    }
+}
+
+/// The coalescer is gone: only when the runtime that started it shut down.
+fn gone() -> Error {
+    Error::Protocol {
+        script: "enqueue",
+        detail: "the enqueue task has stopped (its Tokio runtime shut down)".into(),
+    }
+}
+
+/// One enqueue script call for a batch of encoded jobs.
+async fn enqueue_call(
+    conn: &mut ConnectionManager,
+    k: &Keys,
+    jobs: &[(&[u8], &EnqueueOptions)],
+) -> Result<Vec<Enqueued>> {
+    let mut inv = SCRIPTS.enqueue.prepare_invoke();
+    inv.key(&k.seq).key(&k.pending).key(&k.delayed).key(&k.wake);
+    inv.arg(&k.base).arg(jobs.len());
+    for (bytes, o) in jobs {
+        let (dedup, ttl) = match &o.dedup {
+            Some((d, ttl)) => (d.as_str(), millis("dedup ttl", *ttl)?),
+            None => ("", 0),
+        };
+        inv.arg(o.id.as_deref().unwrap_or(""))
+            .arg(*bytes)
+            .arg(o.priority)
+            .arg(millis("delay", o.delay)?)
+            .arg(o.max_attempts)
+            .arg(o.max_stalls)
+            .arg(dedup)
+            .arg(ttl);
+    }
+    let v: Value = inv.invoke_async(conn).await?;
+    let mut r = Reply::new("enqueue", v)?;
+    let _now = r.uint()?;
+    let mut out = Vec::with_capacity(jobs.len());
+    while r.remaining() > 0 {
+        let status = match r.int()? {
+            1 => EnqueueStatus::Created,
+            2 => EnqueueStatus::Existing,
+            3 => EnqueueStatus::Deduplicated,
+            n => {
+                return Err(Error::Protocol {
+                    script: "enqueue",
+                    detail: format!("unknown status {n}"),
+                });
+            }
+        };
+        out.push(Enqueued {
+            id: r.string()?,
+            status,
+        });
+    }
+    Ok(out)
+}
+
 /// Reads claim.lua's `deadline, id, token, failures, payload, ...` tail.
 fn read_leases(r: &mut Reply, claimed_ms: u64) -> Result<Vec<Lease>> {
     let deadline_ms = r.uint()?;
@@ -247,6 +363,9 @@ struct Inner {
     /// The shared connection. A cluster connection can replace it later:
     /// every call goes through `conn()`, and every script is single-slot.
     conn: ConnectionManager,
+    /// Single enqueues go to `coalesce_enqueues`, which sends those that
+    /// arrive together in one script call.
+    enqueues: mpsc::UnboundedSender<EnqueueRequest>,
 }
 
 impl std::fmt::Debug for Queue {
@@ -317,6 +436,8 @@ impl Queue {
         opts: QueueOptions,
         keys: Keys,
     ) -> Result<Queue> {
+        let (enqueues, requests) = mpsc::unbounded_channel();
+        tokio::spawn(coalesce_enqueues(conn.clone(), keys.clone(), requests));
         let q = Queue {
             inner: Arc::new(Inner {
                 name: name.to_owned(),
@@ -324,6 +445,7 @@ impl Queue {
                 opts,
                 client,
                 conn,
+                enqueues,
             }),
         };
         q.check_layout().await?;
@@ -414,12 +536,17 @@ impl Queue {
     /// [`Error::InvalidOption`] for bad options.
     pub async fn enqueue_with<T: Serialize + ?Sized>(&self, payload: &T, opts: &EnqueueOptions) -> Result<Enqueued> {
         opts.validate()?;
-        let bytes = self.encode(payload)?;
-        let mut out = self.enqueue_raw(&[(bytes, opts)]).await?;
-        out.pop().ok_or_else(|| Error::Protocol {
-            script: "enqueue",
-            detail: "empty reply".into(),
-        })
+        let payload = self.encode(payload)?;
+        let (reply, answer) = oneshot::channel();
+        let request = EnqueueRequest {
+            payload,
+            opts: opts.clone(),
+            reply,
+        };
+        if self.inner.enqueues.send(request).is_err() {
+            return Err(gone());
+        }
+        answer.await.unwrap_or_else(|_| Err(gone()))
     }
 
     /// Enqueues many jobs with default options, a thousand per script call.
@@ -430,58 +557,17 @@ impl Queue {
     /// anything is sent; if a later chunk fails, earlier chunks are stored.
     pub async fn enqueue_bulk<T: Serialize>(&self, payloads: &[T]) -> Result<Vec<String>> {
         let opts = EnqueueOptions::default();
-        let encoded = payloads
-            .iter()
-            .map(|p| Ok((self.encode(p)?, &opts)))
-            .collect::<Result<Vec<_>>>()?;
+        let encoded = payloads.iter().map(|p| self.encode(p)).collect::<Result<Vec<_>>>()?;
         let mut ids = Vec::with_capacity(payloads.len());
         for chunk in encoded.chunks(ENQUEUE_CHUNK) {
-            ids.extend(self.enqueue_raw(chunk).await?.into_iter().map(|e| e.id));
+            let jobs: Vec<(&[u8], &EnqueueOptions)> = chunk.iter().map(|b| (b.as_slice(), &opts)).collect();
+            ids.extend(self.enqueue_raw(&jobs).await?.into_iter().map(|e| e.id));
         }
         Ok(ids)
     }
 
-    async fn enqueue_raw(&self, jobs: &[(Vec<u8>, &EnqueueOptions)]) -> Result<Vec<Enqueued>> {
-        let k = self.keys();
-        let mut inv = SCRIPTS.enqueue.prepare_invoke();
-        inv.key(&k.seq).key(&k.pending).key(&k.delayed).key(&k.wake);
-        inv.arg(&k.base).arg(jobs.len());
-        for (bytes, o) in jobs {
-            let (dedup, ttl) = match &o.dedup {
-                Some((d, ttl)) => (d.as_str(), millis("dedup ttl", *ttl)?),
-                None => ("", 0),
-            };
-            inv.arg(o.id.as_deref().unwrap_or(""))
-                .arg(bytes.as_slice())
-                .arg(o.priority)
-                .arg(millis("delay", o.delay)?)
-                .arg(o.max_attempts)
-                .arg(o.max_stalls)
-                .arg(dedup)
-                .arg(ttl);
-        }
-        let v: Value = inv.invoke_async(&mut self.conn()).await?;
-        let mut r = Reply::new("enqueue", v)?;
-        let _now = r.uint()?;
-        let mut out = Vec::with_capacity(jobs.len());
-        while r.remaining() > 0 {
-            let status = match r.int()? {
-                1 => EnqueueStatus::Created,
-                2 => EnqueueStatus::Existing,
-                3 => EnqueueStatus::Deduplicated,
-                n => {
-                    return Err(Error::Protocol {
-                        script: "enqueue",
-                        detail: format!("unknown status {n}"),
-                    });
-                }
-            };
-            out.push(Enqueued {
-                id: r.string()?,
-                status,
-            });
-        }
-        Ok(out)
+    async fn enqueue_raw(&self, jobs: &[(&[u8], &EnqueueOptions)]) -> Result<Vec<Enqueued>> {
+        enqueue_call(&mut self.conn(), self.keys(), jobs).await
     }
 
     /// Leases up to `max` ready jobs for `lease` (deadline = server time +

@@ -676,3 +676,43 @@ async fn settle_and_claim_refills_in_one_call() {
     let c = q.counts().await.unwrap();
     assert_eq!((c.completed, c.active, c.pending), (1, 1, 1));
 }
+
+// Concurrent single enqueues are coalesced into fewer script calls, and each caller still gets its own answer.
+#[tokio::test]
+async fn concurrent_enqueues_coalesce_with_exact_answers() {
+    let (s, q) = setup("coalesce").await;
+    let mut c = raw(&s).await;
+    let _: () = redis::cmd("CONFIG").arg("RESETSTAT").query_async(&mut c).await.unwrap();
+    let tasks: Vec<_> = (0..200u32)
+        .map(|i| {
+            let q = q.clone();
+            tokio::spawn(async move {
+                let opts = EnqueueOptions::new().id(format!("c-{}", i % 100));
+                (i, q.enqueue_with(&email(i), &opts).await.unwrap())
+            })
+        })
+        .collect();
+    let mut created = 0;
+    for t in tasks {
+        let (i, e) = t.await.unwrap();
+        assert_eq!(e.id, format!("c-{}", i % 100));
+        if e.status == EnqueueStatus::Created {
+            created += 1;
+        } else {
+            assert_eq!(e.status, EnqueueStatus::Existing);
+        }
+    }
+    assert_eq!(created, 100);
+    assert_eq!(q.counts().await.unwrap().pending, 100);
+    let stats: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    let calls: u64 = stats
+        .lines()
+        .filter(|l| l.starts_with("cmdstat_evalsha:") || l.starts_with("cmdstat_eval:"))
+        .filter_map(|l| l.split("calls=").nth(1)?.split(',').next()?.parse::<u64>().ok())
+        .sum();
+    assert!(calls < 200, "200 concurrent enqueues took {calls} script calls");
+}
