@@ -125,11 +125,14 @@ local function finish(moves, prefix, jk, id, state, now, keep, dd, fields)
 end
 
 -- Deletes the oldest records of `set_key` beyond the newest `keep` (-1:
--- keep all), at most 1,000 per call so the work stays bounded.
+-- keep all) once they exceed it by TRIM_SLACK, so a steady stream of
+-- completions trims every few dozen calls, not every call; at most 1,000
+-- per call so the work stays bounded.
+local TRIM_SLACK = 64
 local function trim(set_key, prefix, keep)
   if keep <= 0 then return end
   local over = rcall('ZCARD', set_key) - keep
-  if over <= 0 then return end
+  if over < TRIM_SLACK then return end
   if over > 1000 then over = 1000 end
   local old = rcall('ZPOPMIN', set_key, over)
   local doomed = {}

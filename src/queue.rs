@@ -48,7 +48,8 @@ pub enum Retention {
     /// deleted job then answers [`Error::JobNotFound`] instead of "already
     /// settled"; either way nothing changes twice.
     None,
-    /// Keep the newest `n` records; older ones are deleted a few per settle.
+    /// Keep the newest `n` records; older ones are deleted by the settles
+    /// once there are 64 more than `n`.
     Newest(u32),
 }
 
