@@ -27,7 +27,6 @@
 
 use std::time::Duration;
 
-use echomq::server::LocalServer;
 use echomq::{EffectMarker, Effects, JobState, Lease, MarkerState, Queue, Reaper};
 use redis::AsyncCommands;
 use redis::aio::MultiplexedConnection;
@@ -257,13 +256,7 @@ async fn demo(url: &str) -> Result<Readout, Error> {
 #[tokio::main]
 async fn main() -> Result<(), Error> {
     // Keep the server (if we started one) alive until the end of main.
-    let (url, _server) = match std::env::var("ECHOMQ_URL") {
-        Ok(url) => (url, None),
-        Err(_) => {
-            let server = LocalServer::start()?;
-            (server.url(), Some(server))
-        }
-    };
+    let (url, _server) = echomq::server::url_from_env_or_start()?;
     let r = demo(&url).await?;
     let mark = |n: i64| if n > 1 { "  <- duplicate" } else { "" };
     println!("1. plain handler: lease -> effect -> complete");

@@ -27,7 +27,6 @@
 
 use std::time::Duration;
 
-use echomq::server::LocalServer;
 use echomq::{Queue, Reaper};
 use redis::AsyncCommands;
 use serde::Serialize;
@@ -157,13 +156,7 @@ async fn demo(url: &str) -> Result<Vec<Row>, Box<dyn std::error::Error>> {
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     // Keep the server (if we started one) alive until the end of main.
-    let (url, _server) = match std::env::var("ECHOMQ_URL") {
-        Ok(url) => (url, None),
-        Err(_) => {
-            let server = LocalServer::start()?;
-            (server.url(), Some(server))
-        }
-    };
+    let (url, _server) = echomq::server::url_from_env_or_start()?;
     let rows = demo(&url).await?;
     println!("One job; the worker dies mid-job; a healthy worker takes what is left.\n");
     println!(

@@ -31,7 +31,6 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use echomq::server::LocalServer;
 use echomq::{Backoff, Consumer, EffectMarker, Job, MarkerState, OnceError, Queue};
 use serde::Serialize;
 
@@ -274,13 +273,7 @@ async fn main() -> Result<(), Error> {
     let seed = arg(&args, "--seed", now.as_nanos() as u64)?;
 
     // Keep the server (if we started one) alive until the end of main.
-    let (url, _server) = match std::env::var("ECHOMQ_URL") {
-        Ok(url) => (url, None),
-        Err(_) => {
-            let server = LocalServer::start()?;
-            (server.url(), Some(server))
-        }
-    };
+    let (url, _server) = echomq::server::url_from_env_or_start()?;
     let dir = std::env::temp_dir().join(format!(
         "echomq-effect-worker-{}-{}",
         std::process::id(),

@@ -20,7 +20,6 @@
 
 use std::time::Duration;
 
-use echomq::server::LocalServer;
 use echomq::{EffectMarker, Effects, Lease, Queue, Reaper};
 use redis::AsyncCommands;
 use redis::aio::MultiplexedConnection;
@@ -141,13 +140,7 @@ async fn demo(url: &str) -> Result<Vec<Row>, Error> {
 #[tokio::main]
 async fn main() -> Result<(), Error> {
     // Keep the server (if we started one) alive until the end of main.
-    let (url, _server) = match std::env::var("ECHOMQ_URL") {
-        Ok(url) => (url, None),
-        Err(_) => {
-            let server = LocalServer::start()?;
-            (server.url(), Some(server))
-        }
-    };
+    let (url, _server) = echomq::server::url_from_env_or_start()?;
     let rows = demo(&url).await?;
     println!("One job \"credit 100 cents\", delivered N times (every delivery but the last dies");
     println!("after its work, before the ack). Effects applied:\n");

@@ -5,7 +5,6 @@
 
 use std::time::Duration;
 
-use echomq::server::LocalServer;
 use echomq::{Backoff, Consumer, Job, Queue};
 use serde::{Deserialize, Serialize};
 
@@ -29,14 +28,7 @@ async fn signup_handler(queue: &Queue, user_id: u64) -> Result<String, echomq::E
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     tracing_subscriber::fmt().with_env_filter("echomq=info").init();
     // Keep the server (if we started one) alive until the end of main.
-    let (url, _server) = match std::env::var("ECHOMQ_URL") {
-        Ok(url) => (url, None),
-        Err(_) => {
-            let server = LocalServer::start()?;
-            println!("started a private server at {}", server.url());
-            (server.url(), Some(server))
-        }
-    };
+    let (url, _server) = echomq::server::url_from_env_or_start()?;
     let queue = Queue::connect(&url, "emails").await?;
 
     for user_id in 1..=5 {

@@ -158,7 +158,7 @@ use crate::error::{Error, Result};
 use crate::job::{Job, Lease, millis};
 use crate::keys::validate_id;
 use crate::queue::{Outcome, Queue, Settled};
-use crate::scripts::{Code, EffectCode, Reply, SCRIPTS, code, effect_code};
+use crate::scripts::{EffectCode, Reply, SCRIPTS, effect_code};
 
 /// Default lifetime of an effect marker: 7 days, set again on every claim.
 /// It must outlast the longest time a job can stay unfinished (retries with
@@ -833,18 +833,7 @@ impl Queue {
                 .unwrap_or_default();
             return Err(Error::EffectRefused { index, effect, reason });
         }
-        let outcome = match code("complete", status)? {
-            Code::Done(_) => Outcome::Completed,
-            Code::AlreadySettled => Outcome::AlreadySettled,
-            Code::NotFound => return Err(Error::JobNotFound(lease.id.clone())),
-            Code::LeaseLost => {
-                return Err(Error::LeaseLost {
-                    id: lease.id.clone(),
-                    token: lease.token,
-                });
-            }
-        };
-        Ok(Settled { outcome, server_ms })
+        self.settled("complete", lease, status, server_ms, Outcome::Completed)
     }
 }
 

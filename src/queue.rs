@@ -603,7 +603,7 @@ impl Queue {
         read_leases(&mut r, claimed_ms)
     }
 
-    fn settled(
+    pub(crate) fn settled(
         &self,
         script: &'static str,
         lease: &Lease,

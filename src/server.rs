@@ -442,6 +442,27 @@ impl Drop for LocalServer {
     }
 }
 
+/// The server examples and quick tools should talk to: `ECHOMQ_URL` when
+/// set, otherwise a private server started now. Keep the returned server
+/// alive (it stops on drop) for as long as the URL is used.
+///
+/// ```no_run
+/// let (url, _server) = echomq::server::url_from_env_or_start()?;
+/// # Ok::<(), echomq::server::ServerError>(())
+/// ```
+///
+/// # Errors
+/// As [`LocalServer::start`], when `ECHOMQ_URL` is unset.
+pub fn url_from_env_or_start() -> Result<(String, Option<LocalServer>), ServerError> {
+    match std::env::var("ECHOMQ_URL") {
+        Ok(url) => Ok((url, None)),
+        Err(_) => {
+            let server = LocalServer::start()?;
+            Ok((server.url(), Some(server)))
+        }
+    }
+}
+
 /// Finds the server binary to use, in this order:
 ///
 /// 1. the `ECHOMQ_SERVER_BIN` environment variable (a path, or a bare name
