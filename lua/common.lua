@@ -113,12 +113,14 @@ local function finish(moves, prefix, jk, id, state, now, keep, dd, fields)
     local mk = prefix .. 'de:' .. dd
     if rcall('GET', mk) == id then rcall('DEL', mk) end
   end
+  local now_s = tostring(now)
+  -- Written even when the record is about to be deleted, so a later item
+  -- of the same call sees the job settled (check_owner reads the hash).
+  rcall('HSET', jk, 'st', state, 'ft', now_s, unpack(fields))
   if keep == 0 then
     moves.delete[#moves.delete + 1] = jk
     return
   end
-  local now_s = tostring(now)
-  rcall('HSET', jk, 'st', state, 'ft', now_s, unpack(fields))
   local into = moves[state]
   into[#into + 1] = now_s
   into[#into + 1] = id

@@ -43,14 +43,8 @@ for j = 0, n - 1 do
   end
   if status == 1 then
     local seq = rcall('INCR', seq_key)
-    if id == '' then
-      id = tostring(seq)
-      -- a caller may have chosen an id that looks minted: skip past it
-      while rcall('EXISTS', prefix .. 'job:' .. id) == 1 do
-        seq = rcall('INCR', seq_key)
-        id = tostring(seq)
-      end
-    end
+    -- minted ids are all digits, which caller ids may not be (src/job.rs)
+    if id == '' then id = tostring(seq) end
     local jk = prefix .. 'job:' .. id
     local score = (127 - priority) * PRIO_STEP + seq
     local h = {'p', payload, 'sc', score, 'ct', now, 'st', 'pending'}

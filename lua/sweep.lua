@@ -19,34 +19,43 @@ local now = server_now()
 local sets = {pending = 1, active = 2, delayed = 3, completed = 4, failed = 5}
 local checked, repaired = 0, 0
 
+-- Checks one job hash against the sets (phase "jobs").
+local function check_job(jk)
+  checked = checked + 1
+  local id = string.sub(jk, #prefix + 5)
+  local f = rcall('HMGET', jk, 'p', 'st', 'sc', 'ft')
+  if not f[1] then
+    rcall('DEL', jk)
+    for i = 1, 5 do rcall('ZREM', KEYS[i], id) end
+    repaired = repaired + 1
+    return
+  end
+  local st = f[2]
+  local want = sets[st or '']
+  if not want then
+    st, want = 'pending', 1
+    rcall('HSET', jk, 'st', st)
+  end
+  if not rcall('ZSCORE', KEYS[want], id) then
+    local score = now
+    if st == 'pending' then score = f[3]
+    elseif st == 'completed' or st == 'failed' then score = f[4] or now end
+    rcall('ZADD', KEYS[want], score, id)
+    repaired = repaired + 1
+  end
+  for i = 1, 5 do
+    if i ~= want and rcall('ZREM', KEYS[i], id) == 1 then repaired = repaired + 1 end
+  end
+end
+
 if phase == 'jobs' then
-  local r = rcall('SCAN', cursor, 'MATCH', prefix .. 'job:*', 'COUNT', count)
+  -- The prefix holds the queue name, which may contain glob characters:
+  -- escape them, and still compare each key's prefix as a plain string.
+  local mine = prefix .. 'job:'
+  local pattern = string.gsub(mine, '[%*%?%[%]\\]', '\\%0') .. '*'
+  local r = rcall('SCAN', cursor, 'MATCH', pattern, 'COUNT', count)
   for _, jk in ipairs(r[2]) do
-    checked = checked + 1
-    local id = string.sub(jk, #prefix + 5)
-    local f = rcall('HMGET', jk, 'p', 'st', 'sc', 'ft')
-    if not f[1] then
-      rcall('DEL', jk)
-      for i = 1, 5 do rcall('ZREM', KEYS[i], id) end
-      repaired = repaired + 1
-    else
-      local st = f[2]
-      local want = sets[st or '']
-      if not want then
-        st, want = 'pending', 1
-        rcall('HSET', jk, 'st', st)
-      end
-      if not rcall('ZSCORE', KEYS[want], id) then
-        local score = now
-        if st == 'pending' then score = f[3]
-        elseif st == 'completed' or st == 'failed' then score = f[4] or now end
-        rcall('ZADD', KEYS[want], score, id)
-        repaired = repaired + 1
-      end
-      for i = 1, 5 do
-        if i ~= want and rcall('ZREM', KEYS[i], id) == 1 then repaired = repaired + 1 end
-      end
-    end
+    if string.sub(jk, 1, #mine) == mine then check_job(jk) end
   end
   return {r[1], checked, repaired}
 end

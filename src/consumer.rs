@@ -199,8 +199,18 @@ impl Settings {
             o(&event);
         }
     }
-    fn heartbeat(&self) -> Duration {
-        self.heartbeat.unwrap_or(self.lease / 3).max(Duration::from_millis(1))
+    /// The time between heartbeats: at most half the safety window, so a
+    /// beat always lands inside it; `None` (a heartbeat set at or above the
+    /// lease) turns heartbeats off.
+    fn heartbeat(&self) -> Option<Duration> {
+        match self.heartbeat {
+            Some(d) if d >= self.lease => None,
+            d => Some(
+                d.unwrap_or(self.lease / 3)
+                    .min(self.safety_window() / 2)
+                    .max(Duration::from_millis(1)),
+            ),
+        }
     }
     /// How long after a confirmed renewal (measured from when it was sent)
     /// the lease is still surely ours: the lease minus a margin for clock
@@ -263,11 +273,12 @@ where
         self.settings.lease = d.max(Duration::from_millis(10));
         self
     }
-    /// Time between heartbeats (default: a third of the lease). Keep it well
-    /// under the lease: the safety window (the lease minus a tenth) is
-    /// checked at each beat, so with beats further apart a lapsed lease goes
-    /// unnoticed until the handler returns (its settlement is then refused
-    /// by the server's token check, never applied twice).
+    /// Time between heartbeats (default: a third of the lease). It is
+    /// capped at half the safety window (the lease minus a tenth), so each
+    /// renewal lands while the lease surely holds. A value at or above the
+    /// lease turns heartbeats off: the lease then lapses after `lease`
+    /// whatever the handler does, and a late result is refused by the
+    /// server's token check, never applied twice.
     pub fn heartbeat(mut self, d: Duration) -> Self {
         self.settings.heartbeat = Some(d);
         self
@@ -486,9 +497,14 @@ async fn wait_for_work(
     let Some(conn) = waiter.as_mut() else { return };
     let mut cmd = redis::cmd("BLPOP");
     cmd.arg(&queue.keys().wake).arg(poll.as_secs_f64());
-    let blpop = cmd.query_async::<Option<(String, String)>>(conn);
+    // No response timeout on this connection (BLPOP blocks by design), so
+    // bound the wait here: a connection that died silently is replaced.
+    let blpop = tokio::time::timeout(
+        poll + Duration::from_secs(1),
+        cmd.query_async::<Option<(String, String)>>(conn),
+    );
     tokio::select! {
-        r = blpop => if let Err(e) = r {
+        r = blpop => if let Err(e) = r.map_err(|_| Error::Timeout(poll)).and_then(|r| r.map_err(Error::from)) {
             debug!(queue = queue.name(), error = %e, "wake-up wait failed; reconnecting");
             *waiter = None;
             tokio::select! { _ = sleep(poll.min(Duration::from_millis(200))) => {}, _ = stop.cancelled() => {} }
@@ -564,7 +580,10 @@ where
         // The lease is surely ours until `confirmed + lease` (measured from
         // when the claim or last renewal was *sent*).
         let mut confirmed = claimed_at;
-        let mut next_beat = claimed_at + s.heartbeat();
+        // Heartbeats off: a beat that never comes.
+        let far = Duration::from_secs(86_400 * 365);
+        let beat = s.heartbeat();
+        let mut next_beat = claimed_at + beat.unwrap_or(far);
         let ended = loop {
             tokio::select! {
                 r = &mut handler => break match r {
@@ -589,7 +608,7 @@ where
                     match timeout_at(safe_until, renewal).await {
                         Ok(Ok(deadline_ms)) => {
                             confirmed = sent;
-                            next_beat = sent + s.heartbeat();
+                            next_beat = sent + beat.unwrap_or(far);
                             s.emit(Event::Extended { id: &lease.id, token: lease.token, deadline_ms });
                         }
                         Ok(Err(e @ (Error::LeaseLost { .. } | Error::JobNotFound(_)))) => {
@@ -599,7 +618,7 @@ where
                         }
                         Ok(Err(e)) if Instant::now() < safe_until => {
                             debug!(error = %e, "heartbeat failed; retrying");
-                            next_beat = Instant::now() + (s.heartbeat() / 4).max(Duration::from_millis(5));
+                            next_beat = Instant::now() + (beat.unwrap_or(far) / 4).max(Duration::from_millis(5));
                         }
                         _ => {
                             warn!("lease renewal not confirmed within the safety window; cancelling the handler, its result will not be settled");
@@ -735,6 +754,7 @@ const MAX_SETTLE_BATCH: usize = 256;
 async fn settle_batch<H>(ctx: &Ctx<H>, batch: &mut Vec<Pending>) -> (Vec<Lease>, Vec<OwnedSemaphorePermit>) {
     let s = &ctx.settings;
     let mut pause = Duration::from_millis(10);
+    let mut first_try = true;
     loop {
         for p in batch.iter() {
             s.emit(Event::SettleSent {
@@ -744,7 +764,14 @@ async fn settle_batch<H>(ctx: &Ctx<H>, batch: &mut Vec<Pending>) -> (Vec<Lease>,
             });
         }
         let items: Vec<(&Lease, &Settle)> = batch.iter().map(|p| (&p.lease, &p.op)).collect();
-        let claim = if ctx.stop.is_cancelled() { 0 } else { items.len() };
+        // A resend after a failure of unknown outcome claims nothing: jobs
+        // the lost call may have leased would be stranded twice over.
+        let claim = if ctx.stop.is_cancelled() || !first_try {
+            0
+        } else {
+            items.len()
+        };
+        first_try = false;
         match ctx.queue.settle_and_claim(&items, s.max_attempts, claim, s.lease).await {
             Ok((results, leases)) => {
                 let mut slots = Vec::with_capacity(batch.len());

@@ -80,9 +80,11 @@ impl EnqueueOptions {
         Self::default()
     }
 
-    /// A caller-chosen job id. Enqueueing the same id twice yields one job
+    /// A caller-chosen job id (not all digits: those are minted ids).
+    /// Enqueueing the same id again while its record exists yields one job
     /// (the second call answers [`EnqueueStatus::Existing`]), which makes an
-    /// enqueue whose reply was lost safe to retry.
+    /// enqueue whose reply was lost safe to retry. Once the record is gone
+    /// (retention), the same id makes a new job.
     pub fn id(mut self, id: impl Into<String>) -> Self {
         self.id = Some(id.into());
         self
@@ -127,6 +129,13 @@ impl EnqueueOptions {
     pub(crate) fn validate(&self) -> Result<()> {
         if let Some(id) = &self.id {
             validate_id("job id", id)?;
+            if id.bytes().all(|b| b.is_ascii_digit()) {
+                return Err(Error::InvalidId {
+                    what: "job id",
+                    value: id.clone(),
+                    reason: "must not be all digits: those are the ids echomq mints (use e.g. \"order-42\")",
+                });
+            }
         }
         if let Some((d, _)) = &self.dedup {
             validate_id("dedup id", d)?;

@@ -215,6 +215,10 @@ pub struct ReapReport {
 /// that concurrent enqueues pile up into batches, enough to hide a round trip.
 const ENQUEUE_CALLS_IN_FLIGHT: usize = 4;
 
+/// Payload bytes past which the coalescer sends what it has, so one call
+/// stays well inside the response timeout.
+const ENQUEUE_BATCH_BYTES: usize = 1 << 20;
+
 /// One `enqueue_with` waiting for the coalescer.
 struct EnqueueRequest {
     payload: Vec<u8>,
@@ -233,10 +237,14 @@ async fn coalesce_enqueues(conn: ConnectionManager, keys: Keys, mut requests: mp
         let Ok(call) = calls.clone().acquire_owned().await else {
             return;
         };
+        let mut bytes = first.payload.len();
         let mut batch = vec![first];
-        while batch.len() < ENQUEUE_CHUNK {
+        while batch.len() < ENQUEUE_CHUNK && bytes < ENQUEUE_BATCH_BYTES {
             match requests.try_recv() {
-                Ok(r) => batch.push(r),
+                Ok(r) => {
+                    bytes += r.payload.len();
+                    batch.push(r);
+                }
                 Err(_) => break,
             }
         }

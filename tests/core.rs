@@ -344,10 +344,13 @@ async fn ids_and_dedup_make_enqueue_idempotent() {
     assert_eq!((a.status, b.status), (EnqueueStatus::Created, EnqueueStatus::Existing));
     assert_eq!(a.id, "order-7");
     assert_eq!(q.job("order-7").await.unwrap().decode::<Email>().unwrap(), email(1));
-    // Minted ids skip past caller ids that look minted.
-    q.enqueue_with(&email(3), &EnqueueOptions::new().id("2")).await.unwrap();
-    let minted = q.enqueue(&email(4)).await.unwrap();
-    assert_ne!(minted, "2");
+    // All-digit ids are the minted ones: a caller cannot take one.
+    let e = q
+        .enqueue_with(&email(3), &EnqueueOptions::new().id("2"))
+        .await
+        .unwrap_err();
+    assert!(matches!(e, Error::InvalidId { .. }), "{e:?}");
+    q.enqueue(&email(4)).await.unwrap();
 
     let d = EnqueueOptions::new().dedup("user-9", Duration::ZERO);
     let first = q.enqueue_with(&email(5), &d).await.unwrap();
@@ -361,7 +364,7 @@ async fn ids_and_dedup_make_enqueue_idempotent() {
     let third = q.enqueue_with(&email(7), &d).await.unwrap();
     assert_eq!(third.status, EnqueueStatus::Created);
     let c = q.counts().await.unwrap();
-    assert_eq!((c.active, c.completed, c.pending), (3, 1, 1));
+    assert_eq!((c.active, c.completed, c.pending), (2, 1, 1));
 }
 
 // Bad input gets a typed error and the queue keeps working.
@@ -719,4 +722,21 @@ async fn concurrent_enqueues_coalesce_with_exact_answers() {
         .filter_map(|l| l.split("calls=").nth(1)?.split(',').next()?.parse::<u64>().ok())
         .sum();
     assert!(calls < 200, "200 concurrent enqueues took {calls} script calls");
+}
+
+// The same lease twice in one batch settles once, even when finished records are deleted at once.
+#[tokio::test]
+async fn duplicate_items_in_one_batch_settle_once() {
+    let (_s, q) = setup_with("dup", QueueOptions::new().keep_completed(Retention::None)).await;
+    q.enqueue(&email(1)).await.unwrap();
+    let l = q.claim(1, LEASE).await.unwrap().remove(0);
+    let fail = Settle::Fail { reason: "x".into() };
+    let r = q.settle_many(&[(&l, &Settle::Complete), (&l, &fail)], 3).await.unwrap();
+    assert_eq!(r[0].as_ref().unwrap().outcome, Outcome::Completed);
+    assert!(
+        matches!(r[1], Err(Error::LeaseLost { .. }) | Err(Error::JobNotFound(_))),
+        "{:?}",
+        r[1]
+    );
+    assert_eq!(q.counts().await.unwrap(), echomq::Counts::default());
 }

@@ -85,3 +85,22 @@ async fn sweep_repairs_torn_state() {
     assert_eq!(rep.requeued, vec![(leased[0].id().to_owned(), 1)]);
     assert_eq!(q.job(leased[0].id()).await.unwrap().state, JobState::Pending);
 }
+
+// A queue whose name holds glob characters sweeps only its own jobs, never another queue's.
+#[tokio::test]
+async fn sweep_is_confined_to_its_queue() {
+    let server = LocalServer::start().unwrap();
+    let qa = Queue::connect(&server.url(), "a?").await.unwrap();
+    let qb = Queue::connect(&server.url(), "ab").await.unwrap();
+    qa.enqueue_bulk(&(0..10).collect::<Vec<u32>>()).await.unwrap();
+    for l in qa.claim(10, Duration::from_secs(30)).await.unwrap() {
+        qa.complete(&l).await.unwrap();
+    }
+    qb.enqueue_bulk(&(0..10).collect::<Vec<u32>>()).await.unwrap();
+    let before = (qa.counts().await.unwrap(), qb.counts().await.unwrap());
+    let r = qa.sweep(1000).await.unwrap();
+    assert_eq!(r.repaired, 0, "{r:?}");
+    assert_eq!(r.checked, 10 + 10, "its 10 hashes and 10 completed members");
+    assert_eq!(before, (qa.counts().await.unwrap(), qb.counts().await.unwrap()));
+    assert!(qa.claim(10, Duration::from_secs(30)).await.unwrap().is_empty());
+}

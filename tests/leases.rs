@@ -214,3 +214,26 @@ async fn consumer_survives_server_restart() {
     assert!(done, "consumer did not resume: {c:?}");
     assert!(c.completed >= 40, "{c:?}");
 }
+
+// A heartbeat set close to the lease is capped so renewals land in time: the job completes on its first attempt.
+#[tokio::test]
+async fn heartbeat_near_the_lease_is_capped() {
+    let (_s, q) = setup("hbcap").await;
+    let id = q.enqueue(&1).await.unwrap();
+    let handle = Consumer::new(q.clone(), |_job: Job<u32>| async {
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        Ok::<(), String>(())
+    })
+    .lease(Duration::from_millis(1000))
+    .heartbeat(Duration::from_millis(950))
+    .reap_interval(Duration::from_millis(50))
+    .spawn();
+    let done = eventually(Duration::from_secs(10), || async {
+        q.job(&id).await.unwrap().state == JobState::Completed
+    })
+    .await;
+    handle.shutdown().await;
+    assert!(done);
+    let info = q.job(&id).await.unwrap();
+    assert_eq!((info.attempts, info.stalls), (1, 0));
+}
