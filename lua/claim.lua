@@ -13,5 +13,5 @@
 local k = {pending = KEYS[1], active = KEYS[2], delayed = KEYS[3], wake = KEYS[4]}
 local now = server_now()
 local out = {now}
-claim_jobs(k, ARGV[1], now, tonumber(ARGV[2]), tonumber(ARGV[3]), out)
+claim_jobs(k, ARGV[1], now, tonumber(ARGV[2]), tonumber(ARGV[3]), true, out)
 return out

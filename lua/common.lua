@@ -52,13 +52,15 @@ local function promote_due(delayed_key, pending_key, wake_key, prefix, now, limi
 end
 
 -- Leases up to `limit` pending jobs until now + lease, after promoting up
--- to `limit` due delayed jobs. `k` holds pending, active, delayed, wake.
+-- to `limit` due delayed jobs when `promote` is set (a plain claim does;
+-- the settle path, hot under load, leaves promotion to the reaper and to
+-- plain claims). `k` holds pending, active, delayed, wake.
 -- Appends {deadline, id_1, token_1, failures_1, payload_1, ...} to `out`.
-local function claim_jobs(k, prefix, now, lease, limit, out)
+local function claim_jobs(k, prefix, now, lease, limit, promote, out)
   local deadline = now + lease
   out[#out + 1] = deadline
   if limit <= 0 then return end
-  promote_due(k.delayed, k.pending, k.wake, prefix, now, limit)
+  if promote then promote_due(k.delayed, k.pending, k.wake, prefix, now, limit) end
   local popped = rcall('ZPOPMIN', k.pending, limit)
   local deadline_s = tostring(deadline)
   local zargs = {}

@@ -15,7 +15,9 @@
 --   delay  retry delay, milliseconds ("0" otherwise)
 --   text   retry error text or fail reason ("" otherwise)
 -- then (optional) lease length in milliseconds and M, the most jobs to
--- lease after settling (as claim.lua).
+-- lease after settling (as claim.lua, but without promoting due delayed
+-- jobs: that costs a command per call on the hot path, and the reaper and
+-- plain claims do it).
 --
 -- Returns {now, code_1, due_1, ..., code_N, due_N} with codes as the
 -- one-job scripts (1 done, 3 failed terminally (retry), 2 already settled
@@ -49,6 +51,6 @@ end
 apply_moves(moves, k, prefix, keep_completed, keep_failed)
 local c = 6 + n * 5
 if ARGV[c + 1] then
-  claim_jobs(k, prefix, now, tonumber(ARGV[c]), tonumber(ARGV[c + 1]), out)
+  claim_jobs(k, prefix, now, tonumber(ARGV[c]), tonumber(ARGV[c + 1]), false, out)
 end
 return out

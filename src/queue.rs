@@ -650,9 +650,10 @@ impl Queue {
     }
 
     /// [`settle_many`](Self::settle_many), then leases up to `claim` jobs
-    /// for `lease` in the same script call (as [`claim`](Self::claim)): a
-    /// consumer refills the slots its finished jobs free without another
-    /// round trip.
+    /// for `lease` in the same script call (as [`claim`](Self::claim), but
+    /// without promoting due delayed jobs first: on this hot path that is
+    /// left to the reaper and to plain claims): a consumer refills the
+    /// slots its finished jobs free without another round trip.
     ///
     /// # Errors
     /// As [`settle_many`](Self::settle_many) and [`claim`](Self::claim).
