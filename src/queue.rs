@@ -611,6 +611,19 @@ impl Queue {
         read_leases(&mut r, claimed_ms)
     }
 
+    /// Maps a settling script's status: `Ok` for a move made or already
+    /// made, the typed error for a missing job or a lost lease.
+    fn owned(script: &'static str, lease: &Lease, status: i64) -> Result<Code> {
+        match code(script, status)? {
+            Code::NotFound => Err(Error::JobNotFound(lease.id.clone())),
+            Code::LeaseLost => Err(Error::LeaseLost {
+                id: lease.id.clone(),
+                token: lease.token,
+            }),
+            c => Ok(c),
+        }
+    }
+
     pub(crate) fn settled(
         &self,
         script: &'static str,
@@ -619,16 +632,9 @@ impl Queue {
         server_ms: u64,
         outcome: Outcome,
     ) -> Result<Settled> {
-        let outcome = match code(script, status)? {
-            Code::Done(_) => outcome,
+        let outcome = match Self::owned(script, lease, status)? {
             Code::AlreadySettled => Outcome::AlreadySettled,
-            Code::NotFound => return Err(Error::JobNotFound(lease.id.clone())),
-            Code::LeaseLost => {
-                return Err(Error::LeaseLost {
-                    id: lease.id.clone(),
-                    token: lease.token,
-                });
-            }
+            _ => outcome,
         };
         Ok(Settled { outcome, server_ms })
     }
@@ -848,8 +854,8 @@ impl Queue {
         inv.arg(crate::scripts::faults::client_now_ms());
         let v: Value = inv.invoke_async(&mut self.conn()).await?;
         let mut r = Reply::new("extend", v)?;
-        let (status, now) = (r.int()?, r.uint()?);
-        self.settled("extend", lease, status, now, Outcome::Released)?;
+        let (status, _now) = (r.int()?, r.uint()?);
+        Self::owned("extend", lease, status)?;
         lease.deadline_ms = r.uint()?;
         Ok(lease.deadline_ms)
     }

@@ -52,6 +52,25 @@ impl Args {
     }
 }
 
+impl Args {
+    /// The queue options every fault process uses: keep every record (the
+    /// checker reads them) and `--response-timeout-ms` (default 1,000) for
+    /// both timeouts.
+    pub fn queue_options(&self) -> echomq::QueueOptions {
+        let timeout = self.response_timeout();
+        echomq::QueueOptions::new()
+            .keep_completed(echomq::Retention::All)
+            .keep_failed(echomq::Retention::All)
+            .response_timeout(timeout)
+            .connection_timeout(timeout)
+    }
+
+    /// `--response-timeout-ms` (default 1,000).
+    pub fn response_timeout(&self) -> std::time::Duration {
+        std::time::Duration::from_millis(self.get("response-timeout-ms", 1000u64))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -93,3 +93,18 @@ pub async fn snapshot(server: &LocalServer, queue: &str) -> Vec<(String, String)
     }
     out
 }
+
+/// Runs a consumer whose handler succeeds at once until `completed` jobs of
+/// `queue` are completed (at most 10 s); returns whether they were.
+pub async fn complete_with_noop<T>(queue: &echomq::Queue, completed: u64) -> bool
+where
+    T: serde::de::DeserializeOwned + Send + 'static,
+{
+    let handle = echomq::Consumer::new(queue.clone(), |_job: echomq::Job<T>| async { Ok::<(), String>(()) }).spawn();
+    let done = eventually(Duration::from_secs(10), || async {
+        queue.counts().await.unwrap().completed == completed
+    })
+    .await;
+    handle.shutdown().await;
+    done
+}

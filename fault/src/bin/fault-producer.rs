@@ -15,7 +15,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use echomq::{EnqueueOptions, EnqueueStatus, Queue, QueueOptions, Retention};
+use echomq::{EnqueueOptions, EnqueueStatus, Queue};
 use echomq_fault::args::Args;
 use echomq_fault::history::{Ev, History};
 
@@ -33,12 +33,7 @@ async fn main() {
     let dedup_every: u64 = a.get("dedup-every", 0);
     let groups: u64 = a.get("dedup-groups", 5);
     let pace = Duration::from_millis(a.get("pace-ms", 0));
-    let timeout = Duration::from_millis(a.get("response-timeout-ms", 1000u64));
-    let opts = QueueOptions::new()
-        .keep_completed(Retention::All)
-        .keep_failed(Retention::All)
-        .response_timeout(timeout)
-        .connection_timeout(timeout);
+    let opts = a.queue_options();
     let until = Instant::now() + Duration::from_secs(60);
     let queue = loop {
         match Queue::connect_with(&url, &a.req("queue"), opts.clone()).await {

@@ -28,7 +28,7 @@ use std::time::{Duration, Instant};
 
 use echomq::{
     Backoff, Consumer, EffectMarker, Error, Event, Job, MarkerState, Once, OnceError, Outcome, Queue, QueueOptions,
-    Reaper, Retention,
+    Reaper,
 };
 use echomq_fault::args::Args;
 use echomq_fault::history::{Ev, History};
@@ -356,12 +356,8 @@ async fn main() {
     let role = a.get("role", "worker".to_string());
     let lease_ms: u64 = a.get("lease-ms", 1000);
     let guarded = a.get("guarded", false);
-    let timeout = Duration::from_millis(a.get("response-timeout-ms", 1000u64));
-    let opts = QueueOptions::new()
-        .keep_completed(Retention::All)
-        .keep_failed(Retention::All)
-        .response_timeout(timeout)
-        .connection_timeout(timeout);
+    let timeout = a.response_timeout();
+    let opts = a.queue_options();
     let queue = connect(&url, &qname, opts).await;
     hist.write(Ev::Start {
         role: role.clone(),
