@@ -33,6 +33,8 @@ pub const DEFAULT_SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(30);
 pub const DEFAULT_POLL_INTERVAL: Duration = Duration::from_secs(1);
 /// Most jobs leased in one claim call.
 pub const MAX_CLAIM_BATCH: usize = 64;
+/// Most jobs a consumer leases ahead of free handlers ([`Consumer::prefetch`]).
+pub const MAX_PREFETCH: usize = 1_000;
 
 /// An async job handler. Implemented for every
 /// `Fn(Job<T>) -> impl Future<Output = Result<(), E>>` with `E: Display`,
@@ -99,7 +101,8 @@ impl Backoff {
 #[derive(Debug)]
 #[non_exhaustive]
 pub enum Event<'a> {
-    /// A job was leased to this consumer; its handler starts next.
+    /// A job was leased to this consumer; its handler starts next (a
+    /// prefetched job's once a handler is free).
     Claimed {
         /// The job.
         id: &'a str,
@@ -182,6 +185,7 @@ type Observer = Arc<dyn Fn(&Event<'_>) + Send + Sync>;
 struct Settings {
     observer: Option<Observer>,
     concurrency: usize,
+    prefetch: usize,
     lease: Duration,
     heartbeat: Option<Duration>,
     backoff: Backoff,
@@ -219,6 +223,12 @@ impl Settings {
         let margin = (self.lease / 10).max(Duration::from_millis(20)).min(self.lease / 2);
         self.lease - margin
     }
+    /// How long a prefetched job may wait for a handler before it is
+    /// released: within it the lease surely holds, and the job's first
+    /// heartbeat (due at once after such a wait) renews it in time.
+    fn prefetch_wait(&self) -> Duration {
+        self.heartbeat().unwrap_or(self.safety_window() / 2)
+    }
 }
 
 /// Runs an async handler for each job of a queue. Configure with the
@@ -249,6 +259,7 @@ where
             settings: Settings {
                 observer: None,
                 concurrency: DEFAULT_CONCURRENCY,
+                prefetch: 0,
                 lease: DEFAULT_LEASE,
                 heartbeat: None,
                 backoff: DEFAULT_BACKOFF,
@@ -265,6 +276,24 @@ where
     /// Handlers running at once (default [`DEFAULT_CONCURRENCY`], at least 1).
     pub fn concurrency(mut self, n: usize) -> Self {
         self.settings.concurrency = n.max(1);
+        self
+    }
+    /// Jobs leased ahead of a free handler (default 0, at most
+    /// [`MAX_PREFETCH`]): with `n > 0` the consumer holds up to
+    /// `concurrency + n` leases, so when a handler finishes the next job
+    /// starts at once instead of after the round trip that settles the
+    /// finished one and leases another. That overlap is what a consumer of
+    /// short jobs at low concurrency waits on (see the README's figures).
+    ///
+    /// The cost: a prefetched job's lease runs while it waits, and no other
+    /// consumer can take it. So a job that waits longer than one heartbeat
+    /// interval (or half the safety window with heartbeats off) is released
+    /// back to pending at its own place (its attempt number grows, its
+    /// failures do not), and at shutdown waiting jobs are released, never
+    /// started. Keep it 0 for long jobs, or where several consumers should
+    /// share a small backlog evenly.
+    pub fn prefetch(mut self, n: usize) -> Self {
+        self.settings.prefetch = n.min(MAX_PREFETCH);
         self
     }
     /// Lease length (default [`DEFAULT_LEASE`], at least 10 ms). A worker
@@ -352,7 +381,8 @@ where
         let ctx = Arc::new(Ctx {
             queue: self.queue,
             handler: self.handler,
-            slots: Arc::new(Semaphore::new(self.settings.concurrency)),
+            slots: Arc::new(Semaphore::new(self.settings.concurrency + self.settings.prefetch)),
+            running: Arc::new(Semaphore::new(self.settings.concurrency)),
             settings: self.settings,
             stop: CancellationToken::new(),
             hard_stop: CancellationToken::new(),
@@ -407,8 +437,12 @@ struct Ctx<H> {
     queue: Queue,
     handler: Arc<H>,
     settings: Settings,
-    /// One permit per running job (and per finished job until it is settled).
+    /// One permit per lease held: running, prefetched, or finished until
+    /// it is settled (`concurrency + prefetch` in all).
     slots: Arc<Semaphore>,
+    /// One permit per running handler (`concurrency`); a fair semaphore, so
+    /// prefetched jobs start in the order they were leased.
+    running: Arc<Semaphore>,
     /// Fired by shutdown: lease no more jobs.
     stop: CancellationToken,
     /// Every job task, so shutdown can wait for them.
@@ -421,13 +455,14 @@ struct Ctx<H> {
 }
 
 /// A settlement waiting for the settler. It holds the job's slot, so the
-/// claim loop leases no more jobs than `concurrency` until it is applied.
+/// claim loop leases no more jobs than `concurrency + prefetch` until it is
+/// applied (a prefetched job released unstarted keeps its slot itself).
 struct Pending {
     lease: Lease,
     op: Settle,
     /// Past this the lease has lapsed on the server: stop retrying.
     deadline: Instant,
-    slot: OwnedSemaphorePermit,
+    slot: Option<OwnedSemaphorePermit>,
 }
 
 /// Claims while slots are free, until `stop`. (At full load the settler
@@ -563,8 +598,42 @@ where
             Err(e) => {
                 warn!(error = %e, "payload does not decode; failing the job");
                 let reason = format!("undecodable payload: {e}");
-                ctx.settle(lease, Settle::Fail { reason }, claimed_at + s.lease, permit);
+                ctx.settle(lease, Settle::Fail { reason }, claimed_at + s.lease, Some(permit));
                 return;
+            }
+        };
+        // A prefetched job waits here for a handler (see `Consumer::prefetch`).
+        let running = match ctx.running.clone().try_acquire_owned() {
+            Ok(p) => p,
+            Err(_) => {
+                let waited = tokio::select! {
+                    biased;
+                    _ = ctx.stop.cancelled() => None,
+                    p = ctx.running.clone().acquire_owned() => p.ok(),
+                    _ = sleep_until(claimed_at + s.prefetch_wait()) => None,
+                };
+                match waited {
+                    Some(p) => p,
+                    None if ctx.stop.is_cancelled() => {
+                        debug!("shutdown: releasing a prefetched job unstarted");
+                        ctx.settle(lease, Settle::Release, claimed_at + s.lease, Some(permit));
+                        return;
+                    }
+                    None => {
+                        // The handlers are slow: hand the job back for another
+                        // consumer, and keep its slot until a handler frees up,
+                        // so this consumer does not lease it (or another) again
+                        // only to wait once more.
+                        debug!("no handler free in time: releasing a prefetched job unstarted");
+                        ctx.settle(lease, Settle::Release, claimed_at + s.lease, None);
+                        tokio::select! {
+                            _ = ctx.stop.cancelled() => {}
+                            _ = ctx.running.clone().acquire_owned() => {}
+                        }
+                        drop(permit);
+                        return;
+                    }
+                }
             }
         };
         let cancel = ctx.hard_stop.child_token();
@@ -664,7 +733,9 @@ where
                 Settle::Release
             }
         };
-        ctx.settle(lease, op, settle_by, permit);
+        // The handler is done: a prefetched job may start while this settles.
+        drop(running);
+        ctx.settle(lease, op, settle_by, Some(permit));
     }
     .instrument(span)
     .await
@@ -680,8 +751,8 @@ impl<H> Ctx<H> {
         self.tasks.spawn(run_job::<T, H>(self.clone(), lease, claimed_at, slot));
     }
 
-    /// Hands a finished job to the settler (with its slot).
-    fn settle(&self, lease: Lease, op: Settle, deadline: Instant, slot: OwnedSemaphorePermit) {
+    /// Hands a finished job to the settler (with its slot, if it frees one).
+    fn settle(&self, lease: Lease, op: Settle, deadline: Instant, slot: Option<OwnedSemaphorePermit>) {
         let pending = Pending {
             lease,
             op,
@@ -734,7 +805,7 @@ where
                     deadline: sent + ctx.settings.lease,
                     lease,
                     op: Settle::Release,
-                    slot,
+                    slot: Some(slot),
                 }),
                 Some(slot) => ctx.start::<T>(lease, sent, slot),
                 None => break,
@@ -769,7 +840,7 @@ async fn settle_batch<H>(ctx: &Ctx<H>, batch: &mut Vec<Pending>) -> (Vec<Lease>,
         let claim = if ctx.stop.is_cancelled() || !first_try {
             0
         } else {
-            items.len()
+            batch.iter().filter(|p| p.slot.is_some()).count()
         };
         first_try = false;
         match ctx.queue.settle_and_claim(&items, s.max_attempts, claim, s.lease).await {
@@ -799,7 +870,7 @@ async fn settle_batch<H>(ctx: &Ctx<H>, batch: &mut Vec<Pending>) -> (Vec<Lease>,
                             });
                         }
                     }
-                    slots.push(p.slot);
+                    slots.extend(p.slot);
                 }
                 return (leases, slots);
             }

@@ -44,6 +44,8 @@ impl Bins {
 pub struct WorkerOpts {
     /// Handlers at once.
     pub concurrency: usize,
+    /// Jobs leased ahead of free handlers (`Consumer::prefetch`).
+    pub prefetch: usize,
     /// Lease length.
     pub lease_ms: u64,
     /// Heartbeat interval (default a third of the lease).
@@ -68,6 +70,7 @@ impl Default for WorkerOpts {
     fn default() -> Self {
         WorkerOpts {
             concurrency: 8,
+            prefetch: 0,
             lease_ms: 1000,
             heartbeat_ms: None,
             work_ms: 0,
@@ -245,6 +248,7 @@ impl Run {
             format!("--url={}", o.url.as_deref().unwrap_or(&self.client_url)),
             "--role=worker".into(),
             format!("--concurrency={}", o.concurrency),
+            format!("--prefetch={}", o.prefetch),
             format!("--lease-ms={}", o.lease_ms),
             format!("--work-ms={}", o.work_ms),
             format!("--shutdown-timeout-ms={}", o.shutdown_timeout_ms),

@@ -169,7 +169,8 @@ pub fn kill_point(ctx: &Ctx, point: &str) -> Outcome {
 }
 
 /// Workers are SIGKILLed at random times and at random kill points while
-/// `jobs` jobs flow; each killed worker is replaced at once.
+/// `jobs` jobs flow; each killed worker is replaced at once. Half the
+/// workers prefetch, so kills also catch leases held ahead of handlers.
 pub fn random_kills(ctx: &Ctx, jobs: u64, workers: usize, kill_every_ms: u64, limit: Duration) -> Outcome {
     let server = ctx.server(false);
     let mut run = Run::new(&ctx.bins, &server.url(), "random");
@@ -183,6 +184,7 @@ pub fn random_kills(ctx: &Ctx, jobs: u64, workers: usize, kill_every_ms: u64, li
     let points = ["before_effect", "after_effect_before_ack", "after_ack"];
     let opts = || WorkerOpts {
         concurrency: 8,
+        prefetch: if fastrand::bool() { 8 } else { 0 },
         lease_ms: 1000,
         work_ms: 2,
         pause: Some((points[fastrand::usize(0..3)].into(), 0.002, 1)),
@@ -673,9 +675,11 @@ pub fn graceful_shutdown(ctx: &Ctx, jobs: u64) -> Outcome {
         shutdown_timeout_ms: 2000,
         ..WorkerOpts::default()
     });
+    // It prefetches too: its waiting jobs are handed back unstarted.
     let slow = run.worker(&WorkerOpts {
         work_ms: 5000,
         shutdown_timeout_ms: 500,
+        prefetch: 4,
         ..WorkerOpts::default()
     });
     let busy = wait_until(Duration::from_secs(20), || {

@@ -1,0 +1,193 @@
+//! `Consumer::prefetch`: leases held ahead of free handlers never raise the
+//! number of handlers running, a prefetched job that waits too long goes
+//! back to pending unstarted (and is not leased again until a handler frees
+//! up), and shutdown hands prefetched jobs back without starting them.
+
+mod common;
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use common::{eventually, setup};
+use echomq::{Consumer, Event, Job, JobState};
+
+/// Every observer event as (job id, "kind:token[:detail]").
+type Log = Arc<Mutex<Vec<(String, String)>>>;
+
+fn recorder() -> (Log, impl Fn(&Event<'_>) + Send + Sync + 'static) {
+    let log: Log = Arc::default();
+    let l = log.clone();
+    let f = move |e: &Event<'_>| {
+        let (id, s) = match e {
+            Event::Claimed { id, token, .. } => (id, format!("claimed:{token}")),
+            Event::HandlerDone { id, token, result } => (id, format!("done:{token}:{result}")),
+            Event::Settled { id, token, op, .. } => (id, format!("settled:{token}:{op}")),
+            _ => return,
+        };
+        l.lock().unwrap().push((id.to_string(), s));
+    };
+    (log, f)
+}
+
+fn events_of(log: &Log, id: &str) -> Vec<String> {
+    log.lock()
+        .unwrap()
+        .iter()
+        .filter(|(j, _)| j == id)
+        .map(|(_, e)| e.clone())
+        .collect()
+}
+
+// With concurrency 2 and prefetch 3 the consumer holds more leases than
+// handlers (up to 5), but never runs more than 2 handlers at once.
+#[tokio::test]
+async fn prefetch_holds_more_leases_but_runs_no_more_handlers() {
+    let (_s, q) = setup("prefetch-bounds").await;
+    let n = 300;
+    let payloads: Vec<u32> = (0..n).collect();
+    q.enqueue_bulk(&payloads).await.unwrap();
+    let running = Arc::new(AtomicUsize::new(0));
+    let max_running = Arc::new(AtomicUsize::new(0));
+    let handled = Arc::new(AtomicUsize::new(0));
+    let handler = {
+        let (running, max_running, handled) = (running.clone(), max_running.clone(), handled.clone());
+        move |_job: Job<u32>| {
+            let (running, max_running, handled) = (running.clone(), max_running.clone(), handled.clone());
+            async move {
+                let now = running.fetch_add(1, Ordering::SeqCst) + 1;
+                max_running.fetch_max(now, Ordering::SeqCst);
+                tokio::time::sleep(Duration::from_millis(2)).await;
+                running.fetch_sub(1, Ordering::SeqCst);
+                handled.fetch_add(1, Ordering::SeqCst);
+                Ok::<(), String>(())
+            }
+        }
+    };
+    // Sample the leases the server sees while the backlog drains.
+    let sampling = Arc::new(AtomicBool::new(true));
+    let sampler = {
+        let (q, sampling) = (q.clone(), sampling.clone());
+        tokio::spawn(async move {
+            let mut max_active = 0;
+            while sampling.load(Ordering::SeqCst) {
+                max_active = max_active.max(q.counts().await.unwrap().active);
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+            max_active
+        })
+    };
+    let consumer = Consumer::new(q.clone(), handler).concurrency(2).prefetch(3).spawn();
+    assert!(
+        eventually(Duration::from_secs(30), || async {
+            q.counts().await.unwrap().completed == u64::from(n)
+        })
+        .await,
+        "backlog not drained: {:?}",
+        q.counts().await.unwrap()
+    );
+    consumer.shutdown().await;
+    sampling.store(false, Ordering::SeqCst);
+    let max_active = sampler.await.unwrap();
+    assert_eq!(handled.load(Ordering::SeqCst), n as usize, "each job handled once");
+    assert_eq!(max_running.load(Ordering::SeqCst), 2, "handlers at once");
+    assert!(max_active <= 5, "leases held: {max_active} > concurrency + prefetch");
+    assert!(
+        max_active > 2,
+        "no lease was ever held ahead of a handler ({max_active})"
+    );
+    let c = q.counts().await.unwrap();
+    assert_eq!((c.pending, c.active, c.delayed, c.failed), (0, 0, 0, 0));
+}
+
+// A prefetched job that waits longer than a heartbeat interval for a slow
+// handler is released unstarted, and is not leased again (no churn) until
+// the handler finishes; then it runs once.
+#[tokio::test]
+async fn slow_handler_releases_the_prefetched_job_once() {
+    let (_s, q) = setup("prefetch-slow").await;
+    let slow = q.enqueue(&1u32).await.unwrap();
+    let next = q.enqueue(&2u32).await.unwrap();
+    let (log, obs) = recorder();
+    let consumer = Consumer::new(q.clone(), |job: Job<u32>| async move {
+        if *job.payload() == 1 {
+            tokio::time::sleep(Duration::from_millis(900)).await;
+        }
+        Ok::<(), String>(())
+    })
+    .concurrency(1)
+    .prefetch(1)
+    .lease(Duration::from_millis(300))
+    .heartbeat(Duration::from_millis(100))
+    .observer(obs)
+    .spawn();
+    assert!(
+        eventually(Duration::from_secs(10), || async {
+            q.job(&next).await.unwrap().state == JobState::Completed
+        })
+        .await
+    );
+    consumer.shutdown().await;
+    assert_eq!(q.job(&slow).await.unwrap().attempts, 1);
+    let ev = events_of(&log, &next);
+    // Leased with the slow job, released unstarted, leased once more.
+    assert_eq!(
+        ev,
+        [
+            "claimed:1",
+            "settled:1:release",
+            "claimed:2",
+            "done:2:ok",
+            "settled:2:complete"
+        ],
+        "events of the prefetched job"
+    );
+    let info = q.job(&next).await.unwrap();
+    assert_eq!((info.attempts, info.failures, info.stalls), (2, 0, 0));
+}
+
+// Shutdown lets the running handler finish and hands the prefetched jobs
+// back without running them.
+#[tokio::test]
+async fn shutdown_releases_prefetched_jobs_unstarted() {
+    let (_s, q) = setup("prefetch-stop").await;
+    let ids: Vec<String> = q.enqueue_bulk(&[1u32, 2, 3]).await.unwrap();
+    let started = Arc::new(tokio::sync::Notify::new());
+    let (log, obs) = recorder();
+    let consumer = {
+        let started = started.clone();
+        Consumer::new(q.clone(), move |_job: Job<u32>| {
+            let started = started.clone();
+            async move {
+                started.notify_one();
+                tokio::time::sleep(Duration::from_millis(300)).await;
+                Ok::<(), String>(())
+            }
+        })
+        .concurrency(1)
+        .prefetch(2)
+        .observer(obs)
+        .spawn()
+    };
+    tokio::time::timeout(Duration::from_secs(10), started.notified())
+        .await
+        .unwrap();
+    assert_eq!(q.counts().await.unwrap().active, 3, "one running, two prefetched");
+    consumer.shutdown().await;
+    let mut states = HashMap::new();
+    for id in &ids {
+        states.insert(id.clone(), q.job(id).await.unwrap().state);
+    }
+    assert_eq!(states[&ids[0]], JobState::Completed, "the running job finished");
+    for id in &ids[1..] {
+        assert_eq!(states[id], JobState::Pending, "prefetched job {id} handed back");
+        assert_eq!(
+            events_of(&log, id),
+            ["claimed:1", "settled:1:release"],
+            "job {id} never started"
+        );
+    }
+    let c = q.counts().await.unwrap();
+    assert_eq!((c.pending, c.active, c.completed), (2, 0, 1));
+}
