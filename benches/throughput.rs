@@ -26,7 +26,8 @@
 //!
 //! Sizes (environment):
 //! - `N` (50000) jobs per throughput figure, `RUNS` (3), `CONCS` (1,16,64),
-//!   `RETENTION` (`default,none`: `keep_completed` `Newest(1000)` or `None`);
+//!   `RETENTION` (`default,none`: `keep_completed` `Newest(1000)` or `None`),
+//!   `PREFETCH` (0: the consumer's [`prefetch`](echomq::Consumer::prefetch));
 //! - `LAT_RATE` (1000 jobs/s), `LAT_N` (5000 jobs), `LAT_CONSUMERS` (2),
 //!   `LAT_CONC` (16 per consumer);
 //! - `COST_N` (20000) jobs per server-cost phase, `MEM_N` (20000) pending
@@ -156,6 +157,7 @@ struct Cfg {
     runs: usize,
     concs: Vec<usize>,
     retentions: Vec<Ret>,
+    prefetch: usize,
     lat_rate: f64,
     lat_n: usize,
     lat_consumers: usize,
@@ -201,6 +203,7 @@ fn main() {
         runs: env_or("RUNS", 3),
         concs: env_list("CONCS", "1,16,64"),
         retentions: env_list("RETENTION", "default,none"),
+        prefetch: env_or("PREFETCH", 0),
         lat_rate: env_or("LAT_RATE", 1_000.0),
         lat_n: env_or("LAT_N", 5_000),
         lat_consumers: env_or("LAT_CONSUMERS", 2),
@@ -458,7 +461,11 @@ impl Bench {
         };
         let before = self.snap().await;
         let spawned = Instant::now();
-        let consumer = Consumer::new(q.clone(), handler).concurrency(conc).spawn();
+        let prefetch = self.cfg.prefetch;
+        let consumer = Consumer::new(q.clone(), handler)
+            .concurrency(conc)
+            .prefetch(prefetch)
+            .spawn();
         let limit = Duration::from_secs(120 + (n / 200) as u64);
         if timeout(limit, all_started.notified()).await.is_err() {
             panic!(
@@ -478,7 +485,7 @@ impl Bench {
         let s = end.duration_since(first).as_secs_f64();
         let mut line = json!({
             "op": "process_noop", "retention": ret.name(), "retention_detail": ret.detail(),
-            "n": n, "conc": conc, "run": run, "seconds": round(s, 4), "jobs_per_s": round(n as f64 / s, 1),
+            "n": n, "conc": conc, "prefetch": prefetch, "run": run, "seconds": round(s, 4), "jobs_per_s": round(n as f64 / s, 1),
             "startup_s": round(first.duration_since(spawned).as_secs_f64(), 4),
             "check_completed_kept": counts.completed, "check_failed": counts.failed,
             "check_left": counts.pending + counts.active + counts.delayed, "check_handler_calls": handled,
