@@ -27,7 +27,8 @@
 //! Sizes (environment):
 //! - `N` (50000) jobs per throughput figure, `RUNS` (3), `CONCS` (1,16,64),
 //!   `RETENTION` (`default,none`: `keep_completed` `Newest(1000)` or `None`),
-//!   `PREFETCH` (0: the consumer's [`prefetch`](echomq::Consumer::prefetch));
+//!   `PREFETCH` (`auto`, the default, or a number: the consumer's
+//!   [`prefetch`](echomq::Consumer::prefetch));
 //! - `LAT_RATE` (1000 jobs/s), `LAT_N` (5000 jobs), `LAT_CONSUMERS` (2),
 //!   `LAT_CONC` (16 per consumer);
 //! - `COST_N` (20000) jobs per server-cost phase, `MEM_N` (20000) pending
@@ -157,7 +158,8 @@ struct Cfg {
     runs: usize,
     concs: Vec<usize>,
     retentions: Vec<Ret>,
-    prefetch: usize,
+    /// `None`: the consumer's default (automatic prefetch).
+    prefetch: Option<usize>,
     lat_rate: f64,
     lat_n: usize,
     lat_consumers: usize,
@@ -203,7 +205,12 @@ fn main() {
         runs: env_or("RUNS", 3),
         concs: env_list("CONCS", "1,16,64"),
         retentions: env_list("RETENTION", "default,none"),
-        prefetch: env_or("PREFETCH", 0),
+        prefetch: match std::env::var("PREFETCH") {
+            Ok(v) if !v.trim().is_empty() && v.trim() != "auto" => {
+                Some(v.trim().parse().expect("PREFETCH: a number, or auto"))
+            }
+            _ => None,
+        },
         lat_rate: env_or("LAT_RATE", 1_000.0),
         lat_n: env_or("LAT_N", 5_000),
         lat_consumers: env_or("LAT_CONSUMERS", 2),
@@ -461,11 +468,12 @@ impl Bench {
         };
         let before = self.snap().await;
         let spawned = Instant::now();
-        let prefetch = self.cfg.prefetch;
-        let consumer = Consumer::new(q.clone(), handler)
-            .concurrency(conc)
-            .prefetch(prefetch)
-            .spawn();
+        let mut consumer = Consumer::new(q.clone(), handler).concurrency(conc);
+        if let Some(n) = self.cfg.prefetch {
+            consumer = consumer.prefetch(n);
+        }
+        let consumer = consumer.spawn();
+        let prefetch = self.cfg.prefetch.map_or(json!("auto"), |n| json!(n));
         let limit = Duration::from_secs(120 + (n / 200) as u64);
         if timeout(limit, all_started.notified()).await.is_err() {
             panic!(

@@ -4,7 +4,8 @@
 
 use std::fmt::Display;
 use std::marker::PhantomData;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use redis::aio::MultiplexedConnection;
@@ -35,6 +36,12 @@ pub const DEFAULT_POLL_INTERVAL: Duration = Duration::from_secs(1);
 pub const MAX_CLAIM_BATCH: usize = 64;
 /// Most jobs a consumer leases ahead of free handlers ([`Consumer::prefetch`]).
 pub const MAX_PREFETCH: usize = 1_000;
+/// Automatic prefetch leases ahead while the average handler runs for less
+/// than this many settle round trips (see [`Consumer::prefetch`]).
+pub const AUTO_PREFETCH_RATIO: u64 = 4;
+/// The longest a job leased ahead by automatic prefetch waits for a
+/// handler before it is released (at most the heartbeat interval).
+pub const AUTO_PREFETCH_WAIT: Duration = Duration::from_secs(1);
 
 /// An async job handler. Implemented for every
 /// `Fn(Job<T>) -> impl Future<Output = Result<(), E>>` with `E: Display`,
@@ -185,7 +192,8 @@ type Observer = Arc<dyn Fn(&Event<'_>) + Send + Sync>;
 struct Settings {
     observer: Option<Observer>,
     concurrency: usize,
-    prefetch: usize,
+    /// `None`: automatic.
+    prefetch: Option<usize>,
     lease: Duration,
     heartbeat: Option<Duration>,
     backoff: Backoff,
@@ -227,7 +235,17 @@ impl Settings {
     /// released: within it the lease surely holds, and the job's first
     /// heartbeat (due at once after such a wait) renews it in time.
     fn prefetch_wait(&self) -> Duration {
-        self.heartbeat().unwrap_or(self.safety_window() / 2)
+        let wait = self.heartbeat().unwrap_or(self.safety_window() / 2);
+        if self.prefetch.is_none() {
+            wait.min(AUTO_PREFETCH_WAIT)
+        } else {
+            wait
+        }
+    }
+    /// The most jobs leased ahead of free handlers: the fixed number, or
+    /// for automatic prefetch the concurrency, at least 4 and at most 32.
+    fn extra(&self) -> usize {
+        self.prefetch.unwrap_or_else(|| self.concurrency.clamp(4, 32))
     }
 }
 
@@ -259,7 +277,7 @@ where
             settings: Settings {
                 observer: None,
                 concurrency: DEFAULT_CONCURRENCY,
-                prefetch: 0,
+                prefetch: None,
                 lease: DEFAULT_LEASE,
                 heartbeat: None,
                 backoff: DEFAULT_BACKOFF,
@@ -278,22 +296,31 @@ where
         self.settings.concurrency = n.max(1);
         self
     }
-    /// Jobs leased ahead of a free handler (default 0, at most
-    /// [`MAX_PREFETCH`]): with `n > 0` the consumer holds up to
-    /// `concurrency + n` leases, so when a handler finishes the next job
-    /// starts at once instead of after the round trip that settles the
-    /// finished one and leases another. That overlap is what a consumer of
-    /// short jobs at low concurrency waits on (see the README's figures).
+    /// Jobs leased ahead of free handlers, fixed at `n` (at most
+    /// [`MAX_PREFETCH`]); `0` turns leasing ahead off. The consumer then
+    /// holds up to `concurrency + n` leases, so when a handler finishes the
+    /// next job starts at once instead of after the round trip that settles
+    /// the finished one and leases another, and one call settles and leases
+    /// several jobs even at concurrency 1. That round trip is what a
+    /// consumer of short jobs at low concurrency waits on.
     ///
-    /// The cost: a prefetched job's lease runs while it waits, and no other
-    /// consumer can take it. So a job that waits longer than one heartbeat
-    /// interval (or half the safety window with heartbeats off) is released
-    /// back to pending at its own place (its attempt number grows, its
-    /// failures do not), and at shutdown waiting jobs are released, never
-    /// started. Keep it 0 for long jobs, or where several consumers should
-    /// share a small backlog evenly.
+    /// By default prefetch is automatic: up to `concurrency` jobs (at least
+    /// 4, at most 32) are leased ahead, but only while the average handler
+    /// runs for less than [`AUTO_PREFETCH_RATIO`] settle round trips (both
+    /// measured by the consumer as it goes; off until measured). Longer
+    /// handlers gain next to nothing from it, so then the consumer leases
+    /// only for free handlers, as with `prefetch(0)`.
+    ///
+    /// The cost: a job leased ahead runs down its lease while it waits, and
+    /// no other consumer can take it. So a job that waits longer than one
+    /// heartbeat interval (automatic: at most [`AUTO_PREFETCH_WAIT`]; half
+    /// the safety window with heartbeats off) is released back to pending
+    /// at its own place (its attempt number grows, its failures do not), and
+    /// the consumer leases no more ahead until a handler frees up; at
+    /// shutdown waiting jobs are released, never started. Handlers running
+    /// never exceed `concurrency`.
     pub fn prefetch(mut self, n: usize) -> Self {
-        self.settings.prefetch = n.min(MAX_PREFETCH);
+        self.settings.prefetch = Some(n.min(MAX_PREFETCH));
         self
     }
     /// Lease length (default [`DEFAULT_LEASE`], at least 10 ms). A worker
@@ -381,8 +408,16 @@ where
         let ctx = Arc::new(Ctx {
             queue: self.queue,
             handler: self.handler,
-            slots: Arc::new(Semaphore::new(self.settings.concurrency + self.settings.prefetch)),
+            slots: Slots::new(
+                self.settings.concurrency
+                    + if self.settings.prefetch.is_some() {
+                        self.settings.extra()
+                    } else {
+                        0
+                    },
+            ),
             running: Arc::new(Semaphore::new(self.settings.concurrency)),
+            auto: self.settings.prefetch.is_none().then(AutoPrefetch::default),
             settings: self.settings,
             stop: CancellationToken::new(),
             hard_stop: CancellationToken::new(),
@@ -437,12 +472,14 @@ struct Ctx<H> {
     queue: Queue,
     handler: Arc<H>,
     settings: Settings,
-    /// One permit per lease held: running, prefetched, or finished until
-    /// it is settled (`concurrency + prefetch` in all).
-    slots: Arc<Semaphore>,
+    /// One per lease held: running, prefetched, or finished until it is
+    /// settled (`concurrency`, plus the prefetch while leasing ahead).
+    slots: Arc<Slots>,
     /// One permit per running handler (`concurrency`); a fair semaphore, so
     /// prefetched jobs start in the order they were leased.
     running: Arc<Semaphore>,
+    /// Automatic prefetch's measurements (`None`: a fixed prefetch).
+    auto: Option<AutoPrefetch>,
     /// Fired by shutdown: lease no more jobs.
     stop: CancellationToken,
     /// Every job task, so shutdown can wait for them.
@@ -454,6 +491,114 @@ struct Ctx<H> {
     settle_tx: mpsc::UnboundedSender<Pending>,
 }
 
+/// What automatic prefetch decides on: moving averages of handler run
+/// time and of settle round trips (in µs; 0 until the first sample).
+#[derive(Default)]
+struct AutoPrefetch {
+    handler_us: AtomicU64,
+    round_trip_us: AtomicU64,
+}
+
+impl AutoPrefetch {
+    /// Lease ahead while handlers are short next to a round trip.
+    fn on(&self) -> bool {
+        let (h, r) = (
+            self.handler_us.load(Ordering::Relaxed),
+            self.round_trip_us.load(Ordering::Relaxed),
+        );
+        h > 0 && r > 0 && h < AUTO_PREFETCH_RATIO.saturating_mul(r)
+    }
+    /// Adds a sample to a moving average (weight 1/8; racing updates may
+    /// drop a sample, which an average can afford).
+    fn record(avg: &AtomicU64, sample: Duration) {
+        let x = u64::try_from(sample.as_micros()).unwrap_or(u64::MAX).max(1);
+        let old = avg.load(Ordering::Relaxed);
+        let new = if old == 0 { x } else { old - old / 8 + x / 8 };
+        avg.store(new.max(1), Ordering::Relaxed);
+    }
+}
+
+/// The consumer's lease slots: a semaphore whose size automatic prefetch
+/// grows by the prefetch while leasing ahead and shrinks back after.
+struct Slots {
+    sem: Arc<Semaphore>,
+    /// Leasing ahead now (automatic prefetch).
+    ahead: AtomicBool,
+    /// Permits still to retire after leasing ahead stopped: slots in use
+    /// then are retired as they come back. The lock also orders switches.
+    debt: Mutex<usize>,
+}
+
+/// One lease slot; dropping it frees it (or retires it, see [`Slots`]).
+struct Slot {
+    permit: Option<OwnedSemaphorePermit>,
+    slots: Arc<Slots>,
+}
+
+impl Slots {
+    fn new(n: usize) -> Arc<Slots> {
+        Arc::new(Slots {
+            sem: Arc::new(Semaphore::new(n)),
+            ahead: AtomicBool::new(false),
+            debt: Mutex::new(0),
+        })
+    }
+    fn debt(&self) -> std::sync::MutexGuard<'_, usize> {
+        self.debt.lock().unwrap_or_else(|e| e.into_inner())
+    }
+    /// Slots still to retire.
+    fn owed(&self) -> usize {
+        if self.ahead.load(Ordering::Relaxed) {
+            0
+        } else {
+            *self.debt()
+        }
+    }
+    async fn acquire(self: &Arc<Self>) -> Option<Slot> {
+        let permit = self.sem.clone().acquire_owned().await.ok()?;
+        Some(Slot {
+            permit: Some(permit),
+            slots: self.clone(),
+        })
+    }
+    fn try_acquire(self: &Arc<Self>) -> Option<Slot> {
+        let permit = self.sem.clone().try_acquire_owned().ok()?;
+        Some(Slot {
+            permit: Some(permit),
+            slots: self.clone(),
+        })
+    }
+    /// Starts or stops leasing `extra` slots ahead of the handlers.
+    fn lease_ahead(&self, on: bool, extra: usize) {
+        if self.ahead.load(Ordering::Relaxed) == on {
+            return;
+        }
+        let mut debt = self.debt();
+        if self.ahead.swap(on, Ordering::Relaxed) == on {
+            return;
+        }
+        if on {
+            let cancelled = (*debt).min(extra);
+            *debt -= cancelled;
+            self.sem.add_permits(extra - cancelled);
+        } else {
+            *debt += extra - self.sem.forget_permits(extra);
+        }
+    }
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        if let Some(p) = self.permit.take() {
+            let mut debt = self.slots.debt();
+            if *debt > 0 {
+                *debt -= 1;
+                p.forget();
+            }
+        }
+    }
+}
+
 /// A settlement waiting for the settler. It holds the job's slot, so the
 /// claim loop leases no more jobs than `concurrency + prefetch` until it is
 /// applied (a prefetched job released unstarted keeps its slot itself).
@@ -462,7 +607,7 @@ struct Pending {
     op: Settle,
     /// Past this the lease has lapsed on the server: stop retrying.
     deadline: Instant,
-    slot: Option<OwnedSemaphorePermit>,
+    slot: Option<Slot>,
 }
 
 /// Claims while slots are free, until `stop`. (At full load the settler
@@ -477,14 +622,14 @@ where
     let mut errors = 0u32;
     loop {
         let first = tokio::select! {
-            p = ctx.slots.clone().acquire_owned() => match p { Ok(p) => p, Err(_) => break },
+            p = ctx.slots.acquire() => match p { Some(p) => p, None => break },
             _ = ctx.stop.cancelled() => break,
         };
         let mut permits = vec![first];
         while permits.len() < MAX_CLAIM_BATCH {
-            match ctx.slots.clone().try_acquire_owned() {
-                Ok(p) => permits.push(p),
-                Err(_) => break,
+            match ctx.slots.try_acquire() {
+                Some(p) => permits.push(p),
+                None => break,
             }
         }
         let sent = Instant::now();
@@ -578,7 +723,7 @@ enum Ended<E> {
 }
 
 /// Runs one leased job: decode, handle with heartbeats, settle.
-async fn run_job<T, H>(ctx: Arc<Ctx<H>>, mut lease: Lease, claimed_at: Instant, permit: OwnedSemaphorePermit)
+async fn run_job<T, H>(ctx: Arc<Ctx<H>>, mut lease: Lease, claimed_at: Instant, permit: Slot)
 where
     T: DeserializeOwned + Send + 'static,
     H: Handler<T>,
@@ -645,6 +790,7 @@ where
             payload,
             cancel: cancel.clone(),
         };
+        let handler_started = Instant::now();
         let mut handler = tokio::spawn(ctx.handler.call(job).in_current_span());
         // The lease is surely ours until `confirmed + lease` (measured from
         // when the claim or last renewal was *sent*).
@@ -725,6 +871,7 @@ where
                     _ = &mut handler => {}
                     _ = ctx.hard_stop.cancelled() => handler.abort(),
                 }
+                ctx.handler_ended(running, handler_started.elapsed());
                 return;
             }
             Ended::Stopped => {
@@ -734,7 +881,7 @@ where
             }
         };
         // The handler is done: a prefetched job may start while this settles.
-        drop(running);
+        ctx.handler_ended(running, handler_started.elapsed());
         ctx.settle(lease, op, settle_by, Some(permit));
     }
     .instrument(span)
@@ -742,8 +889,18 @@ where
 }
 
 impl<H> Ctx<H> {
+    /// A handler that ran for `ran` has ended: frees its place for the
+    /// next job.
+    fn handler_ended(&self, running: OwnedSemaphorePermit, ran: Duration) {
+        drop(running);
+        if let Some(a) = &self.auto {
+            AutoPrefetch::record(&a.handler_us, ran);
+            self.slots.lease_ahead(a.on(), self.settings.extra());
+        }
+    }
+
     /// Starts a job task for a fresh lease, holding `slot`.
-    fn start<T>(self: &Arc<Self>, lease: Lease, claimed_at: Instant, slot: OwnedSemaphorePermit)
+    fn start<T>(self: &Arc<Self>, lease: Lease, claimed_at: Instant, slot: Slot)
     where
         T: DeserializeOwned + Send + 'static,
         H: Handler<T>,
@@ -752,7 +909,7 @@ impl<H> Ctx<H> {
     }
 
     /// Hands a finished job to the settler (with its slot, if it frees one).
-    fn settle(&self, lease: Lease, op: Settle, deadline: Instant, slot: Option<OwnedSemaphorePermit>) {
+    fn settle(&self, lease: Lease, op: Settle, deadline: Instant, slot: Option<Slot>) {
         let pending = Pending {
             lease,
             op,
@@ -822,7 +979,7 @@ const MAX_SETTLE_BATCH: usize = 256;
 /// (repeats are safe: an applied settlement answers "already settled").
 /// Empties `batch`; returns the new leases and the settled items' slots
 /// for them (dropping a slot frees it for the claim loop).
-async fn settle_batch<H>(ctx: &Ctx<H>, batch: &mut Vec<Pending>) -> (Vec<Lease>, Vec<OwnedSemaphorePermit>) {
+async fn settle_batch<H>(ctx: &Ctx<H>, batch: &mut Vec<Pending>) -> (Vec<Lease>, Vec<Slot>) {
     let s = &ctx.settings;
     let mut pause = Duration::from_millis(10);
     let mut first_try = true;
@@ -834,6 +991,16 @@ async fn settle_batch<H>(ctx: &Ctx<H>, batch: &mut Vec<Pending>) -> (Vec<Lease>,
                 op: p.op.name(),
             });
         }
+        // Slots owed since leasing ahead stopped are retired here rather
+        // than reused for the next leases.
+        let mut owed = ctx.slots.owed();
+        for p in batch.iter_mut().filter(|p| p.slot.is_some()) {
+            if owed == 0 {
+                break;
+            }
+            drop(p.slot.take());
+            owed -= 1;
+        }
         let items: Vec<(&Lease, &Settle)> = batch.iter().map(|p| (&p.lease, &p.op)).collect();
         // A resend after a failure of unknown outcome claims nothing: jobs
         // the lost call may have leased would be stranded twice over.
@@ -843,8 +1010,13 @@ async fn settle_batch<H>(ctx: &Ctx<H>, batch: &mut Vec<Pending>) -> (Vec<Lease>,
             batch.iter().filter(|p| p.slot.is_some()).count()
         };
         first_try = false;
+        let sent = Instant::now();
         match ctx.queue.settle_and_claim(&items, s.max_attempts, claim, s.lease).await {
             Ok((results, leases)) => {
+                if let Some(a) = &ctx.auto {
+                    AutoPrefetch::record(&a.round_trip_us, sent.elapsed());
+                    ctx.slots.lease_ahead(a.on(), s.extra());
+                }
                 let mut slots = Vec::with_capacity(batch.len());
                 for (p, r) in batch.drain(..).zip(results) {
                     let (id, token, op) = (p.lease.id.as_str(), p.lease.token, p.op.name());
@@ -901,5 +1073,47 @@ async fn settle_batch<H>(ctx: &Ctx<H>, batch: &mut Vec<Pending>) -> (Vec<Lease>,
                 pause = (pause * 2).min(Duration::from_millis(500));
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // Switching leasing ahead off retires the extra slots: the free ones at
+    // once, the ones in use as they come back; switching on again cancels
+    // what is still owed before adding any.
+    #[test]
+    fn slots_grow_and_retire() {
+        let slots = Slots::new(1);
+        slots.lease_ahead(true, 4);
+        assert_eq!(slots.sem.available_permits(), 5);
+        let held: Vec<Slot> = (0..3).map(|_| slots.try_acquire().unwrap()).collect();
+        slots.lease_ahead(false, 4);
+        assert_eq!((slots.sem.available_permits(), *slots.debt()), (0, 2));
+        drop(held);
+        assert_eq!((slots.sem.available_permits(), *slots.debt()), (1, 0));
+        let held = slots.try_acquire().unwrap();
+        assert!(slots.try_acquire().is_none(), "one slot while not leasing ahead");
+        slots.lease_ahead(false, 4);
+        slots.lease_ahead(true, 4);
+        slots.lease_ahead(true, 4);
+        assert_eq!(slots.sem.available_permits(), 4);
+        slots.lease_ahead(false, 4);
+        assert_eq!((slots.sem.available_permits(), *slots.debt()), (0, 0));
+        let held2 = {
+            slots.lease_ahead(true, 4);
+            (0..4).map(|_| slots.try_acquire().unwrap()).collect::<Vec<_>>()
+        };
+        slots.lease_ahead(false, 4);
+        assert_eq!(*slots.debt(), 4);
+        slots.lease_ahead(true, 4);
+        assert_eq!(
+            (slots.sem.available_permits(), *slots.debt()),
+            (0, 0),
+            "debt cancelled, nothing added"
+        );
+        drop((held, held2));
+        assert_eq!(slots.sem.available_permits(), 5);
     }
 }

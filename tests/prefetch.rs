@@ -2,6 +2,8 @@
 //! number of handlers running, a prefetched job that waits too long goes
 //! back to pending unstarted (and is not leased again until a handler frees
 //! up), and shutdown hands prefetched jobs back without starting them.
+//! Automatic prefetch (the default) leases ahead for short handlers only,
+//! and stops when handlers turn long.
 
 mod common;
 
@@ -38,6 +40,124 @@ fn events_of(log: &Log, id: &str) -> Vec<String> {
         .filter(|(j, _)| j == id)
         .map(|(_, e)| e.clone())
         .collect()
+}
+
+/// Samples the queue's active count every millisecond while `on`.
+fn sample_active(q: &echomq::Queue, on: Arc<AtomicBool>) -> tokio::task::JoinHandle<Vec<u64>> {
+    let q = q.clone();
+    tokio::spawn(async move {
+        let mut seen = Vec::new();
+        while on.load(Ordering::SeqCst) {
+            seen.push(q.counts().await.unwrap().active);
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        seen
+    })
+}
+
+async fn sampler_cut(on: &AtomicBool, sampler: tokio::task::JoinHandle<Vec<u64>>) -> Vec<u64> {
+    on.store(false, Ordering::SeqCst);
+    sampler.await.unwrap()
+}
+
+type BoxedRun = std::pin::Pin<Box<dyn Future<Output = Result<(), String>> + Send>>;
+
+/// A handler that sleeps `slow_ms` for payloads of 1,000 and up (others
+/// return at once), with the peak of handlers running at once and the
+/// number of calls.
+fn sleeper(
+    slow_ms: u64,
+) -> (
+    Arc<AtomicUsize>,
+    Arc<AtomicUsize>,
+    impl Fn(Job<u32>) -> BoxedRun + Send + Sync,
+) {
+    let running = Arc::new(AtomicUsize::new(0));
+    let peak = Arc::new(AtomicUsize::new(0));
+    let handled = Arc::new(AtomicUsize::new(0));
+    let (p, h) = (peak.clone(), handled.clone());
+    let f = move |job: Job<u32>| -> BoxedRun {
+        let (running, peak, handled) = (running.clone(), p.clone(), h.clone());
+        Box::pin(async move {
+            peak.fetch_max(running.fetch_add(1, Ordering::SeqCst) + 1, Ordering::SeqCst);
+            if *job.payload() >= 1_000 {
+                tokio::time::sleep(Duration::from_millis(slow_ms)).await;
+            }
+            running.fetch_sub(1, Ordering::SeqCst);
+            handled.fetch_add(1, Ordering::SeqCst);
+            Ok(())
+        })
+    };
+    (peak, handled, f)
+}
+
+async fn handled_at_least(handled: &AtomicUsize, n: usize) {
+    let reached = eventually(Duration::from_secs(30), || async {
+        handled.load(Ordering::SeqCst) >= n
+    })
+    .await;
+    assert!(
+        reached,
+        "only {} jobs handled, waiting for {n}",
+        handled.load(Ordering::SeqCst)
+    );
+}
+
+// By default (automatic prefetch) a consumer of quick jobs leases ahead of
+// its one handler, and stops once the jobs turn slow: the extra leases are
+// retired as they come back, so the slow phase runs on one lease.
+#[tokio::test]
+async fn automatic_prefetch_follows_the_handlers() {
+    let (_s, q) = setup("prefetch-auto").await;
+    // Payloads below 1,000 return at once; 1,000 and up sleep 40 ms.
+    let quick: Vec<u32> = (0..400).collect();
+    let slow: Vec<u32> = (1_000..1_030).collect();
+    q.enqueue_bulk(&quick).await.unwrap();
+    q.enqueue_bulk(&slow).await.unwrap();
+    let (peak, handled, handler) = sleeper(40);
+    let sampling = Arc::new(AtomicBool::new(true));
+    let sampler = sample_active(&q, sampling.clone());
+    let consumer = Consumer::new(q.clone(), handler).concurrency(1).spawn();
+    handled_at_least(&handled, 400).await;
+    let quick_samples = sampler_cut(&sampling, sampler).await;
+    // A few slow handlers turn prefetch off and the leases held ahead drain.
+    handled_at_least(&handled, 410).await;
+    let sampling = Arc::new(AtomicBool::new(true));
+    let sampler = sample_active(&q, sampling.clone());
+    handled_at_least(&handled, 425).await;
+    let slow_samples = sampler_cut(&sampling, sampler).await;
+    handled_at_least(&handled, 430).await;
+    consumer.shutdown().await;
+    assert_eq!(handled.load(Ordering::SeqCst), 430, "each job handled once");
+    assert_eq!(peak.load(Ordering::SeqCst), 1, "one handler at a time");
+    let quick_max = quick_samples.iter().copied().max().unwrap_or(0);
+    assert!(
+        (2..=5).contains(&quick_max),
+        "quick jobs: {quick_max} leases held at most (want 2..=5: one handler, at most 4 ahead)"
+    );
+    let slow_max = slow_samples.iter().copied().max().unwrap_or(0);
+    assert_eq!(slow_max, 1, "slow jobs: a lease held ahead ({slow_samples:?})");
+    let c = q.counts().await.unwrap();
+    assert_eq!((c.pending, c.active, c.completed, c.failed), (0, 0, 430, 0));
+}
+
+// `prefetch(0)` never leases ahead, however quick the handlers are.
+#[tokio::test]
+async fn prefetch_zero_never_leases_ahead() {
+    let (_s, q) = setup("prefetch-off").await;
+    let jobs: Vec<u32> = (0..300).collect();
+    q.enqueue_bulk(&jobs).await.unwrap();
+    let (peak, handled, handler) = sleeper(0);
+    let sampling = Arc::new(AtomicBool::new(true));
+    let sampler = sample_active(&q, sampling.clone());
+    let consumer = Consumer::new(q.clone(), handler).concurrency(2).prefetch(0).spawn();
+    handled_at_least(&handled, 300).await;
+    consumer.shutdown().await;
+    let samples = sampler_cut(&sampling, sampler).await;
+    assert!(peak.load(Ordering::SeqCst) <= 2);
+    let max = samples.iter().copied().max().unwrap_or(0);
+    assert!((1..=2).contains(&max), "leases held at most {max} (concurrency 2)");
+    assert_eq!(q.counts().await.unwrap().completed, 300);
 }
 
 // With concurrency 2 and prefetch 3 the consumer holds more leases than

@@ -44,8 +44,9 @@ impl Bins {
 pub struct WorkerOpts {
     /// Handlers at once.
     pub concurrency: usize,
-    /// Jobs leased ahead of free handlers (`Consumer::prefetch`).
-    pub prefetch: usize,
+    /// Jobs leased ahead of free handlers (`Consumer::prefetch`; `None`:
+    /// the consumer's default, automatic prefetch).
+    pub prefetch: Option<usize>,
     /// Lease length.
     pub lease_ms: u64,
     /// Heartbeat interval (default a third of the lease).
@@ -70,7 +71,7 @@ impl Default for WorkerOpts {
     fn default() -> Self {
         WorkerOpts {
             concurrency: 8,
-            prefetch: 0,
+            prefetch: None,
             lease_ms: 1000,
             heartbeat_ms: None,
             work_ms: 0,
@@ -248,7 +249,6 @@ impl Run {
             format!("--url={}", o.url.as_deref().unwrap_or(&self.client_url)),
             "--role=worker".into(),
             format!("--concurrency={}", o.concurrency),
-            format!("--prefetch={}", o.prefetch),
             format!("--lease-ms={}", o.lease_ms),
             format!("--work-ms={}", o.work_ms),
             format!("--shutdown-timeout-ms={}", o.shutdown_timeout_ms),
@@ -259,6 +259,9 @@ impl Run {
         }
         if let Some(hb) = o.heartbeat_ms {
             args.push(format!("--heartbeat-ms={hb}"));
+        }
+        if let Some(n) = o.prefetch {
+            args.push(format!("--prefetch={n}"));
         }
         if let Some((point, prob, max)) = &o.pause {
             args.push(format!("--pause-point={point}"));

@@ -169,8 +169,9 @@ pub fn kill_point(ctx: &Ctx, point: &str) -> Outcome {
 }
 
 /// Workers are SIGKILLed at random times and at random kill points while
-/// `jobs` jobs flow; each killed worker is replaced at once. Half the
-/// workers prefetch, so kills also catch leases held ahead of handlers.
+/// `jobs` jobs flow; each killed worker is replaced at once. Workers lease
+/// ahead automatically (the default), a fixed 8, or not at all, so kills
+/// also catch leases held ahead of handlers.
 pub fn random_kills(ctx: &Ctx, jobs: u64, workers: usize, kill_every_ms: u64, limit: Duration) -> Outcome {
     let server = ctx.server(false);
     let mut run = Run::new(&ctx.bins, &server.url(), "random");
@@ -184,7 +185,7 @@ pub fn random_kills(ctx: &Ctx, jobs: u64, workers: usize, kill_every_ms: u64, li
     let points = ["before_effect", "after_effect_before_ack", "after_ack"];
     let opts = || WorkerOpts {
         concurrency: 8,
-        prefetch: if fastrand::bool() { 8 } else { 0 },
+        prefetch: [None, Some(8), Some(0)][fastrand::usize(0..3)],
         lease_ms: 1000,
         work_ms: 2,
         pause: Some((points[fastrand::usize(0..3)].into(), 0.002, 1)),
@@ -679,7 +680,7 @@ pub fn graceful_shutdown(ctx: &Ctx, jobs: u64) -> Outcome {
     let slow = run.worker(&WorkerOpts {
         work_ms: 5000,
         shutdown_timeout_ms: 500,
-        prefetch: 4,
+        prefetch: Some(4),
         ..WorkerOpts::default()
     });
     let busy = wait_until(Duration::from_secs(20), || {

@@ -15,7 +15,7 @@
 //!
 //! ```text
 //! fault-worker --url=redis://127.0.0.1:6379/ --queue=q --history=w1.jsonl --src=w1 \
-//!     [--role=worker|reaper] [--concurrency=8] [--prefetch=0] [--lease-ms=1000] [--heartbeat-ms=N]
+//!     [--role=worker|reaper] [--concurrency=8] [--prefetch=N] [--lease-ms=1000] [--heartbeat-ms=N]
 //!     [--work-ms=0] [--guarded] [--shutdown-timeout-ms=2000] [--response-timeout-ms=1000]
 //!     [--pause-point=P --pause-prob=1 --pause-max=1 --pause-job=ID]
 //!     reaper: [--interval-ms=100] [--batch=1000] [--max-stalls=1000] [--until-empty]
@@ -392,7 +392,6 @@ async fn main() {
     })
     .observer(move |e| w2.observe(e))
     .concurrency(a.get("concurrency", 8))
-    .prefetch(a.get("prefetch", 0))
     .lease(Duration::from_millis(lease_ms))
     .max_attempts(1000)
     .backoff(Backoff::Fixed(Duration::from_millis(20)))
@@ -401,6 +400,9 @@ async fn main() {
     .reaper(false);
     if let Some(hb) = a.opt("heartbeat-ms") {
         consumer = consumer.heartbeat(Duration::from_millis(hb.parse().expect("--heartbeat-ms")));
+    }
+    if let Some(n) = a.opt("prefetch") {
+        consumer = consumer.prefetch(n.parse().expect("--prefetch"));
     }
     let handle = consumer.spawn();
     terminated().await;
