@@ -317,8 +317,9 @@ where
     /// the safety window with heartbeats off) is released back to pending
     /// at its own place (its attempt number grows, its failures do not), and
     /// the consumer leases no more ahead until a handler frees up; at
-    /// shutdown waiting jobs are released, never started. Handlers running
-    /// never exceed `concurrency`.
+    /// shutdown waiting jobs are released, never started. A consumer that
+    /// dies holding jobs ahead costs each of them a stall, as it does its
+    /// running jobs. Handlers running never exceed `concurrency`.
     pub fn prefetch(mut self, n: usize) -> Self {
         self.settings.prefetch = Some(n.min(MAX_PREFETCH));
         self
