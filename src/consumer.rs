@@ -108,8 +108,9 @@ impl Backoff {
 #[derive(Debug)]
 #[non_exhaustive]
 pub enum Event<'a> {
-    /// A job was leased to this consumer; its handler starts next (a
-    /// prefetched job's once a handler is free).
+    /// A job was leased to this consumer; its handler starts next (for a
+    /// job leased ahead, once a handler is free, unless it is released
+    /// unstarted first).
     Claimed {
         /// The job.
         id: &'a str,
@@ -316,8 +317,11 @@ where
     /// heartbeat interval (automatic: at most [`AUTO_PREFETCH_WAIT`]; half
     /// the safety window with heartbeats off) is released back to pending
     /// at its own place (its attempt number grows, its failures do not), and
-    /// the consumer leases no more ahead until a handler frees up; at
-    /// shutdown waiting jobs are released, never started. A consumer that
+    /// its slot stays taken until a handler frees up, so the consumer does
+    /// not fill it again only to wait once more. With heartbeats off, a job
+    /// that waited has its lease renewed once before it starts, so its
+    /// handler still gets the whole lease. At shutdown waiting jobs (and
+    /// jobs leased as it begins) are released, never started. A consumer that
     /// dies holding jobs ahead costs each of them a stall, as it does its
     /// running jobs. Handlers running never exceed `concurrency`.
     pub fn prefetch(mut self, n: usize) -> Self {
@@ -724,7 +728,7 @@ enum Ended<E> {
 }
 
 /// Runs one leased job: decode, handle with heartbeats, settle.
-async fn run_job<T, H>(ctx: Arc<Ctx<H>>, mut lease: Lease, claimed_at: Instant, permit: Slot)
+async fn run_job<T, H>(ctx: Arc<Ctx<H>>, mut lease: Lease, mut claimed_at: Instant, permit: Slot)
 where
     T: DeserializeOwned + Send + 'static,
     H: Handler<T>,
@@ -748,29 +752,57 @@ where
                 return;
             }
         };
-        // A prefetched job waits here for a handler (see `Consumer::prefetch`).
-        let running = match ctx.running.clone().try_acquire_owned() {
-            Ok(p) => p,
-            Err(_) => {
-                let waited = tokio::select! {
-                    biased;
-                    _ = ctx.stop.cancelled() => None,
-                    p = ctx.running.clone().acquire_owned() => p.ok(),
-                    _ = sleep_until(claimed_at + s.prefetch_wait()) => None,
+        // A job leased ahead waits here for a handler (see `Consumer::prefetch`);
+        // one whose task starts after shutdown began goes back unstarted.
+        let free = match ctx.stop.is_cancelled() {
+            true => None,
+            false => ctx.running.clone().try_acquire_owned().ok(),
+        };
+        let running = match free {
+            Some(p) => p,
+            None => {
+                let waited = match ctx.stop.is_cancelled() {
+                    true => None,
+                    false => tokio::select! {
+                        biased;
+                        _ = ctx.stop.cancelled() => None,
+                        p = ctx.running.clone().acquire_owned() => p.ok(),
+                        _ = sleep_until(claimed_at + s.prefetch_wait()) => None,
+                    },
                 };
                 match waited {
-                    Some(p) => p,
+                    Some(p) if s.heartbeat().is_some() => p,
+                    Some(p) => {
+                        // Heartbeats off: the lease is the handler's whole time
+                        // budget, so renew it once rather than let the wait eat
+                        // into it.
+                        let sent = Instant::now();
+                        match timeout_at(claimed_at + s.safety_window(), q.extend(&mut lease, s.lease)).await {
+                            Ok(Ok(deadline_ms)) => {
+                                claimed_at = sent;
+                                s.emit(Event::Extended { id: &lease.id, token: lease.token, deadline_ms });
+                                p
+                            }
+                            r => {
+                                let error = r.map_or_else(|_| "timed out".to_owned(), |r| format!("{:?}", r.err()));
+                                debug!(%error, "could not renew a job leased ahead; releasing it unstarted");
+                                drop(p);
+                                ctx.settle(lease, Settle::Release, claimed_at + s.lease, Some(permit));
+                                return;
+                            }
+                        }
+                    }
                     None if ctx.stop.is_cancelled() => {
-                        debug!("shutdown: releasing a prefetched job unstarted");
+                        debug!("shutdown: releasing a job leased ahead, unstarted");
                         ctx.settle(lease, Settle::Release, claimed_at + s.lease, Some(permit));
                         return;
                     }
                     None => {
                         // The handlers are slow: hand the job back for another
                         // consumer, and keep its slot until a handler frees up,
-                        // so this consumer does not lease it (or another) again
-                        // only to wait once more.
-                        debug!("no handler free in time: releasing a prefetched job unstarted");
+                        // so this consumer does not fill that slot again only
+                        // to wait once more.
+                        debug!("no handler free in time: releasing a job leased ahead, unstarted");
                         ctx.settle(lease, Settle::Release, claimed_at + s.lease, None);
                         tokio::select! {
                             _ = ctx.stop.cancelled() => {}
@@ -870,7 +902,10 @@ where
                 cancel.cancel();
                 tokio::select! {
                     _ = &mut handler => {}
-                    _ = ctx.hard_stop.cancelled() => handler.abort(),
+                    _ = ctx.hard_stop.cancelled() => {
+                        handler.abort();
+                        let _ = (&mut handler).await;
+                    }
                 }
                 ctx.handler_ended(running, handler_started.elapsed());
                 return;
@@ -878,6 +913,8 @@ where
             Ended::Stopped => {
                 cancel.cancel();
                 handler.abort();
+                // Counted as running until it has really stopped.
+                let _ = (&mut handler).await;
                 Settle::Release
             }
         };

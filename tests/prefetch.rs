@@ -24,6 +24,7 @@ fn recorder() -> (Log, impl Fn(&Event<'_>) + Send + Sync + 'static) {
     let f = move |e: &Event<'_>| {
         let (id, s) = match e {
             Event::Claimed { id, token, .. } => (id, format!("claimed:{token}")),
+            Event::Extended { id, token, .. } => (id, format!("extended:{token}")),
             Event::HandlerDone { id, token, result } => (id, format!("done:{token}:{result}")),
             Event::Settled { id, token, op, .. } => (id, format!("settled:{token}:{op}")),
             _ => return,
@@ -310,4 +311,46 @@ async fn shutdown_releases_prefetched_jobs_unstarted() {
     }
     let c = q.counts().await.unwrap();
     assert_eq!((c.pending, c.active, c.completed), (2, 0, 1));
+}
+
+// With heartbeats off the lease is a handler's whole time budget: a job
+// that waited for a handler has its lease renewed once before it starts,
+// so the wait does not eat into it (here: 200 ms waited + 850 ms run > the
+// 1 s lease, which without the renewal would lapse mid-run and be reaped).
+#[tokio::test]
+async fn heartbeats_off_renew_a_job_that_waited() {
+    let (_s, q) = setup("prefetch-no-beats").await;
+    let first = q.enqueue(&200u64).await.unwrap();
+    let waited = q.enqueue(&850u64).await.unwrap();
+    let (log, obs) = recorder();
+    let consumer = Consumer::new(q.clone(), |job: Job<u64>| async move {
+        tokio::time::sleep(Duration::from_millis(*job.payload())).await;
+        Ok::<(), String>(())
+    })
+    .concurrency(1)
+    .prefetch(1)
+    .lease(Duration::from_millis(1000))
+    .heartbeat(Duration::from_secs(60))
+    .reap_interval(Duration::from_millis(20))
+    .observer(obs)
+    .spawn();
+    assert!(
+        eventually(Duration::from_secs(10), || async {
+            q.job(&waited).await.unwrap().state == JobState::Completed
+        })
+        .await
+    );
+    consumer.shutdown().await;
+    for id in [&first, &waited] {
+        let info = q.job(id).await.unwrap();
+        assert_eq!((info.attempts, info.stalls), (1, 0), "job {id}");
+    }
+    assert_eq!(
+        events_of(&log, &waited),
+        ["claimed:1", "extended:1", "done:1:ok", "settled:1:complete"]
+    );
+    assert_eq!(
+        events_of(&log, &first),
+        ["claimed:1", "done:1:ok", "settled:1:complete"]
+    );
 }
