@@ -832,16 +832,22 @@ where
         let far = Duration::from_secs(86_400 * 365);
         let beat = s.heartbeat();
         let mut next_beat = claimed_at + beat.unwrap_or(far);
+        // Set once the handler's task has been joined (its handle must not
+        // be polled again).
+        let mut joined = false;
         let ended = loop {
             tokio::select! {
-                r = &mut handler => break match r {
-                    Ok(Ok(())) => Ended::Ok,
-                    // It stopped because shutdown cancelled it: hand the job back.
-                    Ok(Err(_)) if ctx.hard_stop.is_cancelled() => Ended::Stopped,
-                    Ok(Err(e)) => Ended::Err(e),
-                    Err(e) if e.is_panic() => Ended::Panicked,
-                    Err(_) => Ended::Stopped,
-                },
+                r = &mut handler => {
+                    joined = true;
+                    break match r {
+                        Ok(Ok(())) => Ended::Ok,
+                        // It stopped because shutdown cancelled it: hand the job back.
+                        Ok(Err(_)) if ctx.hard_stop.is_cancelled() => Ended::Stopped,
+                        Ok(Err(e)) => Ended::Err(e),
+                        Err(e) if e.is_panic() => Ended::Panicked,
+                        Err(_) => Ended::Stopped,
+                    };
+                }
                 _ = sleep_until(next_beat) => {
                     let sent = Instant::now();
                     let safe_until = confirmed + s.safety_window();
@@ -912,9 +918,11 @@ where
             }
             Ended::Stopped => {
                 cancel.cancel();
-                handler.abort();
-                // Counted as running until it has really stopped.
-                let _ = (&mut handler).await;
+                if !joined {
+                    handler.abort();
+                    // Counted as running until it has really stopped.
+                    let _ = (&mut handler).await;
+                }
                 Settle::Release
             }
         };

@@ -513,12 +513,17 @@ async fn idle_consumer_wakes_on_enqueue() {
     handle.shutdown().await;
 }
 
-// Graceful shutdown lets running handlers finish, and releases those past the grace period.
+// Graceful shutdown lets running handlers finish, and releases those past
+// the grace period (several, so that some handlers see their cancellation
+// and return before the consumer notices the grace period is over).
 #[tokio::test]
 async fn shutdown_finishes_or_releases() {
     let (_s, q) = setup("shutdown").await;
     let quick = q.enqueue(&email(1)).await.unwrap();
-    let slow = q.enqueue(&email(2)).await.unwrap();
+    let mut slow = Vec::new();
+    for _ in 0..8 {
+        slow.push(q.enqueue(&email(2)).await.unwrap());
+    }
     let started = Arc::new(AtomicU32::new(0));
     let st = started.clone();
     let handle = Consumer::new(q.clone(), move |job: Job<Email>| {
@@ -534,11 +539,13 @@ async fn shutdown_finishes_or_releases() {
     })
     .shutdown_timeout(Duration::from_millis(600))
     .spawn();
-    assert!(eventually(Duration::from_secs(5), || async { started.load(Ordering::SeqCst) == 2 }).await);
+    assert!(eventually(Duration::from_secs(5), || async { started.load(Ordering::SeqCst) == 9 }).await);
     handle.shutdown().await;
     assert_eq!(q.job(&quick).await.unwrap().state, JobState::Completed);
-    let s = q.job(&slow).await.unwrap();
-    assert_eq!((s.state, s.failures, s.stalls), (JobState::Pending, 0, 0));
+    for id in &slow {
+        let s = q.job(id).await.unwrap();
+        assert_eq!((s.state, s.failures, s.stalls), (JobState::Pending, 0, 0), "job {id}");
+    }
 }
 
 /// libfaketime, to run the server with a skewed clock; None where not installed.
