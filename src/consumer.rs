@@ -754,21 +754,23 @@ where
         };
         // A job leased ahead waits here for a handler (see `Consumer::prefetch`);
         // one whose task starts after shutdown began goes back unstarted.
-        let free = match ctx.stop.is_cancelled() {
-            true => None,
-            false => ctx.running.clone().try_acquire_owned().ok(),
+        let free = if ctx.stop.is_cancelled() {
+            None
+        } else {
+            ctx.running.clone().try_acquire_owned().ok()
         };
         let running = match free {
             Some(p) => p,
             None => {
-                let waited = match ctx.stop.is_cancelled() {
-                    true => None,
-                    false => tokio::select! {
+                let waited = if ctx.stop.is_cancelled() {
+                    None
+                } else {
+                    tokio::select! {
                         biased;
                         _ = ctx.stop.cancelled() => None,
                         p = ctx.running.clone().acquire_owned() => p.ok(),
                         _ = sleep_until(claimed_at + s.prefetch_wait()) => None,
-                    },
+                    }
                 };
                 match waited {
                     Some(p) if s.heartbeat().is_some() => p,
@@ -784,7 +786,10 @@ where
                                 p
                             }
                             r => {
-                                let error = r.map_or_else(|_| "timed out".to_owned(), |r| format!("{:?}", r.err()));
+                                let error = match r {
+                                    Ok(Err(e)) => e.to_string(),
+                                    _ => "not confirmed within the safety window".to_owned(),
+                                };
                                 debug!(%error, "could not renew a job leased ahead; releasing it unstarted");
                                 drop(p);
                                 ctx.settle(lease, Settle::Release, claimed_at + s.lease, Some(permit));
