@@ -4,7 +4,7 @@
 
 use std::fmt::Display;
 use std::marker::PhantomData;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -413,14 +413,8 @@ where
         let ctx = Arc::new(Ctx {
             queue: self.queue,
             handler: self.handler,
-            slots: Slots::new(
-                self.settings.concurrency
-                    + if self.settings.prefetch.is_some() {
-                        self.settings.extra()
-                    } else {
-                        0
-                    },
-            ),
+            // Automatic prefetch adds its slots while it leases ahead.
+            slots: Slots::new(self.settings.concurrency + self.settings.prefetch.unwrap_or(0)),
             running: Arc::new(Semaphore::new(self.settings.concurrency)),
             auto: self.settings.prefetch.is_none().then(AutoPrefetch::default),
             settings: self.settings,
@@ -527,11 +521,13 @@ impl AutoPrefetch {
 /// grows by the prefetch while leasing ahead and shrinks back after.
 struct Slots {
     sem: Arc<Semaphore>,
-    /// Leasing ahead now (automatic prefetch).
+    /// Leasing ahead now (automatic prefetch); switched under `switching`.
     ahead: AtomicBool,
+    switching: Mutex<()>,
     /// Permits still to retire after leasing ahead stopped: slots in use
-    /// then are retired as they come back. The lock also orders switches.
-    debt: Mutex<usize>,
+    /// then are retired as they come back (an atomic, so dropping a slot,
+    /// once per job, takes no lock).
+    debt: AtomicUsize,
 }
 
 /// One lease slot; dropping it frees it (or retires it, see [`Slots`]).
@@ -545,49 +541,46 @@ impl Slots {
         Arc::new(Slots {
             sem: Arc::new(Semaphore::new(n)),
             ahead: AtomicBool::new(false),
-            debt: Mutex::new(0),
+            switching: Mutex::new(()),
+            debt: AtomicUsize::new(0),
         })
-    }
-    fn debt(&self) -> std::sync::MutexGuard<'_, usize> {
-        self.debt.lock().unwrap_or_else(|e| e.into_inner())
     }
     /// Slots still to retire.
     fn owed(&self) -> usize {
-        if self.ahead.load(Ordering::Relaxed) {
-            0
-        } else {
-            *self.debt()
+        self.debt.load(Ordering::Relaxed)
+    }
+    fn slot(self: &Arc<Self>, permit: OwnedSemaphorePermit) -> Slot {
+        Slot {
+            permit: Some(permit),
+            slots: self.clone(),
         }
     }
     async fn acquire(self: &Arc<Self>) -> Option<Slot> {
-        let permit = self.sem.clone().acquire_owned().await.ok()?;
-        Some(Slot {
-            permit: Some(permit),
-            slots: self.clone(),
-        })
+        Some(self.slot(self.sem.clone().acquire_owned().await.ok()?))
     }
     fn try_acquire(self: &Arc<Self>) -> Option<Slot> {
-        let permit = self.sem.clone().try_acquire_owned().ok()?;
-        Some(Slot {
-            permit: Some(permit),
-            slots: self.clone(),
-        })
+        Some(self.slot(self.sem.clone().try_acquire_owned().ok()?))
     }
-    /// Starts or stops leasing `extra` slots ahead of the handlers.
+    /// Starts or stops leasing `extra` slots ahead of the handlers. (A
+    /// slot dropped while this runs may come back as a free permit though
+    /// it is owed; a later drop then pays for it, so the total settles at
+    /// the right size.)
     fn lease_ahead(&self, on: bool, extra: usize) {
         if self.ahead.load(Ordering::Relaxed) == on {
             return;
         }
-        let mut debt = self.debt();
+        let _switching = self.switching.lock().unwrap_or_else(|e| e.into_inner());
         if self.ahead.swap(on, Ordering::Relaxed) == on {
             return;
         }
         if on {
-            let cancelled = (*debt).min(extra);
-            *debt -= cancelled;
+            let owed = self.debt.swap(0, Ordering::SeqCst);
+            let cancelled = owed.min(extra);
+            self.debt.fetch_add(owed - cancelled, Ordering::SeqCst);
             self.sem.add_permits(extra - cancelled);
         } else {
-            *debt += extra - self.sem.forget_permits(extra);
+            let retired = self.sem.forget_permits(extra);
+            self.debt.fetch_add(extra - retired, Ordering::SeqCst);
         }
     }
 }
@@ -595,9 +588,11 @@ impl Slots {
 impl Drop for Slot {
     fn drop(&mut self) {
         if let Some(p) = self.permit.take() {
-            let mut debt = self.slots.debt();
-            if *debt > 0 {
-                *debt -= 1;
+            let owed = self
+                .slots
+                .debt
+                .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |d| d.checked_sub(1));
+            if owed.is_ok() {
                 p.forget();
             }
         }
@@ -752,71 +747,53 @@ where
                 return;
             }
         };
-        // A job leased ahead waits here for a handler (see `Consumer::prefetch`);
-        // one whose task starts after shutdown began goes back unstarted.
-        let free = if ctx.stop.is_cancelled() {
-            None
-        } else {
-            ctx.running.clone().try_acquire_owned().ok()
-        };
-        let running = match free {
-            Some(p) => p,
-            None => {
-                let waited = if ctx.stop.is_cancelled() {
-                    None
-                } else {
-                    tokio::select! {
-                        biased;
-                        _ = ctx.stop.cancelled() => None,
-                        p = ctx.running.clone().acquire_owned() => p.ok(),
-                        _ = sleep_until(claimed_at + s.prefetch_wait()) => None,
+        let running = match ctx.turn(claimed_at).await {
+            Turn::Now(p) => p,
+            Turn::AfterWait(p) if s.heartbeat().is_some() => p,
+            Turn::AfterWait(p) => {
+                // Heartbeats off: the lease is the handler's whole time
+                // budget, so renew it once rather than let the wait eat into it.
+                let sent = Instant::now();
+                match timeout_at(claimed_at + s.safety_window(), q.extend(&mut lease, s.lease)).await {
+                    Ok(Ok(deadline_ms)) => {
+                        claimed_at = sent;
+                        s.emit(Event::Extended {
+                            id: &lease.id,
+                            token: lease.token,
+                            deadline_ms,
+                        });
+                        p
                     }
-                };
-                match waited {
-                    Some(p) if s.heartbeat().is_some() => p,
-                    Some(p) => {
-                        // Heartbeats off: the lease is the handler's whole time
-                        // budget, so renew it once rather than let the wait eat
-                        // into it.
-                        let sent = Instant::now();
-                        match timeout_at(claimed_at + s.safety_window(), q.extend(&mut lease, s.lease)).await {
-                            Ok(Ok(deadline_ms)) => {
-                                claimed_at = sent;
-                                s.emit(Event::Extended { id: &lease.id, token: lease.token, deadline_ms });
-                                p
-                            }
-                            r => {
-                                let error = match r {
-                                    Ok(Err(e)) => e.to_string(),
-                                    _ => "not confirmed within the safety window".to_owned(),
-                                };
-                                debug!(%error, "could not renew a job leased ahead; releasing it unstarted");
-                                drop(p);
-                                ctx.settle(lease, Settle::Release, claimed_at + s.lease, Some(permit));
-                                return;
-                            }
-                        }
-                    }
-                    None if ctx.stop.is_cancelled() => {
-                        debug!("shutdown: releasing a job leased ahead, unstarted");
+                    r => {
+                        let error = match r {
+                            Ok(Err(e)) => e.to_string(),
+                            _ => "not confirmed within the safety window".to_owned(),
+                        };
+                        debug!(%error, "could not renew a job leased ahead; releasing it unstarted");
+                        drop(p);
                         ctx.settle(lease, Settle::Release, claimed_at + s.lease, Some(permit));
                         return;
                     }
-                    None => {
-                        // The handlers are slow: hand the job back for another
-                        // consumer, and keep its slot until a handler frees up,
-                        // so this consumer does not fill that slot again only
-                        // to wait once more.
-                        debug!("no handler free in time: releasing a job leased ahead, unstarted");
-                        ctx.settle(lease, Settle::Release, claimed_at + s.lease, None);
-                        tokio::select! {
-                            _ = ctx.stop.cancelled() => {}
-                            _ = ctx.running.clone().acquire_owned() => {}
-                        }
-                        drop(permit);
-                        return;
-                    }
                 }
+            }
+            Turn::Stopping => {
+                debug!("shutdown: releasing a job leased ahead, unstarted");
+                ctx.settle(lease, Settle::Release, claimed_at + s.lease, Some(permit));
+                return;
+            }
+            Turn::TooLong => {
+                // The handlers are slow: hand the job back for another
+                // consumer, and keep its slot until a handler frees up, so
+                // this consumer does not fill that slot again only to wait
+                // once more.
+                debug!("no handler free in time: releasing a job leased ahead, unstarted");
+                ctx.settle(lease, Settle::Release, claimed_at + s.lease, None);
+                tokio::select! {
+                    _ = ctx.stop.cancelled() => {}
+                    _ = ctx.running.clone().acquire_owned() => {}
+                }
+                drop(permit);
+                return;
             }
         };
         let cancel = ctx.hard_stop.child_token();
@@ -939,7 +916,37 @@ where
     .await
 }
 
+/// When a job's handler may start.
+enum Turn {
+    /// A handler was free at once.
+    Now(OwnedSemaphorePermit),
+    /// A handler freed up while the job (leased ahead) waited.
+    AfterWait(OwnedSemaphorePermit),
+    /// Shutdown began: the job goes back unstarted.
+    Stopping,
+    /// No handler freed up within the prefetch wait.
+    TooLong,
+}
+
 impl<H> Ctx<H> {
+    /// Waits for a free handler for a job leased at `claimed_at` (a job
+    /// leased ahead waits here; see [`Consumer::prefetch`]).
+    async fn turn(&self, claimed_at: Instant) -> Turn {
+        if self.stop.is_cancelled() {
+            return Turn::Stopping;
+        }
+        if let Ok(p) = self.running.clone().try_acquire_owned() {
+            return Turn::Now(p);
+        }
+        tokio::select! {
+            biased;
+            _ = self.stop.cancelled() => Turn::Stopping,
+            // `running` is never closed.
+            p = self.running.clone().acquire_owned() => p.map_or(Turn::Stopping, Turn::AfterWait),
+            _ = sleep_until(claimed_at + self.settings.prefetch_wait()) => Turn::TooLong,
+        }
+    }
+
     /// A handler that ran for `ran` has ended: frees its place for the
     /// next job.
     fn handler_ended(&self, running: OwnedSemaphorePermit, ran: Duration) {
@@ -1008,7 +1015,9 @@ where
         let (leases, mut slots) = leases;
         for lease in leases {
             match slots.pop() {
-                // Leased just as shutdown began: hand it straight back.
+                // Leased just as shutdown began: hand it straight back here,
+                // not through a job task, which shutdown may already have
+                // stopped waiting for.
                 Some(slot) if ctx.stop.is_cancelled() => batch.push(Pending {
                     deadline: sent + ctx.settings.lease,
                     lease,
@@ -1141,9 +1150,9 @@ mod tests {
         assert_eq!(slots.sem.available_permits(), 5);
         let held: Vec<Slot> = (0..3).map(|_| slots.try_acquire().unwrap()).collect();
         slots.lease_ahead(false, 4);
-        assert_eq!((slots.sem.available_permits(), *slots.debt()), (0, 2));
+        assert_eq!((slots.sem.available_permits(), slots.owed()), (0, 2));
         drop(held);
-        assert_eq!((slots.sem.available_permits(), *slots.debt()), (1, 0));
+        assert_eq!((slots.sem.available_permits(), slots.owed()), (1, 0));
         let held = slots.try_acquire().unwrap();
         assert!(slots.try_acquire().is_none(), "one slot while not leasing ahead");
         slots.lease_ahead(false, 4);
@@ -1151,16 +1160,16 @@ mod tests {
         slots.lease_ahead(true, 4);
         assert_eq!(slots.sem.available_permits(), 4);
         slots.lease_ahead(false, 4);
-        assert_eq!((slots.sem.available_permits(), *slots.debt()), (0, 0));
+        assert_eq!((slots.sem.available_permits(), slots.owed()), (0, 0));
         let held2 = {
             slots.lease_ahead(true, 4);
             (0..4).map(|_| slots.try_acquire().unwrap()).collect::<Vec<_>>()
         };
         slots.lease_ahead(false, 4);
-        assert_eq!(*slots.debt(), 4);
+        assert_eq!(slots.owed(), 4);
         slots.lease_ahead(true, 4);
         assert_eq!(
-            (slots.sem.available_permits(), *slots.debt()),
+            (slots.sem.available_permits(), slots.owed()),
             (0, 0),
             "debt cancelled, nothing added"
         );

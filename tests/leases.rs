@@ -4,46 +4,26 @@
 
 mod common;
 
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use common::{eventually, raw, setup};
+use common::{EventLog, eventually, raw, setup};
 use echomq::server::LocalServer;
-use echomq::{Consumer, Event, Job, JobState, Queue, QueueOptions, Reaper};
+use echomq::{Consumer, Job, JobState, Queue, QueueOptions, Reaper};
 use tokio::time::Instant;
-
-/// Records the observer's events as short strings.
-fn recorder() -> (Arc<Mutex<Vec<String>>>, impl Fn(&Event<'_>) + Send + Sync + 'static) {
-    let log = Arc::new(Mutex::new(Vec::new()));
-    let l = log.clone();
-    let f = move |e: &Event<'_>| {
-        let s = match e {
-            Event::Claimed { token, .. } => format!("claimed:{token}"),
-            Event::Extended { token, .. } => format!("extended:{token}"),
-            Event::LeaseLost { token, confirmed, .. } => format!("lease_lost:{token}:{confirmed}"),
-            Event::HandlerDone { token, result, .. } => format!("done:{token}:{result}"),
-            Event::Settled { token, op, .. } => format!("settled:{token}:{op}"),
-            Event::SettleFailed { token, op, .. } => format!("settle_failed:{token}:{op}"),
-            _ => return,
-        };
-        l.lock().unwrap().push(s);
-    };
-    (log, f)
-}
 
 // A handler running ten times the lease keeps it by heartbeats and completes on its first attempt.
 #[tokio::test]
 async fn heartbeats_keep_long_handlers() {
     let (_s, q) = setup("long").await;
     let id = q.enqueue(&1).await.unwrap();
-    let (log, obs) = recorder();
+    let log = EventLog::default();
     let handle = Consumer::new(q.clone(), |_job: Job<u32>| async {
         tokio::time::sleep(Duration::from_millis(2000)).await;
         Ok::<(), String>(())
     })
     .lease(Duration::from_millis(200))
     .reap_interval(Duration::from_millis(20))
-    .observer(obs)
+    .observer(log.observer())
     .spawn();
     assert!(
         eventually(Duration::from_secs(10), || async {
@@ -54,7 +34,7 @@ async fn heartbeats_keep_long_handlers() {
     handle.shutdown().await;
     let info = q.job(&id).await.unwrap();
     assert_eq!((info.attempts, info.stalls), (1, 0));
-    let log = log.lock().unwrap();
+    let log = log.all();
     assert!(
         log.iter().filter(|e| e.starts_with("extended:1")).count() >= 10,
         "{log:?}"
@@ -67,7 +47,7 @@ async fn heartbeats_keep_long_handlers() {
 async fn lost_lease_cancels_the_handler() {
     let (s, q) = setup("lost").await;
     let id = q.enqueue(&1).await.unwrap();
-    let (log, obs) = recorder();
+    let log = EventLog::default();
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
     let handle = Consumer::new(q.clone(), move |job: Job<u32>| {
         let tx = tx.clone();
@@ -80,13 +60,13 @@ async fn lost_lease_cancels_the_handler() {
     .concurrency(1) // busy with the job, so it cannot take it back itself
     .lease(Duration::from_millis(600))
     .reaper(false)
-    .observer(obs)
+    .observer(log.observer())
     .spawn();
     // Right after a heartbeat (the next is 200 ms away), expire the lease on
     // the server and let another worker take the job.
     assert!(
         eventually(Duration::from_secs(5), || async {
-            log.lock().unwrap().iter().any(|e| e == "extended:1")
+            log.all().iter().any(|e| e == "extended:1")
         })
         .await
     );
@@ -106,7 +86,7 @@ async fn lost_lease_cancels_the_handler() {
     let cancelled = tokio::time::timeout(Duration::from_secs(5), rx.recv()).await.unwrap();
     assert_eq!(cancelled, Some(1));
     handle.shutdown().await;
-    let log = log.lock().unwrap().clone();
+    let log = log.all();
     assert!(log.contains(&"lease_lost:1:true".to_string()), "{log:?}");
     assert!(
         !log.iter().any(|e| e.starts_with("settled:1")),
@@ -126,14 +106,14 @@ async fn lost_lease_cancels_the_handler() {
 async fn unconfirmed_renewal_cancels_the_handler() {
     let (s, q) = setup("paused").await;
     let id = q.enqueue(&1).await.unwrap();
-    let (log, obs) = recorder();
+    let log = EventLog::default();
     let handle = Consumer::new(q.clone(), |job: Job<u32>| async move {
         job.cancellation().cancelled().await;
         Ok::<(), String>(())
     })
     .lease(Duration::from_millis(500))
     .reaper(false)
-    .observer(obs)
+    .observer(log.observer())
     .spawn();
     assert!(
         eventually(Duration::from_secs(5), || async {
@@ -144,18 +124,18 @@ async fn unconfirmed_renewal_cancels_the_handler() {
     s.pause();
     let paused_at = Instant::now();
     let lost = eventually(Duration::from_secs(3), || async {
-        log.lock().unwrap().iter().any(|e| e == "lease_lost:1:false")
+        log.all().iter().any(|e| e == "lease_lost:1:false")
     })
     .await;
     let took = paused_at.elapsed();
     s.resume();
-    assert!(lost, "{:?}", log.lock().unwrap());
+    assert!(lost, "{:?}", log.all());
     assert!(
         took < Duration::from_millis(1200),
         "cancellation took {took:?} for a 500 ms lease"
     );
     handle.shutdown().await;
-    assert!(!log.lock().unwrap().iter().any(|e| e.starts_with("settled:1")));
+    assert!(!log.all().iter().any(|e| e.starts_with("settled:1")));
     // The lease lapses on the server, so the reaper returns the job.
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert_eq!(Reaper::new(q.clone()).run_once().await.unwrap().requeued.len(), 1);

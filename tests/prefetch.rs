@@ -1,64 +1,45 @@
 //! `Consumer::prefetch`: leases held ahead of free handlers never raise the
 //! number of handlers running, a prefetched job that waits too long goes
 //! back to pending unstarted (and is not leased again until a handler frees
-//! up), and shutdown hands prefetched jobs back without starting them.
+//! up), and shutdown hands prefetched jobs, and jobs leased as it begins,
+//! back without starting them.
 //! Automatic prefetch (the default) leases ahead for short handlers only,
 //! and stops when handlers turn long.
 
 mod common;
 
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use common::{eventually, setup};
-use echomq::{Consumer, Event, Job, JobState};
+use common::{EventLog, eventually, setup};
+use echomq::{Consumer, Job, JobState, Queue};
 
-/// Every observer event as (job id, "kind:token[:detail]").
-type Log = Arc<Mutex<Vec<(String, String)>>>;
-
-fn recorder() -> (Log, impl Fn(&Event<'_>) + Send + Sync + 'static) {
-    let log: Log = Arc::default();
-    let l = log.clone();
-    let f = move |e: &Event<'_>| {
-        let (id, s) = match e {
-            Event::Claimed { id, token, .. } => (id, format!("claimed:{token}")),
-            Event::Extended { id, token, .. } => (id, format!("extended:{token}")),
-            Event::HandlerDone { id, token, result } => (id, format!("done:{token}:{result}")),
-            Event::Settled { id, token, op, .. } => (id, format!("settled:{token}:{op}")),
-            _ => return,
-        };
-        l.lock().unwrap().push((id.to_string(), s));
-    };
-    (log, f)
+/// The queue's active count, sampled every millisecond until `stop`.
+struct ActiveSampler {
+    on: Arc<AtomicBool>,
+    task: tokio::task::JoinHandle<Vec<u64>>,
 }
 
-fn events_of(log: &Log, id: &str) -> Vec<String> {
-    log.lock()
-        .unwrap()
-        .iter()
-        .filter(|(j, _)| j == id)
-        .map(|(_, e)| e.clone())
-        .collect()
-}
-
-/// Samples the queue's active count every millisecond while `on`.
-fn sample_active(q: &echomq::Queue, on: Arc<AtomicBool>) -> tokio::task::JoinHandle<Vec<u64>> {
-    let q = q.clone();
-    tokio::spawn(async move {
-        let mut seen = Vec::new();
-        while on.load(Ordering::SeqCst) {
-            seen.push(q.counts().await.unwrap().active);
-            tokio::time::sleep(Duration::from_millis(1)).await;
-        }
-        seen
-    })
-}
-
-async fn sampler_cut(on: &AtomicBool, sampler: tokio::task::JoinHandle<Vec<u64>>) -> Vec<u64> {
-    on.store(false, Ordering::SeqCst);
-    sampler.await.unwrap()
+impl ActiveSampler {
+    fn start(q: &Queue) -> ActiveSampler {
+        let (q, on) = (q.clone(), Arc::new(AtomicBool::new(true)));
+        let running = on.clone();
+        let task = tokio::spawn(async move {
+            let mut seen = Vec::new();
+            while running.load(Ordering::SeqCst) {
+                seen.push(q.counts().await.unwrap().active);
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+            seen
+        });
+        ActiveSampler { on, task }
+    }
+    async fn stop(self) -> Vec<u64> {
+        self.on.store(false, Ordering::SeqCst);
+        self.task.await.unwrap()
+    }
 }
 
 type BoxedRun = std::pin::Pin<Box<dyn Future<Output = Result<(), String>> + Send>>;
@@ -116,17 +97,15 @@ async fn automatic_prefetch_follows_the_handlers() {
     q.enqueue_bulk(&quick).await.unwrap();
     q.enqueue_bulk(&slow).await.unwrap();
     let (peak, handled, handler) = sleeper(40);
-    let sampling = Arc::new(AtomicBool::new(true));
-    let sampler = sample_active(&q, sampling.clone());
+    let sampler = ActiveSampler::start(&q);
     let consumer = Consumer::new(q.clone(), handler).concurrency(1).spawn();
     handled_at_least(&handled, 400).await;
-    let quick_samples = sampler_cut(&sampling, sampler).await;
+    let quick_samples = sampler.stop().await;
     // A few slow handlers turn prefetch off and the leases held ahead drain.
     handled_at_least(&handled, 410).await;
-    let sampling = Arc::new(AtomicBool::new(true));
-    let sampler = sample_active(&q, sampling.clone());
+    let sampler = ActiveSampler::start(&q);
     handled_at_least(&handled, 425).await;
-    let slow_samples = sampler_cut(&sampling, sampler).await;
+    let slow_samples = sampler.stop().await;
     handled_at_least(&handled, 430).await;
     consumer.shutdown().await;
     assert_eq!(handled.load(Ordering::SeqCst), 430, "each job handled once");
@@ -149,12 +128,11 @@ async fn prefetch_zero_never_leases_ahead() {
     let jobs: Vec<u32> = (0..300).collect();
     q.enqueue_bulk(&jobs).await.unwrap();
     let (peak, handled, handler) = sleeper(0);
-    let sampling = Arc::new(AtomicBool::new(true));
-    let sampler = sample_active(&q, sampling.clone());
+    let sampler = ActiveSampler::start(&q);
     let consumer = Consumer::new(q.clone(), handler).concurrency(2).prefetch(0).spawn();
     handled_at_least(&handled, 300).await;
     consumer.shutdown().await;
-    let samples = sampler_cut(&sampling, sampler).await;
+    let samples = sampler.stop().await;
     assert!(peak.load(Ordering::SeqCst) <= 2);
     let max = samples.iter().copied().max().unwrap_or(0);
     assert!((1..=2).contains(&max), "leases held at most {max} (concurrency 2)");
@@ -166,60 +144,27 @@ async fn prefetch_zero_never_leases_ahead() {
 #[tokio::test]
 async fn prefetch_holds_more_leases_but_runs_no_more_handlers() {
     let (_s, q) = setup("prefetch-bounds").await;
-    let n = 300;
-    let payloads: Vec<u32> = (0..n).collect();
+    // 300 jobs of 2 ms each.
+    let payloads: Vec<u32> = (1_000..1_300).collect();
     q.enqueue_bulk(&payloads).await.unwrap();
-    let running = Arc::new(AtomicUsize::new(0));
-    let max_running = Arc::new(AtomicUsize::new(0));
-    let handled = Arc::new(AtomicUsize::new(0));
-    let handler = {
-        let (running, max_running, handled) = (running.clone(), max_running.clone(), handled.clone());
-        move |_job: Job<u32>| {
-            let (running, max_running, handled) = (running.clone(), max_running.clone(), handled.clone());
-            async move {
-                let now = running.fetch_add(1, Ordering::SeqCst) + 1;
-                max_running.fetch_max(now, Ordering::SeqCst);
-                tokio::time::sleep(Duration::from_millis(2)).await;
-                running.fetch_sub(1, Ordering::SeqCst);
-                handled.fetch_add(1, Ordering::SeqCst);
-                Ok::<(), String>(())
-            }
-        }
-    };
-    // Sample the leases the server sees while the backlog drains.
-    let sampling = Arc::new(AtomicBool::new(true));
-    let sampler = {
-        let (q, sampling) = (q.clone(), sampling.clone());
-        tokio::spawn(async move {
-            let mut max_active = 0;
-            while sampling.load(Ordering::SeqCst) {
-                max_active = max_active.max(q.counts().await.unwrap().active);
-                tokio::time::sleep(Duration::from_millis(1)).await;
-            }
-            max_active
-        })
-    };
+    let (peak, handled, handler) = sleeper(2);
+    let sampler = ActiveSampler::start(&q);
     let consumer = Consumer::new(q.clone(), handler).concurrency(2).prefetch(3).spawn();
-    assert!(
-        eventually(Duration::from_secs(30), || async {
-            q.counts().await.unwrap().completed == u64::from(n)
-        })
-        .await,
-        "backlog not drained: {:?}",
-        q.counts().await.unwrap()
-    );
+    handled_at_least(&handled, 300).await;
     consumer.shutdown().await;
-    sampling.store(false, Ordering::SeqCst);
-    let max_active = sampler.await.unwrap();
-    assert_eq!(handled.load(Ordering::SeqCst), n as usize, "each job handled once");
-    assert_eq!(max_running.load(Ordering::SeqCst), 2, "handlers at once");
+    let max_active = sampler.stop().await.into_iter().max().unwrap_or(0);
+    assert_eq!(handled.load(Ordering::SeqCst), 300, "each job handled once");
+    assert_eq!(peak.load(Ordering::SeqCst), 2, "handlers at once");
     assert!(max_active <= 5, "leases held: {max_active} > concurrency + prefetch");
     assert!(
         max_active > 2,
         "no lease was ever held ahead of a handler ({max_active})"
     );
     let c = q.counts().await.unwrap();
-    assert_eq!((c.pending, c.active, c.delayed, c.failed), (0, 0, 0, 0));
+    assert_eq!(
+        (c.pending, c.active, c.completed, c.delayed, c.failed),
+        (0, 0, 300, 0, 0)
+    );
 }
 
 // A prefetched job that waits longer than a heartbeat interval for a slow
@@ -230,7 +175,7 @@ async fn slow_handler_releases_the_prefetched_job_once() {
     let (_s, q) = setup("prefetch-slow").await;
     let slow = q.enqueue(&1u32).await.unwrap();
     let next = q.enqueue(&2u32).await.unwrap();
-    let (log, obs) = recorder();
+    let log = EventLog::default();
     let consumer = Consumer::new(q.clone(), |job: Job<u32>| async move {
         if *job.payload() == 1 {
             tokio::time::sleep(Duration::from_millis(900)).await;
@@ -241,7 +186,7 @@ async fn slow_handler_releases_the_prefetched_job_once() {
     .prefetch(1)
     .lease(Duration::from_millis(300))
     .heartbeat(Duration::from_millis(100))
-    .observer(obs)
+    .observer(log.observer())
     .spawn();
     assert!(
         eventually(Duration::from_secs(10), || async {
@@ -251,7 +196,7 @@ async fn slow_handler_releases_the_prefetched_job_once() {
     );
     consumer.shutdown().await;
     assert_eq!(q.job(&slow).await.unwrap().attempts, 1);
-    let ev = events_of(&log, &next);
+    let ev = log.of(&next);
     // Leased with the slow job, released unstarted, leased once more.
     assert_eq!(
         ev,
@@ -275,7 +220,7 @@ async fn shutdown_releases_prefetched_jobs_unstarted() {
     let (_s, q) = setup("prefetch-stop").await;
     let ids: Vec<String> = q.enqueue_bulk(&[1u32, 2, 3]).await.unwrap();
     let started = Arc::new(tokio::sync::Notify::new());
-    let (log, obs) = recorder();
+    let log = EventLog::default();
     let consumer = {
         let started = started.clone();
         Consumer::new(q.clone(), move |_job: Job<u32>| {
@@ -288,7 +233,7 @@ async fn shutdown_releases_prefetched_jobs_unstarted() {
         })
         .concurrency(1)
         .prefetch(2)
-        .observer(obs)
+        .observer(log.observer())
         .spawn()
     };
     tokio::time::timeout(Duration::from_secs(10), started.notified())
@@ -303,11 +248,7 @@ async fn shutdown_releases_prefetched_jobs_unstarted() {
     assert_eq!(states[&ids[0]], JobState::Completed, "the running job finished");
     for id in &ids[1..] {
         assert_eq!(states[id], JobState::Pending, "prefetched job {id} handed back");
-        assert_eq!(
-            events_of(&log, id),
-            ["claimed:1", "settled:1:release"],
-            "job {id} never started"
-        );
+        assert_eq!(log.of(id), ["claimed:1", "settled:1:release"], "job {id} never started");
     }
     let c = q.counts().await.unwrap();
     assert_eq!((c.pending, c.active, c.completed), (2, 0, 1));
@@ -322,7 +263,7 @@ async fn heartbeats_off_renew_a_job_that_waited() {
     let (_s, q) = setup("prefetch-no-beats").await;
     let first = q.enqueue(&200u64).await.unwrap();
     let waited = q.enqueue(&850u64).await.unwrap();
-    let (log, obs) = recorder();
+    let log = EventLog::default();
     let consumer = Consumer::new(q.clone(), |job: Job<u64>| async move {
         tokio::time::sleep(Duration::from_millis(*job.payload())).await;
         Ok::<(), String>(())
@@ -332,7 +273,7 @@ async fn heartbeats_off_renew_a_job_that_waited() {
     .lease(Duration::from_millis(1000))
     .heartbeat(Duration::from_secs(60))
     .reap_interval(Duration::from_millis(20))
-    .observer(obs)
+    .observer(log.observer())
     .spawn();
     assert!(
         eventually(Duration::from_secs(10), || async {
@@ -346,11 +287,42 @@ async fn heartbeats_off_renew_a_job_that_waited() {
         assert_eq!((info.attempts, info.stalls), (1, 0), "job {id}");
     }
     assert_eq!(
-        events_of(&log, &waited),
+        log.of(&waited),
         ["claimed:1", "extended:1", "done:1:ok", "settled:1:complete"]
     );
+    assert_eq!(log.of(&first), ["claimed:1", "done:1:ok", "settled:1:complete"]);
+}
+
+// Jobs leased by a claim still in flight when shutdown begins go back
+// unstarted, though handlers are free (tried many times, since shutdown must
+// land while the claim travels).
+#[tokio::test]
+async fn jobs_leased_as_shutdown_begins_are_not_started() {
+    let (_s, q) = setup("prefetch-stop-race").await;
+    let jobs: Vec<u32> = (0..5).collect();
+    let handled = Arc::new(AtomicUsize::new(0));
+    let mut raced = 0;
+    for _ in 0..30 {
+        q.enqueue_bulk(&jobs).await.unwrap();
+        let h = handled.clone();
+        let log = EventLog::default();
+        let consumer = Consumer::new(q.clone(), move |_job: Job<u32>| {
+            h.fetch_add(1, Ordering::SeqCst);
+            async { Ok::<(), String>(()) }
+        })
+        .reaper(false)
+        .observer(log.observer())
+        .spawn();
+        tokio::task::yield_now().await;
+        consumer.shutdown().await;
+        raced += log.all().iter().filter(|e| e.starts_with("claimed:")).count();
+        let c = q.counts().await.unwrap();
+        assert_eq!((c.active, c.completed), (0, 0), "nothing started: {c:?}");
+    }
     assert_eq!(
-        events_of(&log, &first),
-        ["claimed:1", "done:1:ok", "settled:1:complete"]
+        handled.load(Ordering::SeqCst),
+        0,
+        "a handler started after shutdown began"
     );
+    assert!(raced > 0, "shutdown never landed while a claim was in flight");
 }

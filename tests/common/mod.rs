@@ -108,3 +108,41 @@ where
     handle.shutdown().await;
     done
 }
+
+/// A consumer's observer events, as "kind:token[:detail]" per job id.
+#[derive(Clone, Default)]
+pub struct EventLog(std::sync::Arc<std::sync::Mutex<Vec<(String, String)>>>);
+
+impl EventLog {
+    /// The observer to hand to `Consumer::observer`.
+    pub fn observer(&self) -> impl Fn(&echomq::Event<'_>) + Send + Sync + 'static {
+        use echomq::Event;
+        let log = self.0.clone();
+        move |e: &Event<'_>| {
+            let (id, s) = match e {
+                Event::Claimed { id, token, .. } => (id, format!("claimed:{token}")),
+                Event::Extended { id, token, .. } => (id, format!("extended:{token}")),
+                Event::LeaseLost { id, token, confirmed } => (id, format!("lease_lost:{token}:{confirmed}")),
+                Event::HandlerDone { id, token, result } => (id, format!("done:{token}:{result}")),
+                Event::Settled { id, token, op, .. } => (id, format!("settled:{token}:{op}")),
+                Event::SettleFailed { id, token, op, .. } => (id, format!("settle_failed:{token}:{op}")),
+                _ => return,
+            };
+            log.lock().unwrap().push((id.to_string(), s));
+        }
+    }
+    /// Every event so far, in order.
+    pub fn all(&self) -> Vec<String> {
+        self.0.lock().unwrap().iter().map(|(_, e)| e.clone()).collect()
+    }
+    /// The events of job `id`, in order.
+    pub fn of(&self, id: &str) -> Vec<String> {
+        self.0
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|(j, _)| j == id)
+            .map(|(_, e)| e.clone())
+            .collect()
+    }
+}
