@@ -1,21 +1,56 @@
 -- common.lua: helpers prepended to every echomq script (src/scripts.rs joins
--- them), so each state move is written once.
+-- them), so each state move and each reply code is written once.
 --
--- Job hash fields (absent counters read as 0, absent overrides as the
--- caller's default; short names keep small hashes in listpack encoding):
+-- Job hash fields (absent counters read as 0; short names keep small hashes
+-- in listpack encoding):
 --   p   payload (JSON)            st  state: pending|delayed|active|completed|failed
---   a   attempts = fencing token  f   failures        s  stalls
+--   a   attempts (claims so far)  tk  fencing token of the current claim
+--   f   failures                  s   stalls
 --   sc  pending score (priority, then mint order)      ct created (server ms)
 --   ft  finished (server ms)      err last error      dd dedup id (released at finish)
---   ma  max_attempts override     ms  max_stalls override
---   lo  last settlement "OP:TOKEN" (OP: c complete, r retry, f fail, l release)
+--   lm  limits "MAX_ATTEMPTS:MAX_STALLS:BACKOFF", absent for the defaults below;
+--       BACKOFF is "fMS" (fixed) or "eBASE_MS:MAX_MS" (exponential)
+--   lo  the last LO_KEEP settlements, newest first: "OP:TOKEN OP:TOKEN ..."
+--       (OP: c complete, r retry, f fail, l release, s snooze)
 local rcall = redis.call
 local WAKE_CAP = 64
+local LO_KEEP = 8
+
+-- Reply codes: one meaning each, in every script (src/scripts/codes.rs
+-- decodes them; a test checks that the two tables agree).
+local CODE = {
+  OK = 1,              -- done as asked
+  ALREADY = 2,         -- this settlement already happened with this token
+  FAILED = 3,          -- a retry (or a reap) failed the job for good
+  MARKER_DONE = 4,     -- an earlier attempt finished the effect
+  MARKER_ORPHANED = 5, -- an attempt claimed the effect and ended without finishing it
+  EXISTS = 6,          -- enqueue: a job with that id exists; nothing written
+  DEDUPED = 7,         -- enqueue: the dedup marker is held by another job
+  NOT_FOUND = -1,      -- no such job
+  LEASE_LOST = -2,     -- not active under this token: nothing changed
+  REFUSED = -3,        -- a declared effect was refused: nothing changed
+  HELD_BY_OTHER = -4,  -- another attempt holds the effect marker
+  DONE_BY_OTHER = -5,  -- another attempt finished the effect
+  FOREIGN = -6,        -- the marker holds a value echomq did not write
+}
+
+-- The limits of a job without an `lm` field (src/limits.rs has the same
+-- defaults; a test checks they agree).
+local DEFAULT_MAX_ATTEMPTS = 3
+local DEFAULT_MAX_STALLS = 3
+local DEFAULT_BACKOFF = 'e1000:600000'
+-- The longest delay a backoff gives (src/limits.rs MAX_DELAY).
+local MAX_DELAY_MS = 31536000000
 
 -- The server's wall clock in milliseconds. The only clock echomq trusts.
 local function server_now()
   local t = rcall('TIME')
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+-- A whole number as a decimal string (tostring would give "1.8e+15").
+local function int_s(n)
+  return string.format('%d', n)
 end
 
 -- Leaves up to `n` wake tokens for consumers blocked on the wake list
@@ -24,6 +59,35 @@ local function wake(wake_key, n)
   local room = WAKE_CAP - rcall('LLEN', wake_key)
   if n > room then n = room end
   for _ = 1, n do rcall('LPUSH', wake_key, '1') end
+end
+
+-- The job's limits from its `lm` field: max_attempts, max_stalls, backoff.
+local function limits(lm)
+  if lm then
+    local ma, ms, bo = string.match(lm, '^(%d+):(%d+):(.+)$')
+    if ma then return tonumber(ma), tonumber(ms), bo end
+  end
+  return DEFAULT_MAX_ATTEMPTS, DEFAULT_MAX_STALLS, DEFAULT_BACKOFF
+end
+
+-- The delay (ms) after the `failures`-th failure under backoff `bo`,
+-- saturating at MAX_DELAY_MS (src/limits.rs Backoff::delay is the same).
+local function backoff_ms(bo, failures)
+  local d
+  local fixed = string.match(bo, '^f(%d+)$')
+  if fixed then
+    d = tonumber(fixed)
+  else
+    local base, max = string.match(bo, '^e(%d+):(%d+)$')
+    base, max = tonumber(base) or 1000, tonumber(max) or 600000
+    local shift = failures - 1
+    if shift < 0 then shift = 0 end
+    if shift > 62 then shift = 62 end
+    d = base * 2 ^ shift
+    if d > max then d = max end
+  end
+  if d > MAX_DELAY_MS then d = MAX_DELAY_MS end
+  return d
 end
 
 -- Puts job `id` on pending at its own score (so a returned job keeps its
@@ -51,52 +115,91 @@ local function promote_due(delayed_key, pending_key, wake_key, prefix, now, limi
   return #due
 end
 
+-- Mints `n` fencing tokens from the queue-wide counter and returns the
+-- last one: tokens never repeat for a queue, even when a job's record is
+-- deleted and its id enqueued again. A new counter starts at the server
+-- clock times 1000, so a queue whose keys were deleted does not mint its
+-- old tokens again either.
+local function mint_tokens(token_key, now, n)
+  local last = rcall('INCRBY', token_key, n)
+  if last == n then
+    last = now * 1000 + n
+    rcall('SET', token_key, int_s(last))
+  end
+  return last
+end
+
 -- Leases up to `limit` pending jobs until now + lease, after promoting up
 -- to `limit` due delayed jobs when `promote` is set (a plain claim does;
 -- the settle path, hot under load, leaves promotion to the reaper and to
--- plain claims). `k` holds pending, active, delayed, wake.
--- Appends {deadline, id_1, token_1, failures_1, payload_1, ...} to `out`.
+-- plain claims). `k` holds pending, active, delayed, wake, token.
+-- Appends {deadline, id_1, token_1, attempt_1, failures_1, limits_1,
+-- payload_1, ...} to `out`.
 local function claim_jobs(k, prefix, now, lease, limit, promote, out)
   local deadline = now + lease
   out[#out + 1] = deadline
   if limit <= 0 then return end
   if promote then promote_due(k.delayed, k.pending, k.wake, prefix, now, limit) end
   local popped = rcall('ZPOPMIN', k.pending, limit)
-  local deadline_s = tostring(deadline)
+  local n = #popped / 2
+  if n < limit then rcall('DEL', k.wake) end
+  if n == 0 then return end
+  -- Nothing left to hand out: stale wake tokens were cleared above so idle
+  -- consumers sleep.
+  local token = mint_tokens(k.token, now, n) - n
+  local deadline_s = int_s(deadline)
   local zargs = {}
   for i = 1, #popped, 2 do
     local id = popped[i]
     local jk = prefix .. 'job:' .. id
-    local job = rcall('HMGET', jk, 'p', 'f', 'a')
+    local job = rcall('HMGET', jk, 'p', 'f', 'a', 'lm')
+    token = token + 1
     -- a pending id without a hash (evicted, or a torn write) is dropped
     if job[1] then
-      -- one write for the new token and the state (the script is atomic)
-      local token = tostring((tonumber(job[3]) or 0) + 1)
-      rcall('HSET', jk, 'a', token, 'st', 'active')
+      local attempt = int_s((tonumber(job[3]) or 0) + 1)
+      local token_s = int_s(token)
+      -- one write for the attempt, the token and the state (the script is atomic)
+      rcall('HSET', jk, 'a', attempt, 'tk', token_s, 'st', 'active')
       zargs[#zargs + 1] = deadline_s
       zargs[#zargs + 1] = id
       out[#out + 1] = id
-      out[#out + 1] = token
+      out[#out + 1] = token_s
+      out[#out + 1] = attempt
       out[#out + 1] = job[2] or '0'
+      out[#out + 1] = job[4] or ''
       out[#out + 1] = job[1]
     end
   end
   if #zargs > 0 then rcall('ZADD', k.active, unpack(zargs)) end
-  -- Nothing left to hand out: clear stale wake tokens so idle consumers sleep.
-  if #popped < limit * 2 then rcall('DEL', k.wake) end
 end
 
 -- Checks that the caller still owns job `jk` with `token` (a string, as
--- sent). Returns nil and the job's dedup id when it does, or the reply to
--- send: {2, now} when this exact settlement `op` already happened with this
--- token (its reply was lost), {-1, now} for a missing job, {-2, now} for a
--- lost lease.
+-- sent). Returns nil and the job's owner fields {dd, lo} when it does, or
+-- the reply to send: {ALREADY, now} when settlement `op` already happened
+-- with this token (its reply was lost; remembered for the job's last
+-- LO_KEEP settlements), {NOT_FOUND, now} for a missing job, {LEASE_LOST,
+-- now} for a lost lease.
 local function check_owner(jk, token, op, now)
-  local cur = rcall('HMGET', jk, 'st', 'a', 'lo', 'dd')
-  if not cur[1] then return {-1, now} end
-  if cur[1] == 'active' and cur[2] == token then return nil, cur[4] end
-  if op and cur[3] == op .. ':' .. token then return {2, now} end
-  return {-2, now}
+  local cur = rcall('HMGET', jk, 'st', 'tk', 'lo', 'dd')
+  if not cur[1] then return {CODE.NOT_FOUND, now} end
+  if cur[1] == 'active' and cur[2] == token then return nil, {dd = cur[4], lo = cur[3]} end
+  if op and cur[3] and string.find(' ' .. cur[3] .. ' ', ' ' .. op .. ':' .. token .. ' ', 1, true) then
+    return {CODE.ALREADY, now}
+  end
+  return {CODE.LEASE_LOST, now}
+end
+
+-- The `lo` field after settlement `op` with `token`: newest first, at most
+-- LO_KEEP entries.
+local function remember(owner, op, token)
+  local entries = {op .. ':' .. token}
+  if owner.lo then
+    for e in string.gmatch(owner.lo, '%S+') do
+      if #entries >= LO_KEEP then break end
+      entries[#entries + 1] = e
+    end
+  end
+  return table.concat(entries, ' ')
 end
 
 -- Set moves collected while settling and applied by apply_moves with one
@@ -115,7 +218,7 @@ local function finish(moves, prefix, jk, id, state, now, keep, dd, fields)
     local mk = prefix .. 'de:' .. dd
     if rcall('GET', mk) == id then rcall('DEL', mk) end
   end
-  local now_s = tostring(now)
+  local now_s = int_s(now)
   -- Written even when the record is about to be deleted, so a later item
   -- of the same call sees the job settled (check_owner reads the hash).
   rcall('HSET', jk, 'st', state, 'ft', now_s, unpack(fields))
@@ -158,50 +261,56 @@ local function apply_moves(moves, k, prefix, keep_completed, keep_failed)
   if #moves.delete > 0 then rcall('DEL', unpack(moves.delete)) end
 end
 
--- The settlements, shared by the one-job scripts (complete.lua, retry.lua,
--- fail.lua, release.lua) and the batched settle.lua. Each assumes
--- check_owner has passed (`dd` is what it returned) and records its set
+-- The settlements, shared by settle.lua and complete.lua. Each assumes
+-- check_owner has passed (`owner` is what it returned) and records its set
 -- moves in `moves`. `k` holds the queue's keys: active, pending, delayed,
--- completed, failed, wake. Each returns {code, now, due}.
+-- completed, failed, wake. Each returns {code, due}.
 
-local function settle_complete(moves, prefix, jk, id, token, now, keep, dd)
+local function settle_complete(moves, prefix, jk, id, token, now, keep, owner)
   moves.unlease[#moves.unlease + 1] = id
-  finish(moves, prefix, jk, id, 'completed', now, keep, dd, {'lo', 'c:' .. token})
-  return {1, now, 0}
+  finish(moves, prefix, jk, id, 'completed', now, keep, owner.dd, {'lo', remember(owner, 'c', token)})
+  return {CODE.OK, 0}
 end
 
--- failures += 1; at max_attempts (the job's own, else `default_max`) the
--- job fails for good (code 3); else it is due again after `delay` ms.
-local function settle_retry(moves, k, prefix, jk, id, token, now, delay, err, default_max, keep, dd)
-  moves.unlease[#moves.unlease + 1] = id
-  local failures = rcall('HINCRBY', jk, 'f', '1')
-  local max = tonumber(rcall('HGET', jk, 'ma') or default_max)
-  local settled = 'r:' .. token
-  if failures >= max then
-    finish(moves, prefix, jk, id, 'failed', now, keep, dd, {'err', err, 'lo', settled})
-    return {3, now, 0}
-  end
-  rcall('HSET', jk, 'err', err, 'lo', settled)
+-- Back to pending at once (`delay` 0) or delayed until now + delay.
+local function requeue(k, jk, id, now, delay)
   if delay > 0 then
     rcall('HSET', jk, 'st', 'delayed')
     rcall('ZADD', k.delayed, now + delay, id)
-    return {1, now, now + delay}
+    return now + delay
   end
   to_pending(k.pending, jk, id)
   wake(k.wake, 1)
-  return {1, now, 0}
+  return 0
 end
 
-local function settle_fail(moves, prefix, jk, id, token, now, reason, keep, dd)
+-- failures += 1; at the job's max_attempts the job fails for good (code
+-- FAILED); else it is due again after `delay` ms, or after the job's
+-- backoff when `delay` is negative.
+local function settle_retry(moves, k, prefix, jk, id, token, now, delay, err, keep, owner)
   moves.unlease[#moves.unlease + 1] = id
-  finish(moves, prefix, jk, id, 'failed', now, keep, dd, {'err', reason, 'lo', 'f:' .. token})
-  return {1, now, 0}
+  local failures = rcall('HINCRBY', jk, 'f', '1')
+  local max, _, bo = limits(rcall('HGET', jk, 'lm'))
+  local lo = remember(owner, 'r', token)
+  if failures >= max then
+    finish(moves, prefix, jk, id, 'failed', now, keep, owner.dd, {'err', err, 'lo', lo})
+    return {CODE.FAILED, 0}
+  end
+  rcall('HSET', jk, 'err', err, 'lo', lo)
+  if delay < 0 then delay = backoff_ms(bo, failures) end
+  return {CODE.OK, requeue(k, jk, id, now, delay)}
 end
 
-local function settle_release(moves, k, jk, id, token, now)
+local function settle_fail(moves, prefix, jk, id, token, now, reason, keep, owner)
   moves.unlease[#moves.unlease + 1] = id
-  rcall('HSET', jk, 'lo', 'l:' .. token)
-  to_pending(k.pending, jk, id)
-  wake(k.wake, 1)
-  return {1, now, 0}
+  finish(moves, prefix, jk, id, 'failed', now, keep, owner.dd, {'err', reason, 'lo', remember(owner, 'f', token)})
+  return {CODE.OK, 0}
+end
+
+-- Release (op l, graceful shutdown) and snooze (op s, run later): back to
+-- pending or delayed, counting neither a failure nor a stall.
+local function settle_requeue(moves, k, jk, id, token, now, op, delay, owner)
+  moves.unlease[#moves.unlease + 1] = id
+  rcall('HSET', jk, 'lo', remember(owner, op, token))
+  return {CODE.OK, requeue(k, jk, id, now, delay)}
 end

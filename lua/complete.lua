@@ -5,9 +5,11 @@
 -- KEYS[1] job (hash)  KEYS[2] active (zset)  KEYS[3] completed (zset)
 -- KEYS[4..] effect targets (optional). Each carries the queue's hash tag
 --           and lies outside echomq's own keys (checked in src/effect.rs).
--- ARGV[1] key prefix "emq:{Q}:"   ARGV[2] job id   ARGV[3] fencing token
--- ARGV[4] retention: -1 keep all, 0 delete the record, n keep the newest n
--- ARGV[5] number of effects E (optional; absent = 0), then 4 fields each:
+-- ARGV[1] prefix  key prefix "emq:{Q}:"
+-- ARGV[2] id      job id
+-- ARGV[3] token   fencing token
+-- ARGV[4] keep_completed  retention: -1 keep all, 0 delete the record, n keep the newest n
+-- ARGV[5] effects number of effects E (optional; absent = 0), then 4 fields each:
 --   op   incrby | hincrby | hset | sadd
 --   key  the target's index in KEYS (4 or more)
 --   a b  incrby: increment, ""      hincrby: field, increment
@@ -20,16 +22,16 @@
 -- writes: there is no rollback): a target of another type, or a counter
 -- that is not an integer or would leave +-(2^53 - 1), refuses the call.
 --
--- Returns {code, now}: 1 completed (effects applied); 2 already completed
+-- Returns {code, now}: OK completed (effects applied); ALREADY completed
 -- with this token (a retried settle whose first reply was lost; nothing
--- applied again); -1 no such job; -2 lease lost (not active, or a newer
--- token owns it): nothing changed. {-3, now, i, reason}: effect i (1-based)
+-- applied again); NOT_FOUND; LEASE_LOST (not active, or a newer token owns
+-- it): nothing changed. {REFUSED, now, i, reason}: effect i (1-based)
 -- refused: nothing changed, the job is still leased to the caller.
 local jk, active_key, completed_key = KEYS[1], KEYS[2], KEYS[3]
 local prefix, id, token, keep = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4])
 local n_effects = tonumber(ARGV[5] or '0')
 local now = server_now()
-local refused, dd = check_owner(jk, token, 'c', now)
+local refused, owner = check_owner(jk, token, 'c', now)
 if refused then return refused end
 
 -- Counters stay exact in Lua's doubles up to 2^53 - 1.
@@ -92,7 +94,7 @@ end
 
 if n_effects > 0 then
   local bad, why = check_effects()
-  if bad then return {-3, now, bad, why} end
+  if bad then return {CODE.REFUSED, now, bad, why} end
   for i = 1, n_effects do
     local op, ki, a, b = effect(i)
     local key = KEYS[ki]
@@ -106,6 +108,6 @@ if n_effects > 0 then
 end
 
 local moves = new_moves()
-local r = settle_complete(moves, prefix, jk, id, token, now, keep, dd)
+local r = settle_complete(moves, prefix, jk, id, token, now, keep, owner)
 apply_moves(moves, {active = active_key, completed = completed_key}, prefix, keep, -1)
-return {r[1], r[2]}
+return {r[1], now}

@@ -2,20 +2,20 @@
 --
 -- KEYS[1] seq      mint counter          KEYS[2] pending (zset)
 -- KEYS[3] delayed  (zset)                KEYS[4] wake (list)
--- ARGV[1] key prefix "emq:{Q}:" (job and dedup keys are built from it; they
---         carry the same hash tag, so they live in the same slot)
--- ARGV[2] number of jobs N, then 8 fields per job:
+-- ARGV[1] prefix  key prefix "emq:{Q}:" (job and dedup keys are built from
+--                 it; they carry the same hash tag, so they live in the same slot)
+-- ARGV[2] jobs    number of jobs N, then 7 fields per job:
 --   id          "" to mint one from seq
 --   payload     JSON bytes
 --   priority    integer -128..127, higher runs first
 --   delay       milliseconds, 0 for none (due = TIME + delay)
---   max_attempts, max_stalls   0 for the consumer's / reaper's default
+--   limits      the job's `lm` field ("" for the defaults; see common.lua)
 --   dedup       "" for none, else the dedup id
 --   dedup_ttl   milliseconds the dedup marker stands; 0 = until the job finishes
 --
--- Returns {now, status_1, id_1, ..., status_N, id_N}; status 1 created,
--- 2 a job with that id already exists (nothing written), 3 the dedup marker
--- is held by job id (nothing written).
+-- Returns {now, status_1, id_1, ..., status_N, id_N}; status OK created,
+-- EXISTS a job with that id already exists (nothing written), DEDUPED the
+-- dedup marker is held by job id (nothing written).
 local seq_key, pending_key, delayed_key, wake_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local prefix = ARGV[1]
 local n = tonumber(ARGV[2])
@@ -26,31 +26,29 @@ local woken = 0
 local PRIO_STEP = 35184372088832
 
 for j = 0, n - 1 do
-  local b = 3 + j * 8
+  local b = 3 + j * 7
   local id, payload = ARGV[b], ARGV[b + 1]
   local priority, delay = tonumber(ARGV[b + 2]), tonumber(ARGV[b + 3])
-  local max_attempts, max_stalls = tonumber(ARGV[b + 4]), tonumber(ARGV[b + 5])
-  local dedup, dedup_ttl = ARGV[b + 6], tonumber(ARGV[b + 7])
-  local status = 1
+  local lm, dedup, dedup_ttl = ARGV[b + 4], ARGV[b + 5], tonumber(ARGV[b + 6])
+  local status = CODE.OK
   local mk
   if dedup ~= '' then
     mk = prefix .. 'de:' .. dedup
     local holder = rcall('GET', mk)
-    if holder then status = 3; id = holder end
+    if holder then status = CODE.DEDUPED; id = holder end
   end
-  if status == 1 and id ~= '' and rcall('EXISTS', prefix .. 'job:' .. id) == 1 then
-    status = 2
+  if status == CODE.OK and id ~= '' and rcall('EXISTS', prefix .. 'job:' .. id) == 1 then
+    status = CODE.EXISTS
   end
-  if status == 1 then
+  if status == CODE.OK then
     local seq = rcall('INCR', seq_key)
     -- minted ids are all digits, which caller ids may not be (src/job.rs)
-    if id == '' then id = tostring(seq) end
+    if id == '' then id = int_s(seq) end
     local jk = prefix .. 'job:' .. id
     local score = (127 - priority) * PRIO_STEP + seq
     local h = {'p', payload, 'sc', score, 'ct', now, 'st', 'pending'}
     if delay > 0 then h[8] = 'delayed' end
-    if max_attempts > 0 then h[#h + 1] = 'ma'; h[#h + 1] = max_attempts end
-    if max_stalls > 0 then h[#h + 1] = 'ms'; h[#h + 1] = max_stalls end
+    if lm ~= '' then h[#h + 1] = 'lm'; h[#h + 1] = lm end
     if mk then
       if dedup_ttl > 0 then
         rcall('SET', mk, id, 'PX', dedup_ttl)

@@ -1,11 +1,13 @@
 -- extend: renews a lease (the heartbeat).
 --
 -- KEYS[1] job (hash)  KEYS[2] active (zset)
--- ARGV[1] job id  ARGV[2] fencing token  ARGV[3] lease, milliseconds
+-- ARGV[1] id     job id
+-- ARGV[2] token  fencing token
+-- ARGV[3] lease  milliseconds
 --
--- Returns {code, now, deadline}: 1 extended to deadline = TIME + lease;
--- -1 no such job; -2 lease lost (nothing changed). Extending is naturally
--- idempotent, so there is no "already settled" answer.
+-- Returns {code, now, deadline}: OK, extended to deadline = TIME + lease;
+-- NOT_FOUND; LEASE_LOST (nothing changed). Extending is naturally
+-- idempotent, so there is no ALREADY answer.
 local jk, active_key = KEYS[1], KEYS[2]
 local id, token, lease = ARGV[1], ARGV[2], tonumber(ARGV[3])
 local now = server_now()
@@ -13,4 +15,4 @@ local refused = check_owner(jk, token, nil, now)
 if refused then return refused end
 local deadline = now + lease
 rcall('ZADD', active_key, 'XX', deadline, id)
-return {1, now, deadline}
+return {CODE.OK, now, deadline}

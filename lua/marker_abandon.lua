@@ -4,22 +4,22 @@
 -- marker fresh instead of orphaned.
 --
 -- KEYS[1] marker (string)
--- ARGV[1] fencing token of the calling attempt
+-- ARGV[1] token  fencing token of the calling attempt
 --
--- Returns {code, now, attempt}: 1 removed (or already absent); -4 held by
--- attempt `attempt`, which took it over; -5 done by attempt `attempt` (a
--- finished effect is never given back, not even by its own attempt);
--- -6 a value echomq did not write. Nothing changed on a negative code.
+-- Returns {code, now, token}: OK removed (or already absent); HELD_BY_OTHER
+-- held by the attempt with `token`, which took it over; DONE_BY_OTHER done
+-- by the attempt with `token` (a finished effect is never given back, not
+-- even by its own attempt); FOREIGN a value echomq did not write. Nothing
+-- changed on a negative code.
 local mk = KEYS[1]
-local token = tonumber(ARGV[1])
+local token = ARGV[1]
 local now = server_now()
 
 local v = rcall('GET', mk)
-if not v then return {1, now, 0} end
+if not v then return {CODE.OK, now, 0} end
 local kind, t, p = string.match(v, '^(%a+):(%d+):?(%d*)$')
-t = tonumber(t)
-if kind == 'done' and p == '' then return {-5, now, t} end
-if kind ~= 'held' or p == '' then return {-6, now, 0} end
-if t ~= token then return {-4, now, t} end
+if kind == 'done' and p == '' then return {CODE.DONE_BY_OTHER, now, t} end
+if kind ~= 'held' or p == '' then return {CODE.FOREIGN, now, 0} end
+if t ~= token then return {CODE.HELD_BY_OTHER, now, t} end
 rcall('DEL', mk)
-return {1, now, token}
+return {CODE.OK, now, token}

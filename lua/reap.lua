@@ -3,20 +3,22 @@
 --
 -- KEYS[1] active  KEYS[2] pending  KEYS[3] delayed  KEYS[4] failed
 -- KEYS[5] wake
--- ARGV[1] key prefix  ARGV[2] the most jobs to reap (and, separately, to
--- promote) in this call  ARGV[3] default max_stalls (the job's own wins)
--- ARGV[4] retention of failed jobs (as in complete.lua)
+-- ARGV[1] prefix       key prefix "emq:{Q}:"
+-- ARGV[2] limit        the most jobs to reap (and, separately, to promote) in this call
+-- ARGV[3] keep_failed  retention of failed jobs (as in settle.lua)
 --
--- An expired lease (deadline < TIME) counts a stall; a job past max_stalls
--- fails for good with reason "stalled".
--- Returns {now, promoted, id_1, outcome_1, stalls_1, ...}; outcome 1
--- back to pending, 3 failed as stalled.
+-- An expired lease (deadline < TIME) counts a stall; a job past its own
+-- max_stalls fails for good with reason "stalled".
+-- Returns {now, promoted, active, next_due, id_1, outcome_1, stalls_1, ...};
+-- outcome OK back to pending, FAILED failed as stalled; `active` is the
+-- number of leases still held and `next_due` the earliest due time of a
+-- delayed job (server ms, 0 for none): the maintenance task reaps an idle
+-- queue less often.
 local active_key, pending_key, delayed_key, failed_key, wake_key =
   KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
-local prefix, limit = ARGV[1], tonumber(ARGV[2])
-local default_max, keep = tonumber(ARGV[3]), tonumber(ARGV[4])
+local prefix, limit, keep = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
 local now = server_now()
-local out = {now, 0}
+local out = {now, 0, 0, 0}
 
 local expired = rcall('ZRANGEBYSCORE', active_key, '-inf', '(' .. now, 'LIMIT', 0, limit)
 local moves = new_moves()
@@ -24,13 +26,14 @@ local back = 0
 for _, id in ipairs(expired) do
   moves.unlease[#moves.unlease + 1] = id
   local jk = prefix .. 'job:' .. id
-  if rcall('EXISTS', jk) == 1 then
+  local job = rcall('HMGET', jk, 'st', 'lm', 'dd')
+  if job[1] then
     local stalls = rcall('HINCRBY', jk, 's', '1')
-    local max = tonumber(rcall('HGET', jk, 'ms') or default_max)
-    local outcome = 1
+    local _, max = limits(job[2])
+    local outcome = CODE.OK
     if stalls > max then
-      outcome = 3
-      finish(moves, prefix, jk, id, 'failed', now, keep, rcall('HGET', jk, 'dd'), {'err', 'stalled'})
+      outcome = CODE.FAILED
+      finish(moves, prefix, jk, id, 'failed', now, keep, job[3], {'err', 'stalled'})
     else
       to_pending(pending_key, jk, id)
       back = back + 1
@@ -43,4 +46,7 @@ end
 apply_moves(moves, {active = active_key, failed = failed_key}, prefix, -1, keep)
 if back > 0 then wake(wake_key, back) end
 out[2] = promote_due(delayed_key, pending_key, wake_key, prefix, now, limit)
+out[3] = rcall('ZCARD', active_key)
+local first = rcall('ZRANGE', delayed_key, 0, 0, 'WITHSCORES')
+if first[2] then out[4] = tonumber(first[2]) end
 return out

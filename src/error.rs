@@ -67,6 +67,35 @@ pub enum Error {
     /// No job with this id exists (never enqueued, or removed by retention).
     #[error("job {0} not found")]
     JobNotFound(String),
+    /// A lease, job or marker of one queue was handed to another queue's
+    /// handle. Ids and tokens are per queue, so nothing was sent.
+    #[error("job {id} was leased from queue {leased_from}, not from queue {queue}")]
+    WrongQueue {
+        /// The job.
+        id: String,
+        /// The queue the lease came from (`PREFIX:{NAME}`).
+        leased_from: String,
+        /// The queue it was handed to.
+        queue: String,
+    },
+    /// The server's ACL refused a command or key this user needs.
+    #[error("permission denied by the server's ACL: {detail} (needs {needs})")]
+    NoPermission {
+        /// What was refused: a command (`command 'config|get'`), access
+        /// to a key, or a command or key used inside one of the scripts.
+        needs: String,
+        /// The server's message.
+        detail: String,
+    },
+    /// One of the library's own tasks (a consumer's settler or claim loop)
+    /// died. The consumer stopped claiming and handed back what it held.
+    #[error("internal task {task} failed: {detail}")]
+    Internal {
+        /// The task.
+        task: &'static str,
+        /// What happened.
+        detail: String,
+    },
     /// The queue was written by a newer, incompatible version of echomq.
     #[error("queue {queue} has layout version {found}; this echomq understands up to {supported}")]
     LayoutMismatch {
@@ -85,7 +114,7 @@ pub enum Error {
     Timeout(Duration),
     /// The server or the connection failed.
     #[error("server error: {0}")]
-    Redis(#[from] redis::RedisError),
+    Redis(#[source] redis::RedisError),
     /// An effect given to atomic completion ([`Queue::complete_with`](crate::Queue::complete_with))
     /// cannot be applied: its key lies outside the queue's hash slot or
     /// inside echomq's own keys, or its target holds another type or a
@@ -128,6 +157,28 @@ pub enum Error {
     },
 }
 
+/// Longest user-supplied value an error message repeats, in bytes.
+pub const MAX_ECHO_BYTES: usize = 80;
+
+/// `value` as an error message shows it: whole when short, else its first
+/// [`MAX_ECHO_BYTES`] (cut at a character boundary) and its length.
+pub(crate) fn excerpt(value: &str) -> String {
+    truncate(value, MAX_ECHO_BYTES)
+}
+
+/// `text` cut to at most `max` bytes at a character boundary, saying how
+/// long it was when it is cut.
+pub(crate) fn truncate(text: &str, max: usize) -> String {
+    if text.len() <= max {
+        return text.to_owned();
+    }
+    let mut end = max.saturating_sub(32);
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}… ({} bytes)", &text[..end], text.len())
+}
+
 fn held_or_done(done: bool) -> &'static str {
     if done { "done" } else { "held" }
 }
@@ -151,6 +202,77 @@ impl Error {
         }
     }
 
+    /// Maps a server error, turning an ACL refusal into
+    /// [`Error::NoPermission`] and leaving the rest [`Error::Redis`]. An ACL
+    /// refusal reads `NOPERM ...` for a command sent directly, and
+    /// `ERR ...` for a command or key refused inside a script:
+    ///
+    /// | server | refused | message |
+    /// | --- | --- | --- |
+    /// | Valkey 9 | command | `NOPERM User u has no permissions to run the 'info' command` |
+    /// | Valkey 9 | key | `NOPERM No permissions to access a key` |
+    /// | Valkey 9 | in a script | `ERR ACL failure in script: <one of the above> script: ...` |
+    /// | Redis 7.0 | command | `NOPERM this user has no permissions to run the 'info' command` |
+    /// | Redis 7.0 | key | `NOPERM this user has no permissions to access one of the keys used as arguments` |
+    /// | Redis 7.0 | command in a script | `ERR The user executing the script can't run this command or subcommand script: ...` |
+    /// | Redis 7.0 | key in a script | `ERR The user executing the script can't access at least one of the keys mentioned in the command arguments script: ...` |
+    pub(crate) fn from_redis(e: redis::RedisError) -> Error {
+        let text = e.detail().map_or_else(|| e.to_string(), str::to_owned);
+        let in_script = e.code() == Some("ERR")
+            && (text.starts_with("ACL failure in script") || text.starts_with("The user executing the script can't"));
+        if e.code() != Some("NOPERM") && !in_script {
+            return Error::Redis(e);
+        }
+        let needs = if let Some(cmd) = text
+            .split_once("to run the '")
+            .and_then(|(_, rest)| rest.split_once('\''))
+            .map(|(cmd, _)| cmd)
+        {
+            format!("command '{cmd}'")
+        } else if text.contains("run this command") {
+            "a command that one of echomq's scripts runs".to_owned()
+        } else if text.contains("access a key")
+            || text.contains("access one of the keys")
+            || text.contains("keys mentioned")
+        {
+            "access to a key this call uses (the user's key patterns must cover the queue's keys)".to_owned()
+        } else if text.contains("channel") {
+            "access to a channel".to_owned()
+        } else {
+            "a permission the server did not name".to_owned()
+        };
+        let detail = match e.code() {
+            Some(code) if !text.starts_with(code) => format!("{code} {text}"),
+            _ => text,
+        };
+        Error::NoPermission { needs, detail }
+    }
+
+    /// The HTTP status that fits this error when a web handler passes it
+    /// on: 400 for bad input, 413 for a payload over the limit, 404 for a
+    /// missing job, 409 for a lost lease or a job of another queue, 503
+    /// when the server is unreachable or busy (retry later), 500 otherwise.
+    /// With axum, one line turns an echomq error into a response:
+    ///
+    /// ```
+    /// # fn demo(e: echomq::Error) -> (u16, String) {
+    /// // (StatusCode::from_u16(e.http_status()).unwrap(), e.to_string()).into_response()
+    /// (e.http_status(), e.to_string())
+    /// # }
+    /// ```
+    pub fn http_status(&self) -> u16 {
+        match self {
+            _ if self.is_transient() => 503,
+            Error::InvalidQueueName { .. } | Error::InvalidId { .. } | Error::InvalidOption { .. } => 400,
+            Error::Encode(_) | Error::EffectRefused { .. } => 400,
+            Error::PayloadTooLarge { .. } => 413,
+            Error::NoPermission { .. } => 403,
+            Error::JobNotFound(_) => 404,
+            Error::LeaseLost { .. } | Error::WrongQueue { .. } | Error::MarkerLost { .. } => 409,
+            _ => 500,
+        }
+    }
+
     /// True for failures of the transport (connection refused or dropped,
     /// timeouts, a server still loading): the same call may succeed later.
     /// Settlements and enqueues with a caller-chosen id are safe to retry.
@@ -166,5 +288,13 @@ impl Error {
             }
             _ => false,
         }
+    }
+}
+
+/// Every server error becomes ours through [`Error::from_redis`], so an ACL
+/// refusal is [`Error::NoPermission`] wherever `?` meets it.
+impl From<redis::RedisError> for Error {
+    fn from(e: redis::RedisError) -> Self {
+        Error::from_redis(e)
     }
 }

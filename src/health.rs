@@ -1,15 +1,19 @@
-//! Operating the server: what its settings let echomq promise (the
-//! start-up self-check) and whether the queue's data agrees with itself
-//! (the consistency sweep). See DESIGN.md §8 and the README's guarantees.
+//! The server self-check: what the server's settings let echomq promise
+//! (persistence, eviction, replication), read at connect. The consistency
+//! sweep, which checks the queue's own data, is in
+//! [`crate::maintenance::sweep`].
+
+use std::collections::HashMap;
 
 use redis::Value;
 use tracing::{info, warn};
 
+use crate::client::Client;
+use crate::conn::Conn;
 use crate::error::{Error, Result};
 use crate::queue::Queue;
-use crate::scripts::{Reply, SCRIPTS};
 
-/// What the server's settings let echomq promise, from [`Queue::self_check`].
+/// What the server's settings let echomq promise, from [`Client::self_check`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct ServerReport {
@@ -17,19 +21,33 @@ pub struct ServerReport {
     pub server: String,
     /// The server's version.
     pub version: String,
-    /// Whether the append-only file is on.
+    /// Whether the append-only file is on (false where it could not be
+    /// read: see `unverified`).
     pub appendonly: bool,
     /// `always`, `everysec`, `no`, or `unknown` where `CONFIG` is not allowed.
     pub appendfsync: String,
     /// The eviction policy; anything but `noeviction` can evict job records.
+    /// `unknown` where neither `INFO` nor `CONFIG` is allowed.
     pub maxmemory_policy: String,
-    /// Replicas connected to this primary (replication is asynchronous).
+    /// Replicas connected to this primary (replication is asynchronous);
+    /// 0 where `INFO` is not allowed.
     pub connected_replicas: u64,
+    /// What could not be verified, and why, e.g. `"appendfsync (CONFIG GET
+    /// denied)"`: a user whose ACL denies `INFO` or `CONFIG` (any
+    /// `-@dangerous` user) still connects, and the fields above hold
+    /// defaults for these. Empty when everything was read.
+    pub unverified: Vec<String>,
 }
+
+/// Names in [`ServerReport::unverified`], each followed by the reason.
+const UNVERIFIED_APPENDONLY: &str = "append-only file";
 
 impl ServerReport {
     /// What an acknowledged enqueue survives on this server, in one sentence.
     pub fn durability(&self) -> &'static str {
+        if self.unverified.iter().any(|u| u.starts_with(UNVERIFIED_APPENDONLY)) {
+            return "the server's persistence settings could not be read: what acknowledged jobs survive is unknown";
+        }
         match (self.appendonly, self.appendfsync.as_str()) {
             (true, "always") => "acknowledged jobs survive a server crash, an OS crash and power loss",
             (true, "everysec") => {
@@ -41,15 +59,9 @@ impl ServerReport {
     }
 }
 
-/// What a full consistency sweep found, from [`Queue::sweep`].
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct SweepReport {
-    /// Job hashes and set members looked at.
-    pub checked: u64,
-    /// Repairs made (a job put back into the set its state names, removed
-    /// from another set, or a dangling member or hash removed).
-    pub repaired: u64,
+/// True when the server's ACL refused the command.
+fn denied(e: &redis::RedisError) -> bool {
+    e.code() == Some("NOPERM")
 }
 
 fn info_field<'a>(info: &'a str, name: &str) -> Option<&'a str> {
@@ -58,132 +70,179 @@ fn info_field<'a>(info: &'a str, name: &str) -> Option<&'a str> {
         .map(str::trim)
 }
 
-impl Queue {
+impl Client {
     /// Reads the server's persistence, eviction and replication settings.
-    /// [`Queue::connect`] runs it and refuses an eviction policy other than
-    /// `noeviction` unless [`QueueOptions::allow_eviction`] is set.
+    /// Connecting runs it and refuses an eviction policy other than
+    /// `noeviction` unless [`ClientOptions::allow_eviction`] is set.
     ///
-    /// [`QueueOptions::allow_eviction`]: crate::QueueOptions::allow_eviction
+    /// A user whose ACL denies `INFO` or `CONFIG` (any `-@dangerous` user)
+    /// gets a report with the settings it could not read listed in
+    /// [`ServerReport::unverified`], not an error.
+    ///
+    /// [`ClientOptions::allow_eviction`]: crate::ClientOptions::allow_eviction
     ///
     /// # Errors
-    /// Server errors.
+    /// Server errors other than an ACL refusal of `INFO`, `CONFIG GET` or `HELLO`.
     pub async fn self_check(&self) -> Result<ServerReport> {
         let mut conn = self.conn();
-        let info: String = redis::cmd("INFO")
+        let info = match redis::cmd("INFO")
             .arg("server")
             .arg("persistence")
             .arg("memory")
             .arg("replication")
-            .query_async(&mut conn)
-            .await
-            .or_else(|_| Ok::<_, Error>(String::new()))?;
-        let info = if info.is_empty() {
-            // Redis < 7 takes one section per INFO call.
-            redis::cmd("INFO")
-                .arg("everything")
-                .query_async::<String>(&mut conn)
-                .await?
-        } else {
-            info
-        };
-        let appendfsync = match redis::cmd("CONFIG")
-            .arg("GET")
-            .arg("appendfsync")
-            .query_async::<Vec<String>>(&mut conn)
+            .query_async::<String>(&mut conn)
             .await
         {
-            Ok(v) if v.len() == 2 => v[1].clone(),
-            _ => "unknown".to_owned(),
+            Ok(info) => Some(info),
+            Err(e) if denied(&e) => None,
+            // Redis < 7 takes one section per INFO call.
+            Err(_) => match redis::cmd("INFO")
+                .arg("everything")
+                .query_async::<String>(&mut conn)
+                .await
+            {
+                Ok(info) => Some(info),
+                Err(e) if denied(&e) => None,
+                Err(e) => return Err(Error::from_redis(e)),
+            },
         };
-        let (server, version) = match info_field(&info, "valkey_version") {
-            Some(v) => ("valkey", v),
-            None => ("redis", info_field(&info, "redis_version").unwrap_or("unknown")),
+        // One CONFIG GET for all three (Redis 7 takes several parameters).
+        // Managed servers often rename CONFIG: any failure leaves these unknown.
+        let config: std::result::Result<HashMap<String, String>, &str> = redis::cmd("CONFIG")
+            .arg("GET")
+            .arg("appendfsync")
+            .arg("appendonly")
+            .arg("maxmemory-policy")
+            .query_async(&mut conn)
+            .await
+            .map_err(|e| {
+                if denied(&e) {
+                    "CONFIG GET denied"
+                } else {
+                    "CONFIG GET unavailable"
+                }
+            });
+        let info_field = |name| info.as_deref().and_then(|i| info_field(i, name));
+        let config_field = |name: &str| config.as_ref().ok().and_then(|c| c.get(name)).map(String::as_str);
+        let mut unverified = Vec::new();
+        let mut unknown = |what: &str, sources: &[Option<&str>]| {
+            let why: Vec<&str> = sources.iter().flatten().copied().collect();
+            unverified.push(format!("{what} ({})", why.join(", ")));
+        };
+        let info_why = info.is_none().then_some("INFO denied");
+        let config_why = config.as_ref().err().copied();
+
+        let (server, version) = match info_field("valkey_version") {
+            Some(v) => ("valkey".to_owned(), v.to_owned()),
+            None => match info_field("redis_version") {
+                Some(v) => ("redis".to_owned(), v.to_owned()),
+                // HELLO (no arguments: the protocol stays as it is) is
+                // allowed to every user and names the server and version.
+                None => match hello(&mut conn).await {
+                    Some(sv) => sv,
+                    None => {
+                        unknown("server version", &[info_why, Some("HELLO denied")]);
+                        ("unknown".to_owned(), "unknown".to_owned())
+                    }
+                },
+            },
+        };
+        let appendonly = match (info_field("aof_enabled"), config_field("appendonly")) {
+            (Some(v), _) => v == "1",
+            (None, Some(v)) => v == "yes",
+            (None, None) => {
+                unknown(UNVERIFIED_APPENDONLY, &[info_why, config_why]);
+                false
+            }
+        };
+        let appendfsync = config_field("appendfsync").map(str::to_owned).unwrap_or_else(|| {
+            unknown("appendfsync", &[config_why]);
+            "unknown".to_owned()
+        });
+        let maxmemory_policy = info_field("maxmemory_policy")
+            .or_else(|| config_field("maxmemory-policy"))
+            .map(str::to_owned)
+            .unwrap_or_else(|| {
+                unknown("eviction policy", &[info_why, config_why]);
+                "unknown".to_owned()
+            });
+        let connected_replicas = match info_field("connected_slaves") {
+            Some(v) => v.parse().unwrap_or(0),
+            None => {
+                unknown("replicas", &[info_why]);
+                0
+            }
         };
         Ok(ServerReport {
-            server: server.to_owned(),
-            version: version.to_owned(),
-            appendonly: info_field(&info, "aof_enabled") == Some("1"),
+            server,
+            version,
+            appendonly,
             appendfsync,
-            maxmemory_policy: info_field(&info, "maxmemory_policy").unwrap_or("unknown").to_owned(),
-            connected_replicas: info_field(&info, "connected_slaves")
-                .and_then(|v| v.parse().ok())
-                .unwrap_or(0),
+            maxmemory_policy,
+            connected_replicas,
+            unverified,
         })
     }
 
-    /// The start-up check of [`Queue::connect`]: logs what the server
-    /// promises and refuses an evicting server unless allowed.
+    /// The start-up check of [`Client::connect`]: logs what the server
+    /// promises (and what it could not verify), and refuses an evicting
+    /// server unless allowed. (A user who may not run scripts is refused
+    /// when a queue is opened: opening runs the first script.)
     pub(crate) async fn startup_check(&self, allow_eviction: bool) -> Result<()> {
         let r = self.self_check().await?;
         info!(
-            queue = self.name(),
             server = %r.server, version = %r.version, appendonly = r.appendonly,
             appendfsync = %r.appendfsync, replicas = r.connected_replicas,
             "{}", r.durability()
         );
-        if r.connected_replicas > 0 {
+        if !r.unverified.is_empty() {
             warn!(
-                queue = self.name(),
-                "replication is asynchronous: a failover can lose acknowledged jobs"
+                unverified = %r.unverified.join("; "),
+                "the self-check could not verify these server settings (the user's ACL denies \
+                 the commands that read them); check them by hand"
             );
+        }
+        if r.maxmemory_policy == "unknown" {
+            warn!(
+                "eviction policy unknown: make sure maxmemory-policy is noeviction, or the server \
+                 may evict job records and lose jobs"
+            );
+        }
+        if r.connected_replicas > 0 {
+            warn!("replication is asynchronous: a failover can lose acknowledged jobs");
         }
         let evicting = !matches!(r.maxmemory_policy.as_str(), "noeviction" | "unknown");
         if evicting && !allow_eviction {
             return Err(Error::UnsafeServer(format!(
                 "maxmemory-policy is {}: the server may evict job records, losing jobs; \
-                 set it to noeviction, or opt out with QueueOptions::allow_eviction(true)",
+                 set it to noeviction, or opt out with ClientOptions::allow_eviction(true)",
                 r.maxmemory_policy
             )));
         }
         if evicting {
-            warn!(queue = self.name(), policy = %r.maxmemory_policy, "eviction allowed by option: jobs can be lost");
+            warn!(policy = %r.maxmemory_policy, "eviction allowed by option: jobs can be lost");
         }
         Ok(())
     }
+}
 
-    /// Runs a full consistency sweep in bounded steps of about `batch` keys
-    /// each: every job hash is checked against the set its state names (and
-    /// put back where a torn write left it out), and every set member
-    /// against its hash. Safe to run beside live traffic; each step is one
-    /// script. The [`Reaper`](crate::Reaper) runs it periodically.
+impl Queue {
+    /// [`Client::self_check`] of this queue's client.
     ///
     /// # Errors
-    /// Server errors (the sweep can simply be run again).
-    pub async fn sweep(&self, batch: usize) -> Result<SweepReport> {
-        let k = self.keys();
-        let mut report = SweepReport::default();
-        for phase in ["jobs", "1", "2", "3", "4", "5"] {
-            let mut cursor = "0".to_owned();
-            loop {
-                let v: Value = SCRIPTS
-                    .sweep
-                    .key(&k.pending)
-                    .key(&k.active)
-                    .key(&k.delayed)
-                    .key(&k.completed)
-                    .key(&k.failed)
-                    .arg(&k.base)
-                    .arg(phase)
-                    .arg(&cursor)
-                    .arg(batch.max(1))
-                    .invoke_async(&mut self.conn())
-                    .await?;
-                let mut r = Reply::new("sweep", v)?;
-                cursor = r.string()?;
-                report.checked += r.uint()?;
-                report.repaired += r.uint()?;
-                if cursor == "0" {
-                    break;
-                }
-            }
-        }
-        if report.repaired > 0 {
-            warn!(
-                queue = self.name(),
-                repaired = report.repaired,
-                "consistency sweep repaired the queue"
-            );
-        }
-        Ok(report)
+    /// As [`Client::self_check`].
+    pub async fn self_check(&self) -> Result<ServerReport> {
+        self.client().self_check().await
     }
+}
+
+/// The server's name and version from `HELLO`, or None where it is refused.
+async fn hello(conn: &mut Conn) -> Option<(String, String)> {
+    let v: HashMap<String, Value> = redis::cmd("HELLO").query_async(conn).await.ok()?;
+    let field = |name: &str| match v.get(name) {
+        Some(Value::BulkString(b)) => String::from_utf8(b.clone()).ok(),
+        Some(Value::SimpleString(s)) => Some(s.clone()),
+        _ => None,
+    };
+    Some((field("server")?, field("version")?))
 }

@@ -7,6 +7,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::error::{Error, Result};
 use crate::keys::validate_id;
+use crate::limits::{Backoff, Limits, MAX_DELAY};
 
 /// Where a job is in the leased state machine (DESIGN.md §3).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -53,7 +54,8 @@ impl JobState {
     }
 }
 
-/// Options for one enqueue. Build with [`EnqueueOptions::new`] and chain setters.
+/// Options for one enqueue. Build with [`EnqueueOptions::new`] and chain
+/// setters; values are checked when the job is enqueued.
 ///
 /// ```
 /// use std::time::Duration;
@@ -64,18 +66,21 @@ impl JobState {
 ///     .max_attempts(3);
 /// ```
 #[derive(Debug, Clone, Default)]
+#[must_use]
 pub struct EnqueueOptions {
     pub(crate) id: Option<String>,
     pub(crate) delay: Duration,
     pub(crate) priority: i8,
-    pub(crate) max_attempts: u32,
-    pub(crate) max_stalls: u32,
-    pub(crate) dedup: Option<(String, Duration)>,
+    pub(crate) max_attempts: Option<u32>,
+    pub(crate) max_stalls: Option<u32>,
+    pub(crate) backoff: Option<Backoff>,
+    /// The dedup id, and how long its marker stands (`None`: until the job finishes).
+    pub(crate) dedup: Option<(String, Option<Duration>)>,
 }
 
 impl EnqueueOptions {
-    /// Default options: a minted id, no delay, priority 0, the consumer's
-    /// `max_attempts` and the reaper's `max_stalls`.
+    /// Default options: a minted id, no delay, priority 0, and the queue's
+    /// limits ([`QueueOptions`](crate::QueueOptions)).
     pub fn new() -> Self {
         Self::default()
     }
@@ -84,15 +89,18 @@ impl EnqueueOptions {
     /// Enqueueing the same id again while its record exists yields one job
     /// (the second call answers [`EnqueueStatus::Existing`]), which makes an
     /// enqueue whose reply was lost safe to retry. Once the record is gone
-    /// (retention), the same id makes a new job.
+    /// (retention), the same id makes a new job; a worker still holding a
+    /// lease of the old one cannot touch it (fencing tokens never repeat
+    /// for a queue).
     pub fn id(mut self, id: impl Into<String>) -> Self {
         self.id = Some(id.into());
         self
     }
 
-    /// Run no earlier than `delay` from now, measured on the server's clock.
-    /// (An absolute run-at time would come from the caller's clock; compute
-    /// the delay yourself if you need one, knowing that.)
+    /// Run no earlier than `delay` from now, measured on the server's clock
+    /// (at most [`MAX_DELAY`]). (An absolute run-at time would come from
+    /// the caller's clock; compute the delay yourself if you need one,
+    /// knowing that.)
     pub fn delay(mut self, delay: Duration) -> Self {
         self.delay = delay;
         self
@@ -104,26 +112,48 @@ impl EnqueueOptions {
         self
     }
 
-    /// Handler failures allowed before the job fails for good (overrides
-    /// the consumer's setting for this job). 0 keeps the consumer's.
+    /// Handler failures allowed before the job fails for good (1 to
+    /// [`MAX_LIMIT`](crate::limits::MAX_LIMIT)); default: the queue's.
     pub fn max_attempts(mut self, n: u32) -> Self {
-        self.max_attempts = n;
+        self.max_attempts = Some(n);
         self
     }
 
-    /// Expired leases tolerated before the job fails as "stalled"
-    /// (overrides the reaper's setting for this job). 0 keeps the reaper's.
+    /// Expired leases tolerated before the job fails as "stalled" (0 to
+    /// [`MAX_LIMIT`](crate::limits::MAX_LIMIT)); default: the queue's.
     pub fn max_stalls(mut self, n: u32) -> Self {
-        self.max_stalls = n;
+        self.max_stalls = Some(n);
+        self
+    }
+
+    /// The delay before each retry of this job; default: the queue's.
+    pub fn backoff(mut self, backoff: Backoff) -> Self {
+        self.backoff = Some(backoff);
         self
     }
 
     /// Producer dedup: while a marker for `dedup_id` stands, another enqueue
-    /// with it returns the holder's id instead of a new job. With `ttl`
-    /// zero the marker stands until the job finishes; otherwise for `ttl`.
-    pub fn dedup(mut self, dedup_id: impl Into<String>, ttl: Duration) -> Self {
-        self.dedup = Some((dedup_id.into(), ttl));
+    /// with it returns the holder's id instead of a new job. The marker
+    /// stands until the job finishes.
+    pub fn dedup(mut self, dedup_id: impl Into<String>) -> Self {
+        self.dedup = Some((dedup_id.into(), None));
         self
+    }
+
+    /// As [`dedup`](Self::dedup), but the marker stands for `ttl` (at least
+    /// 1 ms, at most [`MAX_DELAY`]) whether or not the job has finished.
+    pub fn dedup_for(mut self, dedup_id: impl Into<String>, ttl: Duration) -> Self {
+        self.dedup = Some((dedup_id.into(), Some(ttl)));
+        self
+    }
+
+    /// The job's limits: these options over the queue's.
+    pub(crate) fn limits(&self, queue: &Limits) -> Limits {
+        Limits {
+            max_attempts: self.max_attempts.unwrap_or(queue.max_attempts),
+            max_stalls: self.max_stalls.unwrap_or(queue.max_stalls),
+            backoff: self.backoff.unwrap_or(queue.backoff),
+        }
     }
 
     pub(crate) fn validate(&self) -> Result<()> {
@@ -132,20 +162,50 @@ impl EnqueueOptions {
             if id.bytes().all(|b| b.is_ascii_digit()) {
                 return Err(Error::InvalidId {
                     what: "job id",
-                    value: id.clone(),
+                    value: crate::error::excerpt(id),
                     reason: "must not be all digits: those are the ids echomq mints (use e.g. \"order-42\")",
                 });
             }
         }
-        if let Some((d, _)) = &self.dedup {
-            validate_id("dedup id", d)?;
+        delay_ms("delay", self.delay)?;
+        if let Some(n) = self.max_attempts {
+            Limits::check_attempts(n)?;
         }
-        millis("delay", self.delay)?;
-        if let Some((_, ttl)) = &self.dedup {
-            millis("dedup ttl", *ttl)?;
+        if let Some(n) = self.max_stalls {
+            Limits::check_stalls(n)?;
+        }
+        if let Some(b) = &self.backoff {
+            Limits {
+                backoff: *b,
+                ..Limits::default()
+            }
+            .check()?;
+        }
+        if let Some((d, ttl)) = &self.dedup {
+            validate_id("dedup id", d)?;
+            if let Some(ttl) = ttl {
+                if delay_ms("dedup ttl", *ttl)? == 0 {
+                    return Err(Error::InvalidOption {
+                        name: "dedup ttl",
+                        reason: "must be at least 1 ms (use dedup() for a marker that stands until the job finishes)"
+                            .into(),
+                    });
+                }
+            }
         }
         Ok(())
     }
+}
+
+/// Whole milliseconds of a delay, refusing one over [`MAX_DELAY`].
+pub(crate) fn delay_ms(name: &'static str, d: Duration) -> Result<u64> {
+    if d > MAX_DELAY {
+        return Err(Error::InvalidOption {
+            name,
+            reason: format!("{d:?} is longer than MAX_DELAY (365 days)"),
+        });
+    }
+    Ok(d.as_millis() as u64)
 }
 
 /// Whole milliseconds of `d`, refusing durations past what a server
@@ -176,74 +236,12 @@ pub enum EnqueueStatus {
 
 /// The answer to an enqueue: the job's id and what happened.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Enqueued {
     /// The id of the job that now stands for this enqueue.
     pub id: String,
     /// Whether it was created now.
     pub status: EnqueueStatus,
-}
-
-/// A job leased to the caller by [`Queue::claim`](crate::Queue::claim): the
-/// only way to settle it. Settling borrows the lease, so a settle whose
-/// reply was lost can be sent again (it answers "already settled").
-#[derive(Clone)]
-pub struct Lease {
-    pub(crate) id: String,
-    pub(crate) token: u64,
-    pub(crate) failures: u64,
-    pub(crate) payload: Vec<u8>,
-    pub(crate) deadline_ms: u64,
-    pub(crate) claimed_ms: u64,
-}
-
-/// Shows the payload's size, not its bytes: payloads may hold personal data.
-impl std::fmt::Debug for Lease {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Lease")
-            .field("id", &self.id)
-            .field("token", &self.token)
-            .field("failures", &self.failures)
-            .field("payload_bytes", &self.payload.len())
-            .field("deadline_ms", &self.deadline_ms)
-            .finish_non_exhaustive()
-    }
-}
-
-impl Lease {
-    /// The job id.
-    pub fn id(&self) -> &str {
-        &self.id
-    }
-    /// The fencing token: the job's attempts count minted by this claim (1 on the first delivery).
-    pub fn token(&self) -> u64 {
-        self.token
-    }
-    /// Handler failures recorded before this attempt.
-    pub fn failures(&self) -> u64 {
-        self.failures
-    }
-    /// The raw JSON payload.
-    pub fn payload(&self) -> &[u8] {
-        &self.payload
-    }
-    /// Decodes the payload.
-    ///
-    /// # Errors
-    /// [`Error::Decode`] when it does not decode into `T`.
-    pub fn decode<T: DeserializeOwned>(&self) -> Result<T> {
-        serde_json::from_slice(&self.payload).map_err(|source| Error::Decode {
-            id: self.id.clone(),
-            source,
-        })
-    }
-    /// The lease deadline on the server's clock (ms since the Unix epoch).
-    pub fn deadline_ms(&self) -> u64 {
-        self.deadline_ms
-    }
-    /// When the claim ran, on the server's clock.
-    pub fn claimed_ms(&self) -> u64 {
-        self.claimed_ms
-    }
 }
 
 /// The idempotency key of job `id` of `queue`: `{QUEUE}:ID`.
@@ -256,8 +254,12 @@ pub(crate) fn idempotency_key(queue: &str, id: &str) -> String {
 pub struct Job<T> {
     pub(crate) id: String,
     pub(crate) queue: String,
+    /// The queue's key base, which tells queues of different prefixes apart.
+    pub(crate) base: std::sync::Arc<str>,
     pub(crate) attempt: u64,
+    pub(crate) token: u64,
     pub(crate) failures: u64,
+    pub(crate) limits: Limits,
     pub(crate) payload: T,
     pub(crate) cancel: CancellationToken,
 }
@@ -271,14 +273,29 @@ impl<T> Job<T> {
     pub fn queue(&self) -> &str {
         &self.queue
     }
-    /// This delivery's attempt number, which is also its fencing token
-    /// (1 on the first delivery; a redelivery after a crash gets a higher one).
+    /// This delivery's number: 1 on the first, one more on each later
+    /// delivery (after a failure, a crash, a release or a snooze).
     pub fn attempt(&self) -> u64 {
         self.attempt
+    }
+    /// This delivery's fencing token, minted by its claim: unique within
+    /// the queue, so it tells this attempt from every other attempt of any
+    /// job of the queue (effect markers are fenced by it).
+    pub fn token(&self) -> u64 {
+        self.token
     }
     /// Handler failures before this attempt.
     pub fn failures(&self) -> u64 {
         self.failures
+    }
+    /// The job's limits, fixed when it was enqueued.
+    pub fn limits(&self) -> &Limits {
+        &self.limits
+    }
+    /// True when a failure of this attempt fails the job for good (its
+    /// failures would reach `max_attempts`).
+    pub fn is_last_attempt(&self) -> bool {
+        self.failures + 1 >= u64::from(self.limits.max_attempts)
     }
     /// The decoded payload.
     pub fn payload(&self) -> &T {
@@ -329,8 +346,10 @@ pub struct JobInfo {
     pub id: String,
     /// Its state.
     pub state: JobState,
-    /// Claims so far (the last fencing token minted).
+    /// Claims so far.
     pub attempts: u64,
+    /// The fencing token of the last claim (0 before the first).
+    pub token: u64,
     /// Handler failures so far.
     pub failures: u64,
     /// Expired leases so far.
@@ -345,6 +364,8 @@ pub struct JobInfo {
     pub finished_ms: Option<u64>,
     /// Lease deadline when active, due time when delayed (server ms).
     pub deadline_ms: Option<u64>,
+    /// The job's limits, fixed at enqueue.
+    pub limits: Limits,
 }
 
 impl JobInfo {

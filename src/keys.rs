@@ -25,6 +25,8 @@ pub(crate) struct Keys {
     pub completed: String,
     pub failed: String,
     pub seq: String,
+    /// The fencing-token counter (tokens never repeat for a queue).
+    pub token: String,
     pub meta: String,
     /// Wake tokens for consumers blocked in BLPOP (see `consumer.rs`).
     pub wake: String,
@@ -37,7 +39,7 @@ impl Keys {
         if prefix.contains(['{', '}']) {
             return Err(Error::InvalidId {
                 what: "key prefix",
-                value: prefix.to_owned(),
+                value: crate::error::excerpt(prefix),
                 reason: "must not contain '{' or '}'",
             });
         }
@@ -50,6 +52,7 @@ impl Keys {
             completed: k("completed"),
             failed: k("failed"),
             seq: k("seq"),
+            token: k("token"),
             meta: k("meta"),
             wake: k("wake"),
             base,
@@ -79,7 +82,7 @@ pub fn validate_queue_name(name: &str) -> Result<()> {
         return Ok(());
     };
     Err(Error::InvalidQueueName {
-        name: name.to_owned(),
+        name: crate::error::excerpt(name),
         reason,
     })
 }
@@ -98,7 +101,7 @@ pub(crate) fn validate_id(what: &'static str, value: &str) -> Result<()> {
     };
     Err(Error::InvalidId {
         what,
-        value: value.to_owned(),
+        value: crate::error::excerpt(value),
         reason,
     })
 }
@@ -118,6 +121,7 @@ mod tests {
             &k.completed,
             &k.failed,
             &k.seq,
+            &k.token,
             &k.meta,
             &k.wake,
         ] {
@@ -139,5 +143,12 @@ mod tests {
         assert!(Keys::new("a{b", "q").is_err());
         assert!(validate_id("job id", "").is_err());
         assert!(validate_id("job id", "order-17").is_ok());
+        let long = "x".repeat(600_000);
+        let e = validate_id("job id", &long).unwrap_err().to_string();
+        assert!(
+            e.len() < 300,
+            "the message repeats at most an excerpt: {} bytes",
+            e.len()
+        );
     }
 }

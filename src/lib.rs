@@ -2,36 +2,56 @@
 //!
 //! # Modules
 //!
+//! - [`client`]: the [`Client`]: connections and maintenance shared by the
+//!   queues of a process.
 //! - [`queue`]: the [`Queue`] handle: enqueue, inspect, and the low-level
 //!   claim/settle calls for people who write their own loop.
 //! - [`consumer`]: the [`Consumer`]: claims, runs a handler per job with
-//!   heartbeats, settles with the fencing token.
+//!   heartbeats, settles with the fencing token; [`HandlerError`] says what
+//!   happens to a job whose handler fails.
+//! - [`lease`]: the [`Lease`], the handle of a claimed job.
+//! - [`limits`]: a job's limits (attempts, stalls, backoff), fixed at enqueue.
 //! - [`effect`]: exactly-once effects on at-least-once delivery: idempotency
 //!   keys, effect markers and atomic completion.
-//! - [`reaper`]: the [`Reaper`]: returns expired leases and promotes due jobs.
+//! - [`maintenance`]: the [`Reaper`] and the consistency sweep.
+//! - [`health`]: the server self-check.
 //! - [`job`]: what a job looks like to producers, handlers and inspectors.
 //! - [`keys`]: key naming (the `{queue}` hash tag).
-//! - [`health`]: the start-up self-check and the consistency sweep.
 //! - [`error`]: the one [`Error`] type.
 //! - `server` (feature `local-server`): a private `valkey-server` for tests.
 #![forbid(unsafe_code)]
 
+pub mod client;
+mod conn;
 pub mod consumer;
 pub mod effect;
 pub mod error;
+#[cfg(echomq_faults)]
+mod faults;
 pub mod health;
 pub mod job;
 pub mod keys;
+pub mod lease;
+pub mod limits;
+pub mod maintenance;
 pub mod queue;
-pub mod reaper;
 mod scripts;
 #[cfg(feature = "local-server")]
 pub mod server;
+mod settings;
 
-pub use consumer::{Backoff, Consumer, ConsumerHandle, Event, Handler};
+pub use client::{Client, ClientOptions};
+pub use consumer::{Consumer, ConsumerHandle, Event, Handler, HandlerError, HandlerResult};
 pub use effect::{EffectMarker, Effects, MarkerState, Once, OnceError};
 pub use error::{Error, Result};
-pub use health::{ServerReport, SweepReport};
-pub use job::{Counts, EnqueueOptions, EnqueueStatus, Enqueued, Job, JobInfo, JobState, Lease};
-pub use queue::{Outcome, Queue, QueueOptions, ReapReport, Retention, Settle, Settled};
-pub use reaper::{Reaper, ReaperHandle};
+pub use health::ServerReport;
+pub use job::{Counts, EnqueueOptions, EnqueueStatus, Enqueued, Job, JobInfo, JobState};
+pub use lease::Lease;
+pub use limits::{Backoff, Limits};
+pub use maintenance::{ReapReport, Reaper, ReaperHandle, SweepCursor, SweepReport};
+pub use queue::{Outcome, Queue, QueueOptions, Retention, Settle, SettleOp, Settled};
+/// The redis crate, whose types the API exposes (`redis::Client` for
+/// [`Client::from_redis`], `redis::RedisError` inside [`Error::Redis`]).
+pub use redis;
+/// The cancellation token a handler's job carries ([`Job::cancellation`]).
+pub use tokio_util::sync::CancellationToken;

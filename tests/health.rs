@@ -2,11 +2,22 @@
 
 mod common;
 
+use std::collections::BTreeSet;
 use std::time::Duration;
 
 use common::{raw, setup};
+use echomq::health::SweepCursor;
 use echomq::server::LocalServer;
 use echomq::{Error, JobState, Queue, QueueOptions, Reaper};
+
+/// Runs one raw command (as the default user) and ignores its reply.
+async fn run(c: &mut redis::aio::MultiplexedConnection, args: &[&str]) {
+    let mut cmd = redis::cmd(args[0]);
+    for a in &args[1..] {
+        cmd.arg(*a);
+    }
+    let _: redis::Value = cmd.query_async(c).await.unwrap();
+}
 
 // The self-check reports persistence settings, and an evicting server is refused unless allowed.
 #[tokio::test]
@@ -17,6 +28,7 @@ async fn self_check_reports_and_refuses_eviction() {
     assert!(r.appendonly);
     assert_eq!(r.appendfsync, "always");
     assert_eq!(r.maxmemory_policy, "noeviction");
+    assert!(r.unverified.is_empty(), "{:?}", r.unverified);
     assert!(r.durability().contains("power loss"));
 
     let lru = LocalServer::builder()
@@ -103,4 +115,187 @@ async fn sweep_is_confined_to_its_queue() {
     assert_eq!(r.checked, 10 + 10, "its 10 hashes and 10 completed members");
     assert_eq!(before, (qa.counts().await.unwrap(), qb.counts().await.unwrap()));
     assert!(qa.claim(10, Duration::from_secs(30)).await.unwrap().is_empty());
+}
+
+// Malformed job keys (no score, a non-numeric score or finish time, a string under the job pattern) never wedge the sweep: it repairs or skips them and checks every key after them.
+#[tokio::test]
+async fn sweep_repairs_or_skips_malformed_jobs() {
+    let (s, q) = setup("malformed").await;
+    let ids = q.enqueue_bulk(&(0..6).collect::<Vec<u32>>()).await.unwrap();
+    let mut c = raw(&s).await;
+    let k = |s: &str| format!("emq:{{{}}}:{s}", q.name());
+    // Torn: healthy jobs missing from pending, wherever SCAN meets them.
+    for id in &ids {
+        run(&mut c, &["ZREM", &k("pending"), id]).await;
+    }
+    // Pending jobs without a usable score, and not in pending either.
+    run(&mut c, &["HSET", &k("job:nosc"), "p", "1", "st", "pending"]).await;
+    run(
+        &mut c,
+        &["HSET", &k("job:badsc"), "p", "2", "st", "pending", "sc", "abc"],
+    )
+    .await;
+    run(
+        &mut c,
+        &["HSET", &k("job:nansc"), "p", "3", "st", "pending", "sc", "nan"],
+    )
+    .await;
+    // A finished job with a non-numeric finish time, missing from its set.
+    run(
+        &mut c,
+        &[
+            "HSET",
+            &k("job:badft"),
+            "p",
+            "4",
+            "st",
+            "completed",
+            "sc",
+            "1",
+            "ft",
+            "x",
+        ],
+    )
+    .await;
+    // A string under the job pattern, also listed as pending (claim would HMGET it).
+    run(&mut c, &["SET", &k("job:str"), "not a job"]).await;
+    run(&mut c, &["ZADD", &k("pending"), "1", "str"]).await;
+
+    let r = q.sweep(1).await.unwrap();
+    assert_eq!(r.skipped, 1, "the string key is skipped: {r:?}");
+    // 6 put back, 3 given a score and put back, 1 finished job put back, 1 member of a non-hash removed.
+    assert_eq!(r.repaired, 6 + 3 * 2 + 1 + 1, "{r:?}");
+    let again = q.sweep(1).await.unwrap();
+    assert_eq!(
+        (again.repaired, again.skipped),
+        (0, 1),
+        "the sweep did not converge: {again:?}"
+    );
+
+    let claimed: Vec<String> = q
+        .claim(20, Duration::from_secs(30))
+        .await
+        .unwrap()
+        .iter()
+        .map(|l| l.id().to_owned())
+        .collect();
+    // The repaired jobs run after the healthy ones (priority 0, fresh mint numbers).
+    assert_eq!(&claimed[..6], &ids[..]);
+    let repaired: BTreeSet<&str> = claimed[6..].iter().map(String::as_str).collect();
+    assert_eq!(repaired, BTreeSet::from(["nosc", "badsc", "nansc"]));
+    assert_eq!(q.counts().await.unwrap().completed, 1);
+    let left: String = redis::cmd("GET").arg(k("job:str")).query_async(&mut c).await.unwrap();
+    assert_eq!(left, "not a job", "the sweep never deletes a key it cannot read");
+}
+
+// A sweep runs as resumable bounded steps that end in a done cursor and find what the one-call sweep finds.
+#[tokio::test]
+async fn sweep_steps_are_bounded_and_resumable() {
+    let (s, q) = setup("steps").await;
+    let ids = q.enqueue_bulk(&(0..40).collect::<Vec<u32>>()).await.unwrap();
+    let mut c = raw(&s).await;
+    let pending = format!("emq:{{{}}}:pending", q.name());
+    for id in &ids[..10] {
+        run(&mut c, &["ZREM", &pending, id]).await;
+    }
+    let mut cursor = SweepCursor::default();
+    assert!(!cursor.is_done());
+    let (mut steps, mut checked, mut repaired) = (0, 0, 0);
+    while !cursor.is_done() {
+        let (next, r) = q.sweep_step(&cursor, 4).await.unwrap();
+        assert!(next != cursor, "a step must move the cursor");
+        cursor = next;
+        steps += 1;
+        checked += r.checked;
+        repaired += r.repaired;
+    }
+    assert!(
+        steps > 6,
+        "40 job hashes in steps of about 4 take more than one step a phase ({steps})"
+    );
+    assert_eq!(repaired, 10);
+    assert_eq!(checked, 40 + 40, "every hash and every pending member");
+    let (same, r) = q.sweep_step(&cursor, 4).await.unwrap();
+    assert!(same.is_done() && r.checked == 0, "a done cursor does nothing");
+    assert_eq!(q.counts().await.unwrap().pending, 40);
+    assert_eq!(q.sweep(4).await.unwrap().checked, 80);
+}
+
+/// Creates ACL user `user` with password `pw` and `rules` on `server`, and
+/// returns its URL.
+async fn acl_user(server: &LocalServer, user: &str, rules: &[&str]) -> String {
+    let mut c = raw(server).await;
+    let mut args = vec!["ACL", "SETUSER", user, "reset", "on", ">pw"];
+    args.extend_from_slice(rules);
+    run(&mut c, &args).await;
+    format!("redis://{user}:pw@127.0.0.1:{}", server.port())
+}
+
+// A user denied INFO and CONFIG (-@dangerous) connects, runs jobs and sweeps, and the report says what it could not verify.
+#[tokio::test]
+async fn connects_without_dangerous_commands() {
+    let server = LocalServer::start().unwrap();
+    for (user, keys) in [("nd_all", "~*"), ("nd_emq", "~emq:*")] {
+        let url = acl_user(&server, user, &[keys, "+@all", "-@dangerous"]).await;
+        let q = Queue::connect(&url, &common::unique(user)).await.unwrap();
+        let r = q.self_check().await.unwrap();
+        assert!(
+            r.server == "valkey" || r.server == "redis",
+            "HELLO names the server: {r:?}"
+        );
+        assert_ne!(r.version, "unknown");
+        assert_eq!(
+            (r.appendfsync.as_str(), r.maxmemory_policy.as_str()),
+            ("unknown", "unknown")
+        );
+        for item in [
+            "appendfsync (CONFIG GET denied)",
+            "eviction policy (INFO denied, CONFIG GET denied)",
+            "append-only file (INFO denied, CONFIG GET denied)",
+            "replicas (INFO denied)",
+        ] {
+            assert!(
+                r.unverified.iter().any(|u| u == item),
+                "{item} missing from {:?}",
+                r.unverified
+            );
+        }
+        assert!(r.durability().contains("could not be read"));
+
+        let id = q.enqueue(&1u32).await.unwrap();
+        let leases = q.claim(1, Duration::from_secs(30)).await.unwrap();
+        assert_eq!(leases[0].id(), id);
+        q.complete(&leases[0]).await.unwrap();
+        assert_eq!(q.job(&id).await.unwrap().state, JobState::Completed);
+        assert_eq!(q.sweep(100).await.unwrap().repaired, 0);
+    }
+}
+
+// A user who may not load or run scripts is refused at connect with a typed error naming the refused command.
+#[tokio::test]
+async fn refuses_a_user_without_scripts_at_connect() {
+    let server = LocalServer::start().unwrap();
+    for (user, rules, needs) in [
+        (
+            "no_scripting",
+            &["~*", "+@all", "-@scripting"][..],
+            "command 'script|load'",
+        ),
+        ("no_evalsha", &["~*", "+@all", "-evalsha"][..], "command 'evalsha'"),
+    ] {
+        let url = acl_user(&server, user, rules).await;
+        let name = common::unique(user);
+        let connect = Queue::connect(&url, &name);
+        let e = tokio::time::timeout(Duration::from_secs(5), connect)
+            .await
+            .expect("connect must fail at once, not retry")
+            .unwrap_err();
+        match &e {
+            Error::NoPermission { needs: n, detail } => {
+                assert_eq!(n, needs, "{e}");
+                assert!(detail.starts_with("NOPERM"), "{detail}");
+            }
+            other => panic!("{user}: expected NoPermission, got {other:?}"),
+        }
+    }
 }

@@ -1,0 +1,37 @@
+//! The connection every queue call goes through. Internal, so a cluster
+//! connection can take its place without touching the scripts or the API:
+//! every script is single-slot (a queue's keys share its hash tag).
+
+use redis::aio::{ConnectionLike, ConnectionManager};
+use redis::{Cmd, Pipeline, RedisFuture, Value};
+
+/// A cheap `Clone` handle on a shared, auto-reconnecting connection.
+#[derive(Clone)]
+pub(crate) struct Conn {
+    inner: ConnectionManager,
+}
+
+impl Conn {
+    pub(crate) fn new(inner: ConnectionManager) -> Conn {
+        Conn { inner }
+    }
+}
+
+impl ConnectionLike for Conn {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        self.inner.req_packed_command(cmd)
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        self.inner.req_packed_commands(pipeline, offset, count)
+    }
+
+    fn get_db(&self) -> i64 {
+        self.inner.get_db()
+    }
+}

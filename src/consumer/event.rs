@@ -1,0 +1,136 @@
+//! [`Event`]s: the steps of a job's life inside a consumer, handed to its
+//! observers. Observers are user code: a panicking one is caught and
+//! logged, and the consumer carries on.
+
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::Arc;
+
+use tracing::warn;
+
+use crate::error::Error;
+use crate::queue::{Outcome, SettleOp};
+
+/// How a handler's attempt ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum HandlerResult {
+    /// It returned `Ok`: the job completes.
+    Ok,
+    /// It returned an error asking for a retry (the default).
+    Retry,
+    /// It returned an error that fails the job for good.
+    Fail,
+    /// It asked to run later without spending an attempt.
+    Snooze,
+    /// It panicked: the job is retried with error "panicked".
+    Panicked,
+    /// The lease was lost: the handler was cancelled, nothing is settled.
+    LeaseLost,
+    /// Shutdown's grace period ended: the handler was cancelled and the job released.
+    Stopped,
+}
+
+/// A step in a job's life inside a [`Consumer`](super::Consumer), handed
+/// to its [`observer`](super::Consumer::observer)s. Server times are in ms
+/// since the Unix epoch on the server's clock, the time base of every
+/// deadline.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum Event<'a> {
+    /// A job was leased to this consumer; its handler starts next (for a
+    /// job leased ahead, once a handler is free, unless it is released
+    /// unstarted first).
+    Claimed {
+        /// The job.
+        id: &'a str,
+        /// The fencing token of this delivery.
+        token: u64,
+        /// This delivery's number (1 on the first).
+        attempt: u64,
+        /// The lease deadline.
+        deadline_ms: u64,
+        /// When the claim ran.
+        server_ms: u64,
+    },
+    /// A heartbeat renewed the lease.
+    Extended {
+        /// The job.
+        id: &'a str,
+        /// The token.
+        token: u64,
+        /// The new deadline.
+        deadline_ms: u64,
+    },
+    /// The lease was lost (reaped, or renewal unconfirmed within the
+    /// safety window): the handler is cancelled and its result not settled.
+    LeaseLost {
+        /// The job.
+        id: &'a str,
+        /// The token.
+        token: u64,
+        /// True when the server said so; false when renewal could not be
+        /// confirmed in time (the lease may still hold on the server).
+        confirmed: bool,
+    },
+    /// The handler returned (or panicked, or was cancelled); settlement follows.
+    HandlerDone {
+        /// The job.
+        id: &'a str,
+        /// The token.
+        token: u64,
+        /// How it ended.
+        result: HandlerResult,
+    },
+    /// A settlement was sent.
+    SettleSent {
+        /// The job.
+        id: &'a str,
+        /// The token.
+        token: u64,
+        /// The operation.
+        op: SettleOp,
+    },
+    /// The server applied a settlement, or answered that it already had.
+    Settled {
+        /// The job.
+        id: &'a str,
+        /// The token.
+        token: u64,
+        /// The operation.
+        op: SettleOp,
+        /// What happened.
+        outcome: Outcome,
+        /// When the script ran.
+        server_ms: u64,
+    },
+    /// A settlement was not applied: `LeaseLost`/`JobNotFound` (definite),
+    /// a bad item (an invalid delay), or a transport failure whose outcome
+    /// is unknown, after retries.
+    SettleFailed {
+        /// The job.
+        id: &'a str,
+        /// The token.
+        token: u64,
+        /// The operation.
+        op: SettleOp,
+        /// The last error.
+        error: &'a Error,
+    },
+}
+
+/// An observer as the consumer keeps it.
+pub(super) type Observer = Arc<dyn Fn(&Event<'_>) + Send + Sync>;
+
+/// The consumer's observers, each called in turn with a panic guard.
+#[derive(Clone, Default)]
+pub(super) struct Observers(pub(super) Vec<Observer>);
+
+impl Observers {
+    pub(super) fn emit(&self, event: Event<'_>) {
+        for o in &self.0 {
+            if catch_unwind(AssertUnwindSafe(|| o(&event))).is_err() {
+                warn!(?event, "an observer panicked; the consumer carries on");
+            }
+        }
+    }
+}

@@ -1,0 +1,316 @@
+//! One job's task: decode, wait for a free handler (a job leased ahead),
+//! run the handler beside its heartbeat, settle, and keep the lease alive
+//! until the settlement is answered.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::de::DeserializeOwned;
+use tokio::sync::{OwnedSemaphorePermit, oneshot};
+use tokio::time::{Instant, sleep_until, timeout_at};
+use tracing::{Instrument, debug, info_span, warn};
+
+use super::Ctx;
+use super::event::{Event, HandlerResult};
+use super::handler::{Handler, HandlerError, Kind};
+use super::heartbeat::{Beat, Heartbeat, LeaseClock};
+use super::prefetch::{Slot, Turn};
+use super::settler::Pending;
+use crate::job::Job;
+use crate::lease::Lease;
+use crate::queue::Settle;
+use crate::settings::later;
+
+/// How one attempt ended.
+enum Ended {
+    Ok,
+    Err(HandlerError),
+    Panicked,
+    /// The lease was lost or could not be renewed in time: do not settle.
+    LeaseLost,
+    /// Shutdown grace over: release the job.
+    Stopped,
+}
+
+impl Ended {
+    fn result(&self) -> HandlerResult {
+        match self {
+            Ended::Ok => HandlerResult::Ok,
+            Ended::Err(e) => match e.kind() {
+                Kind::Retry(_) => HandlerResult::Retry,
+                Kind::Fail => HandlerResult::Fail,
+                Kind::Snooze(_) => HandlerResult::Snooze,
+            },
+            Ended::Panicked => HandlerResult::Panicked,
+            Ended::LeaseLost => HandlerResult::LeaseLost,
+            Ended::Stopped => HandlerResult::Stopped,
+        }
+    }
+}
+
+/// The settlement for a handler's error.
+fn settlement(e: HandlerError) -> Settle {
+    match e.kind() {
+        Kind::Retry(delay) => Settle::Retry {
+            delay,
+            error: e.to_string(),
+        },
+        Kind::Fail => Settle::Fail { reason: e.to_string() },
+        Kind::Snooze(delay) => Settle::Snooze { delay },
+    }
+}
+
+impl<H> Ctx<H> {
+    /// Waits for a free handler for a job leased at `claimed_at` (a job
+    /// leased ahead waits here; see [`Consumer::prefetch`](super::Consumer::prefetch)).
+    async fn turn(&self, claimed_at: Instant) -> Turn {
+        if self.stop.is_cancelled() {
+            return Turn::Stopping;
+        }
+        if let Ok(p) = self.running.clone().try_acquire_owned() {
+            return Turn::Now(p);
+        }
+        tokio::select! {
+            biased;
+            _ = self.stop.cancelled() => Turn::Stopping,
+            // `running` is never closed.
+            p = self.running.clone().acquire_owned() => p.map_or(Turn::Stopping, Turn::AfterWait),
+            _ = sleep_until(later(claimed_at, self.settings.prefetch_wait())) => Turn::TooLong,
+        }
+    }
+
+    /// A handler that ran for `ran` has ended: frees its place for the
+    /// next job.
+    fn handler_ended(&self, running: OwnedSemaphorePermit, ran: Duration) {
+        drop(running);
+        if let Some(a) = &self.auto {
+            super::prefetch::AutoPrefetch::record(&a.handler_us, ran);
+            self.slots.lease_ahead(a.on(), self.settings.extra());
+        }
+    }
+
+    /// Starts a job task for a fresh lease, holding `slot`.
+    pub(super) fn start<T>(self: &Arc<Self>, lease: Lease, claimed_at: Instant, slot: Slot)
+    where
+        T: DeserializeOwned + Send + 'static,
+        H: Handler<T>,
+    {
+        self.tasks.spawn(run_job::<T, H>(self.clone(), lease, claimed_at, slot));
+    }
+
+    /// Hands a finished job to the settler (with its slot, if it frees
+    /// one); `answered` is told when the settlement is answered.
+    fn settle(
+        &self,
+        lease: Arc<Lease>,
+        op: Settle,
+        clock: LeaseClock,
+        slot: Option<Slot>,
+        answered: Option<oneshot::Sender<()>>,
+    ) {
+        let pending = Pending {
+            lease,
+            op,
+            clock,
+            slot,
+            answered,
+        };
+        if let Err(tokio::sync::mpsc::error::SendError(p)) = self.settle_tx.send(pending) {
+            // The settler died (it is library code, but a bug must not
+            // strand the job until its lease lapses): settle directly.
+            warn!(job_id = %p.lease.id, "settler gone; settling directly");
+            let queue = self.queue.clone();
+            self.tasks.spawn(async move {
+                if let Err(e) = queue.settle_many(&[(&p.lease, &p.op)]).await {
+                    warn!(job_id = %p.lease.id, error = %e, "direct settlement failed; the reaper will return the job");
+                }
+                drop(p);
+            });
+        }
+    }
+}
+
+/// Runs one leased job: decode, handle with heartbeats, settle.
+async fn run_job<T, H>(ctx: Arc<Ctx<H>>, lease: Lease, claimed_at: Instant, permit: Slot)
+where
+    T: DeserializeOwned + Send + 'static,
+    H: Handler<T>,
+{
+    let span =
+        info_span!("job", queue = ctx.queue.name(), job_id = %lease.id, attempt = lease.attempt, token = lease.token);
+    async move {
+        let s = &ctx.settings;
+        let q = &ctx.queue;
+        s.observers.emit(Event::Claimed {
+            id: &lease.id,
+            token: lease.token,
+            attempt: lease.attempt,
+            deadline_ms: lease.deadline_ms,
+            server_ms: lease.claimed_ms,
+        });
+        let mut heart = Heartbeat::new(s, claimed_at);
+        let payload: T = match lease.decode() {
+            Ok(p) => p,
+            Err(e) => {
+                warn!(error = %e, "payload does not decode; failing the job");
+                let reason = format!("undecodable payload: {e}");
+                ctx.settle(
+                    Arc::new(lease),
+                    Settle::Fail { reason },
+                    heart.clock(),
+                    Some(permit),
+                    None,
+                );
+                return;
+            }
+        };
+        let lease = Arc::new(lease);
+        let running = match ctx.turn(claimed_at).await {
+            Turn::Now(p) => p,
+            Turn::AfterWait(p) if s.heartbeat().is_some() => p,
+            Turn::AfterWait(p) => {
+                // Heartbeats off: the lease is the handler's whole time
+                // budget, so renew it once rather than let the wait eat into it.
+                let sent = Instant::now();
+                match timeout_at(later(claimed_at, s.safety_window()), q.renew(&lease, s.lease)).await {
+                    Ok(Ok(deadline_ms)) => {
+                        heart.renewed(sent);
+                        s.observers.emit(Event::Extended {
+                            id: &lease.id,
+                            token: lease.token,
+                            deadline_ms,
+                        });
+                        p
+                    }
+                    r => {
+                        let error = match r {
+                            Ok(Err(e)) => e.to_string(),
+                            _ => "not confirmed within the safety window".to_owned(),
+                        };
+                        debug!(%error, "could not renew a job leased ahead; releasing it unstarted");
+                        drop(p);
+                        ctx.settle(lease, Settle::Release, heart.clock(), Some(permit), None);
+                        return;
+                    }
+                }
+            }
+            Turn::Stopping => {
+                debug!("shutdown: releasing a job leased ahead, unstarted");
+                ctx.settle(lease, Settle::Release, heart.clock(), Some(permit), None);
+                return;
+            }
+            Turn::TooLong => {
+                // The handlers are slow: hand the job back for another
+                // consumer, and keep its slot until a handler frees up, so
+                // this consumer does not fill that slot again only to wait
+                // once more.
+                debug!("no handler free in time: releasing a job leased ahead, unstarted");
+                ctx.settle(lease, Settle::Release, heart.clock(), None, None);
+                tokio::select! {
+                    _ = ctx.stop.cancelled() => {}
+                    _ = ctx.running.clone().acquire_owned() => {}
+                }
+                drop(permit);
+                return;
+            }
+        };
+        let cancel = ctx.hard_stop.child_token();
+        let job = Job {
+            id: lease.id.clone(),
+            queue: q.name().to_owned(),
+            base: q.base().clone(),
+            attempt: lease.attempt,
+            token: lease.token,
+            failures: lease.failures,
+            limits: lease.limits,
+            payload,
+            cancel: cancel.clone(),
+        };
+        let handler_started = Instant::now();
+        let mut handler = tokio::spawn(ctx.handler.call(job).in_current_span());
+        // Set once the handler's task has been joined (its handle must not
+        // be polled again).
+        let mut joined = false;
+        let ended = loop {
+            tokio::select! {
+                r = &mut handler => {
+                    joined = true;
+                    break match r {
+                        Ok(Ok(())) => Ended::Ok,
+                        // It stopped because shutdown cancelled it: hand the job back.
+                        Ok(Err(_)) if ctx.hard_stop.is_cancelled() => Ended::Stopped,
+                        Ok(Err(e)) => Ended::Err(e),
+                        Err(e) if e.is_panic() => Ended::Panicked,
+                        Err(_) => Ended::Stopped,
+                    };
+                }
+                _ = sleep_until(heart.next()) => {
+                    if let Beat::Lost = heart.beat(q, &lease, Some(&s.observers)).await {
+                        break Ended::LeaseLost;
+                    }
+                }
+                _ = ctx.hard_stop.cancelled() => break Ended::Stopped,
+            }
+        };
+        s.observers.emit(Event::HandlerDone {
+            id: &lease.id,
+            token: lease.token,
+            result: ended.result(),
+        });
+        let op = match ended {
+            Ended::Ok => Settle::Complete,
+            Ended::Err(e) => {
+                debug!(error = %e, "handler failed");
+                settlement(e)
+            }
+            Ended::Panicked => {
+                warn!("handler panicked");
+                Settle::Retry {
+                    delay: None,
+                    error: "panicked".to_owned(),
+                }
+            }
+            Ended::LeaseLost => {
+                cancel.cancel();
+                tokio::select! {
+                    _ = &mut handler => {}
+                    _ = ctx.hard_stop.cancelled() => {
+                        handler.abort();
+                        let _ = (&mut handler).await;
+                    }
+                }
+                ctx.handler_ended(running, handler_started.elapsed());
+                return;
+            }
+            Ended::Stopped => {
+                cancel.cancel();
+                if !joined {
+                    handler.abort();
+                    // Counted as running until it has really stopped.
+                    let _ = (&mut handler).await;
+                }
+                Settle::Release
+            }
+        };
+        // The handler is done: a prefetched job may start while this settles.
+        ctx.handler_ended(running, handler_started.elapsed());
+        let (answered, mut answer) = oneshot::channel();
+        ctx.settle(lease.clone(), op, heart.clock(), Some(permit), Some(answered));
+        // Keep the lease alive until the settlement is answered: a slow
+        // settle call must not let it lapse and the job run again.
+        loop {
+            tokio::select! {
+                _ = &mut answer => return,
+                // A loss here is most likely the settlement itself landing
+                // first: nothing to report.
+                _ = sleep_until(heart.next()) => {
+                    if let Beat::Lost = heart.beat(q, &lease, None).await {
+                        return;
+                    }
+                }
+            }
+        }
+    }
+    .instrument(span)
+    .await
+}

@@ -1,0 +1,405 @@
+//! The worker side: [`Consumer`] claims jobs, runs an async handler for each
+//! with bounded concurrency, keeps leases alive with heartbeats, and settles
+//! each job with its fencing token.
+//!
+//! - `handler`: the [`Handler`] trait and [`HandlerError`] (the outcomes).
+//! - `settings`: the consumer's settings and the timings derived from them.
+//! - `claim`: the claim loop and the blocking wake-up.
+//! - `job_task`: one job's task; `heartbeat`: its lease renewals.
+//! - `prefetch`: lease slots and leasing ahead of free handlers.
+//! - `settler`: batched settlements.
+//! - `event`: the [`Event`]s observers see.
+
+mod claim;
+mod event;
+mod handler;
+mod heartbeat;
+mod job_task;
+mod prefetch;
+mod settings;
+mod settler;
+
+use std::marker::PhantomData;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::de::DeserializeOwned;
+use tokio::sync::{Semaphore, mpsc};
+use tokio::task::JoinHandle;
+use tokio::time::{Instant, timeout_at};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use tracing::{debug, error, warn};
+
+use self::event::Observers;
+pub use self::event::{Event, HandlerResult};
+pub use self::handler::{Handler, HandlerError};
+use self::prefetch::{AutoPrefetch, Slots};
+use self::settings::{Beat, Settings};
+use self::settler::Pending;
+use crate::error::{Error, Result};
+use crate::maintenance::reaper::DEFAULT_REAP_INTERVAL;
+use crate::queue::Queue;
+use crate::settings::later;
+
+/// Default handlers running at once.
+pub const DEFAULT_CONCURRENCY: usize = 10;
+/// Most handlers running at once.
+pub const MAX_CONCURRENCY: usize = 100_000;
+/// Default lease length; heartbeats renew it while the handler runs.
+pub const DEFAULT_LEASE: Duration = Duration::from_secs(30);
+/// Shortest lease accepted.
+pub const MIN_LEASE: Duration = Duration::from_millis(10);
+/// Longest lease accepted: one day.
+pub const MAX_LEASE: Duration = Duration::from_secs(86_400);
+/// Shortest time between heartbeats accepted.
+pub const MIN_HEARTBEAT: Duration = Duration::from_millis(5);
+/// Default time running handlers get to finish at shutdown.
+pub const DEFAULT_SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(30);
+/// Longest shutdown grace period accepted: one day.
+pub const MAX_SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(86_400);
+/// Default longest wait on the wake list before an idle consumer polls again.
+pub const DEFAULT_POLL_INTERVAL: Duration = Duration::from_secs(1);
+/// Shortest poll interval accepted.
+pub const MIN_POLL_INTERVAL: Duration = Duration::from_millis(10);
+/// Longest poll interval accepted: one hour.
+pub const MAX_POLL_INTERVAL: Duration = Duration::from_secs(3_600);
+/// Most jobs leased in one claim call.
+pub const MAX_CLAIM_BATCH: usize = 64;
+/// Most jobs a consumer leases ahead of free handlers ([`Consumer::prefetch`]).
+pub const MAX_PREFETCH: usize = 1_000;
+/// Automatic prefetch leases ahead while the average handler runs for less
+/// than this many settle round trips (see [`Consumer::prefetch`]).
+pub const AUTO_PREFETCH_RATIO: u64 = 4;
+/// The longest a job leased ahead by automatic prefetch waits for a
+/// handler before it is released (at most the heartbeat interval).
+pub const AUTO_PREFETCH_WAIT: Duration = Duration::from_secs(1);
+
+/// Runs an async handler for each job of a queue. Configure with the
+/// chained setters (checked when it starts), then [`spawn`](Self::spawn)
+/// it (or [`run`](Self::run) it until a shutdown future resolves).
+///
+/// What the handler returns decides the job's fate (see
+/// [`HandlerError`]): `Ok` completes it; an error retries it after the
+/// job's backoff until its `max_attempts` failures, or as the error asks
+/// (retry after a delay, fail now, snooze); a panic retries it with error
+/// `"panicked"`; a payload that does not decode into `T` fails it for
+/// good. None of them stops the consumer.
+///
+/// ```no_run
+/// # async fn demo(queue: echomq::Queue) -> echomq::Result<()> {
+/// use echomq::{Consumer, Job};
+/// let worker = Consumer::new(queue, |job: Job<String>| async move {
+///     println!("hello, {}", job.payload());
+///     Ok(())
+/// })
+/// .concurrency(16)
+/// .spawn()?;
+/// // ...
+/// worker.shutdown().await?;
+/// # Ok(()) }
+/// ```
+#[must_use = "a consumer does nothing until spawned or run"]
+pub struct Consumer<T, H> {
+    queue: Queue,
+    handler: Arc<H>,
+    settings: Settings,
+    _payload: PhantomData<fn() -> T>,
+}
+
+impl<T, H> Consumer<T, H>
+where
+    T: DeserializeOwned + Send + 'static,
+    H: Handler<T>,
+{
+    /// A consumer of `queue` running `handler`, with the defaults.
+    pub fn new(queue: Queue, handler: H) -> Self {
+        Consumer {
+            queue,
+            handler: Arc::new(handler),
+            settings: Settings {
+                observers: Observers::default(),
+                concurrency: DEFAULT_CONCURRENCY,
+                prefetch: None,
+                lease: DEFAULT_LEASE,
+                beat: Beat::Auto,
+                shutdown_timeout: DEFAULT_SHUTDOWN_TIMEOUT,
+                poll_interval: DEFAULT_POLL_INTERVAL,
+                reaper: true,
+                reap_interval: DEFAULT_REAP_INTERVAL,
+            },
+            _payload: PhantomData,
+        }
+    }
+    /// Handlers running at once (default [`DEFAULT_CONCURRENCY`]; 1 to
+    /// [`MAX_CONCURRENCY`]).
+    pub fn concurrency(mut self, n: usize) -> Self {
+        self.settings.concurrency = n;
+        self
+    }
+    /// Jobs leased ahead of free handlers, fixed at `n` (0 to
+    /// [`MAX_PREFETCH`]); `0` turns leasing ahead off. The consumer then
+    /// holds up to `concurrency + n` leases, so when a handler finishes the
+    /// next job starts at once instead of after the round trip that settles
+    /// the finished one and leases another, and one call settles and leases
+    /// several jobs even at concurrency 1. That round trip is what a
+    /// consumer of short jobs at low concurrency waits on.
+    ///
+    /// By default prefetch is automatic: up to `concurrency` jobs (at least
+    /// 4, at most 32) are leased ahead, but only while the average handler
+    /// runs for less than [`AUTO_PREFETCH_RATIO`] settle round trips (both
+    /// measured by the consumer as it goes; off until measured). Longer
+    /// handlers gain next to nothing from it, so then the consumer leases
+    /// only for free handlers, as with `prefetch(0)`.
+    ///
+    /// The cost: a job leased ahead runs down its lease while it waits, and
+    /// no other consumer can take it. So a job that waits longer than one
+    /// heartbeat interval (automatic: at most [`AUTO_PREFETCH_WAIT`]; half
+    /// the safety window with heartbeats off) is released back to pending
+    /// at its own place (its attempt number grows, its failures do not), and
+    /// its slot stays taken until a handler frees up, so the consumer does
+    /// not fill it again only to wait once more. With heartbeats off, a job
+    /// that waited has its lease renewed once before it starts, so its
+    /// handler still gets the whole lease. At shutdown waiting jobs (and
+    /// jobs leased as it begins) are released, never started. A consumer that
+    /// dies holding jobs ahead costs each of them a stall, as it does its
+    /// running jobs. Handlers running never exceed `concurrency`.
+    pub fn prefetch(mut self, n: usize) -> Self {
+        self.settings.prefetch = Some(n);
+        self
+    }
+    /// Lease length (default [`DEFAULT_LEASE`]; [`MIN_LEASE`] to
+    /// [`MAX_LEASE`]). A worker silent for longer loses the job to the reaper.
+    pub fn lease(mut self, d: Duration) -> Self {
+        self.settings.lease = d;
+        self
+    }
+    /// Time between heartbeats (default: a third of the lease; at least
+    /// [`MIN_HEARTBEAT`], shorter than the lease). Beats come at most every
+    /// half safety window (the lease minus a tenth), so each renewal lands
+    /// while the lease surely holds.
+    pub fn heartbeat(mut self, d: Duration) -> Self {
+        self.settings.beat = Beat::Every(d);
+        self
+    }
+    /// No heartbeats: the lease is each handler's whole time budget. A
+    /// handler still running at the end of its safety window (the lease
+    /// minus a tenth) is cancelled and its result not settled, since its
+    /// job may be redelivered (a late result would be refused by the
+    /// server's token check anyway, never applied twice).
+    pub fn without_heartbeats(mut self) -> Self {
+        self.settings.beat = Beat::Off;
+        self
+    }
+    /// Time running handlers get to finish at shutdown before they are
+    /// cancelled and their jobs released (default
+    /// [`DEFAULT_SHUTDOWN_TIMEOUT`]; 0 to [`MAX_SHUTDOWN_TIMEOUT`]).
+    pub fn shutdown_timeout(mut self, d: Duration) -> Self {
+        self.settings.shutdown_timeout = d;
+        self
+    }
+    /// Longest idle wait before polling again even without a wake-up
+    /// (default [`DEFAULT_POLL_INTERVAL`]; [`MIN_POLL_INTERVAL`] to
+    /// [`MAX_POLL_INTERVAL`]).
+    pub fn poll_interval(mut self, d: Duration) -> Self {
+        self.settings.poll_interval = d;
+        self
+    }
+    /// Whether the client's maintenance task reaps this queue while the
+    /// consumer runs (default true; see [`crate::maintenance`]).
+    pub fn reaper(mut self, on: bool) -> Self {
+        self.settings.reaper = on;
+        self
+    }
+    /// How often the queue is reaped while busy (default
+    /// [`DEFAULT_REAP_INTERVAL`]; 1 ms to
+    /// [`MAX_REAP_INTERVAL`](crate::maintenance::reaper::MAX_REAP_INTERVAL)).
+    pub fn reap_interval(mut self, d: Duration) -> Self {
+        self.settings.reap_interval = d;
+        self
+    }
+
+    /// Adds `observer`, called at each step of each job (claim, heartbeat,
+    /// lease loss, handler end, settlement): for metrics, audit logs and
+    /// fault tests. Several may be added; each runs inline on the job's
+    /// task, so keep them quick. A panicking observer is logged and the
+    /// consumer carries on.
+    pub fn observer(mut self, observer: impl Fn(&Event<'_>) + Send + Sync + 'static) -> Self {
+        self.settings.observers.0.push(Arc::new(observer));
+        self
+    }
+
+    /// Starts the consumer on the current Tokio runtime.
+    ///
+    /// # Errors
+    /// [`Error::InvalidOption`] for a setting out of range (nothing started).
+    pub fn spawn(self) -> Result<ConsumerHandle> {
+        self.settings.check()?;
+        let stop = CancellationToken::new();
+        let s = stop.clone();
+        let join = tokio::spawn(async move { self.run(s.cancelled_owned()).await });
+        Ok(ConsumerHandle { stop, join })
+    }
+
+    /// Runs until `shutdown` resolves, then shuts down gracefully: stops
+    /// claiming, lets running handlers finish for up to `shutdown_timeout`,
+    /// then cancels the rest and releases their jobs.
+    ///
+    /// # Errors
+    /// [`Error::InvalidOption`] for a setting out of range (before
+    /// anything runs); [`Error::Internal`] when one of the consumer's own
+    /// tasks died: it then stopped claiming and settled or released what
+    /// it held.
+    pub async fn run(self, shutdown: impl Future<Output = ()> + Send) -> Result<()> {
+        self.settings.check()?;
+        let maintained = self.settings.reaper.then(|| {
+            self.queue
+                .client()
+                .maintenance()
+                .register(&self.queue, self.settings.reap_interval)
+        });
+        let (settle_tx, settle_rx) = mpsc::unbounded_channel();
+        let ctx = Arc::new(Ctx {
+            queue: self.queue,
+            handler: self.handler,
+            // Automatic prefetch adds its slots while it leases ahead.
+            slots: Slots::new(self.settings.concurrency + self.settings.prefetch.unwrap_or(0)),
+            running: Arc::new(Semaphore::new(self.settings.concurrency)),
+            auto: self.settings.prefetch.is_none().then(AutoPrefetch::default),
+            settings: self.settings,
+            stop: CancellationToken::new(),
+            hard_stop: CancellationToken::new(),
+            tasks: TaskTracker::new(),
+            settle_tx,
+        });
+        let all_settled = CancellationToken::new();
+        let mut settling = Some(tokio::spawn(settler::settler::<T, H>(
+            ctx.clone(),
+            settle_rx,
+            all_settled.clone(),
+        )));
+        let mut failure = None;
+        {
+            let claiming = claim::claim_loop::<T, H>(ctx.clone());
+            tokio::pin!(claiming);
+            tokio::pin!(shutdown);
+            let settler_ended = async {
+                match settling.as_mut() {
+                    Some(h) => h.await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                _ = &mut claiming => {}
+                _ = &mut shutdown => {
+                    ctx.stop.cancel();
+                    claiming.await;
+                }
+                r = settler_ended => {
+                    // Library code, but a bug there must not leave the
+                    // consumer claiming jobs it can never settle.
+                    let detail = match r {
+                        Err(e) if e.is_panic() => format!("panicked: {}", panic_text(e.into_panic())),
+                        Err(e) => e.to_string(),
+                        Ok(()) => "stopped early".into(),
+                    };
+                    error!(queue = ctx.queue.name(), %detail, "the settler died; stopping the consumer");
+                    failure = Some(Error::Internal { task: "settler", detail });
+                    settling = None;
+                    ctx.stop.cancel();
+                    claiming.await;
+                }
+            }
+        }
+        drain(&ctx).await;
+        // Every job task has ended and queued its settlement: flush them.
+        all_settled.cancel();
+        if let Some(h) = settling {
+            if let Err(e) = h.await {
+                failure.get_or_insert(Error::Internal {
+                    task: "settler",
+                    detail: e.to_string(),
+                });
+            }
+        }
+        drop(maintained);
+        debug!(queue = ctx.queue.name(), "consumer stopped");
+        failure.map_or(Ok(()), Err)
+    }
+}
+
+fn panic_text(p: Box<dyn std::any::Any + Send>) -> String {
+    p.downcast_ref::<&str>()
+        .map(|s| (*s).to_owned())
+        .or_else(|| p.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a panic".into())
+}
+
+/// A running consumer.
+#[derive(Debug)]
+#[must_use = "dropping the handle leaves the consumer running; call shutdown()"]
+pub struct ConsumerHandle {
+    stop: CancellationToken,
+    join: JoinHandle<Result<()>>,
+}
+
+impl ConsumerHandle {
+    /// Graceful shutdown (see [`Consumer::run`]); returns when done.
+    ///
+    /// # Errors
+    /// [`Error::Internal`] when one of the consumer's own tasks died.
+    pub async fn shutdown(self) -> Result<()> {
+        self.stop.cancel();
+        match self.join.await {
+            Ok(r) => r,
+            Err(e) => Err(Error::Internal {
+                task: "consumer",
+                detail: e.to_string(),
+            }),
+        }
+    }
+    /// True once the consumer has stopped.
+    pub fn is_finished(&self) -> bool {
+        self.join.is_finished()
+    }
+}
+
+/// What every job task shares.
+struct Ctx<H> {
+    queue: Queue,
+    handler: Arc<H>,
+    settings: Settings,
+    /// One per lease held: running, prefetched, or finished until it is
+    /// settled (`concurrency`, plus the prefetch while leasing ahead).
+    slots: Arc<Slots>,
+    /// One permit per running handler (`concurrency`); a fair semaphore, so
+    /// prefetched jobs start in the order they were leased.
+    running: Arc<Semaphore>,
+    /// Automatic prefetch's measurements (`None`: a fixed prefetch).
+    auto: Option<AutoPrefetch>,
+    /// Fired by shutdown: lease no more jobs.
+    stop: CancellationToken,
+    /// Every job task, so shutdown can wait for them.
+    tasks: TaskTracker,
+    /// Fired when the shutdown grace period ends: handlers are cancelled
+    /// and their jobs released.
+    hard_stop: CancellationToken,
+    /// Finished jobs go to the settler, which sends them in batches.
+    settle_tx: mpsc::UnboundedSender<Pending>,
+}
+
+/// After the claim loop stops: waits for running jobs up to the grace
+/// period, then cancels the rest (they release their jobs).
+async fn drain<H>(ctx: &Ctx<H>) {
+    ctx.tasks.close();
+    let deadline = later(Instant::now(), ctx.settings.shutdown_timeout);
+    if timeout_at(deadline, ctx.tasks.wait()).await.is_err() {
+        warn!(
+            queue = ctx.queue.name(),
+            running = ctx.tasks.len(),
+            "shutdown grace period over; cancelling handlers"
+        );
+        ctx.hard_stop.cancel();
+        ctx.tasks.wait().await;
+    }
+}

@@ -1,0 +1,44 @@
+//! Negative controls of the fault suite, built only with `--cfg
+//! echomq_faults` (never a normal build). `ECHOMQ_FAULT` is a
+//! comma-separated list of `no-token-check`, `client-clock`,
+//! `two-step-reaper`, `no-stall-increment` and `per-job-token`; each breaks
+//! one guarantee, so the suite can assert that its checks notice.
+
+pub(crate) fn active(name: &str) -> bool {
+    std::env::var("ECHOMQ_FAULT").is_ok_and(|v| v.split(',').any(|f| f.trim() == name))
+}
+
+/// The script source with the active breakages applied.
+pub(crate) fn apply(source: &str) -> String {
+    let mut src = source.to_owned();
+    if active("no-token-check") {
+        src = src.replace("cur[1] == 'active' and cur[2] == token", "cur[1] == 'active'");
+    }
+    if active("no-stall-increment") {
+        src = src.replace(
+            "rcall('HINCRBY', jk, 's', '1')",
+            "tonumber(rcall('HGET', jk, 's') or 0)",
+        );
+    }
+    if active("client-clock") {
+        // claims and extend count the lease from the caller's clock (the last ARGV).
+        src = src.replace(
+            "local deadline = now + lease",
+            "local deadline = tonumber(ARGV[#ARGV]) + lease",
+        );
+    }
+    if active("per-job-token") {
+        // 0.1's scheme: the token is the job's own attempt count, which
+        // starts again when a deleted job's id is enqueued again.
+        src = src.replace("local token_s = int_s(token)", "local token_s = attempt");
+    }
+    src
+}
+
+/// The caller's clock in ms, sent as the last ARGV of claim and extend.
+pub(crate) fn client_now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}

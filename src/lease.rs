@@ -1,0 +1,100 @@
+//! [`Lease`]: a claimed job, the only handle that can settle it.
+
+use std::sync::Arc;
+
+use serde::de::DeserializeOwned;
+
+use crate::error::{Error, Result};
+use crate::limits::Limits;
+
+/// A job leased to the caller by [`Queue::claim`](crate::Queue::claim): the
+/// only way to settle it. It knows its queue (settling it through another
+/// queue's handle is [`Error::WrongQueue`]) and carries the fencing token
+/// its claim minted. Settling borrows the lease, so a settle whose reply
+/// was lost can be sent again (it answers "already settled").
+#[derive(Clone)]
+pub struct Lease {
+    /// The queue's key base `PREFIX:{NAME}:`: ids and tokens are per queue.
+    pub(crate) queue: Arc<str>,
+    pub(crate) id: String,
+    pub(crate) token: u64,
+    pub(crate) attempt: u64,
+    pub(crate) failures: u64,
+    pub(crate) limits: Limits,
+    pub(crate) payload: Vec<u8>,
+    pub(crate) deadline_ms: u64,
+    pub(crate) claimed_ms: u64,
+}
+
+/// Shows the payload's size, not its bytes: payloads may hold personal data.
+impl std::fmt::Debug for Lease {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Lease")
+            .field("queue", &self.queue)
+            .field("id", &self.id)
+            .field("token", &self.token)
+            .field("attempt", &self.attempt)
+            .field("failures", &self.failures)
+            .field("payload_bytes", &self.payload.len())
+            .field("deadline_ms", &self.deadline_ms)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Lease {
+    /// The job id.
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+    /// The fencing token minted by this claim: unique within the queue,
+    /// never reused, not even for a later job with the same id.
+    pub fn token(&self) -> u64 {
+        self.token
+    }
+    /// This delivery's number (1 on the first).
+    pub fn attempt(&self) -> u64 {
+        self.attempt
+    }
+    /// Handler failures recorded before this attempt.
+    pub fn failures(&self) -> u64 {
+        self.failures
+    }
+    /// The job's limits, fixed at enqueue.
+    pub fn limits(&self) -> &Limits {
+        &self.limits
+    }
+    /// The raw JSON payload.
+    pub fn payload(&self) -> &[u8] {
+        &self.payload
+    }
+    /// Decodes the payload.
+    ///
+    /// # Errors
+    /// [`Error::Decode`] when it does not decode into `T`.
+    pub fn decode<T: DeserializeOwned>(&self) -> Result<T> {
+        serde_json::from_slice(&self.payload).map_err(|source| Error::Decode {
+            id: self.id.clone(),
+            source,
+        })
+    }
+    /// The lease deadline on the server's clock (ms since the Unix epoch).
+    pub fn deadline_ms(&self) -> u64 {
+        self.deadline_ms
+    }
+    /// When the claim ran, on the server's clock.
+    pub fn claimed_ms(&self) -> u64 {
+        self.claimed_ms
+    }
+    /// Refuses the lease unless it came from the queue with key base `base`.
+    pub(crate) fn check_queue(&self, base: &str) -> Result<()> {
+        if *self.queue == *base {
+            return Ok(());
+        }
+        let name = |b: &str| b.trim_end_matches(':').to_owned();
+        Err(Error::WrongQueue {
+            id: self.id.clone(),
+            leased_from: name(&self.queue),
+            queue: name(base),
+        })
+    }
+}

@@ -1,0 +1,239 @@
+//! Background upkeep of queues: the [`Reaper`] (expired leases, due
+//! delayed jobs) and the maintenance task a [`Client`](crate::Client) runs
+//! for the queues its consumers serve.
+//!
+//! One maintenance task per client reaps every registered queue: a queue
+//! holding leases, or with delayed jobs due soon, every reap interval (the
+//! shortest any of its consumers asked for); an idle queue (no lease, no
+//! delayed job due within [`IDLE_INTERVAL`]) only every [`IDLE_INTERVAL`],
+//! or at once when a consumer of this process leases from it. So a process
+//! with 200 idle queues makes 40 reap calls a second, not 400. The price:
+//! a lease taken by *another* process from a queue this process saw idle
+//! is reaped up to [`IDLE_INTERVAL`] after its deadline if that process
+//! dies (its own maintenance, while it lives, reaps on time).
+//!
+//! The same task runs the consistency sweep of each queue ([`sweep`]): one
+//! bounded step (about [`SWEEP_STEP`] keys) after each reap, from the start
+//! and then every [`SWEEP_INTERVAL`], so a sweep never delays reaping by
+//! more than one step.
+
+pub mod reaper;
+pub mod sweep;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::sync::Notify;
+use tokio::time::{Instant, sleep_until};
+use tracing::warn;
+
+use self::reaper::{DEFAULT_REAP_BATCH, log_report};
+pub use self::reaper::{ReapReport, Reaper, ReaperHandle};
+pub use self::sweep::{SweepCursor, SweepReport};
+use crate::queue::Queue;
+
+/// How often the maintenance task looks at an idle queue.
+pub const IDLE_INTERVAL: Duration = Duration::from_secs(5);
+/// Time between the starts of two consistency sweeps of a queue.
+pub const SWEEP_INTERVAL: Duration = Duration::from_secs(600);
+/// Keys one sweep step looks at (a SCAN COUNT hint).
+pub const SWEEP_STEP: usize = 200;
+
+/// The queues a client's maintenance task keeps, and when each is due.
+#[derive(Default)]
+pub(crate) struct Maintenance {
+    state: Mutex<State>,
+    /// Wakes the task when a queue is added or nudged.
+    changed: Notify,
+}
+
+#[derive(Default)]
+struct State {
+    queues: HashMap<Arc<str>, Entry>,
+    running: bool,
+}
+
+struct Entry {
+    queue: Queue,
+    /// Reap interval per registration (the shortest wins).
+    intervals: Vec<Duration>,
+    next: Instant,
+    /// The sweep in progress, and when the next one starts.
+    sweep: SweepCursor,
+    next_sweep: Instant,
+}
+
+impl Entry {
+    fn interval(&self) -> Duration {
+        self.intervals.iter().copied().min().unwrap_or(IDLE_INTERVAL)
+    }
+}
+
+/// Keeps a queue under maintenance while it lives.
+pub(crate) struct Registration {
+    maintenance: Arc<Maintenance>,
+    base: Arc<str>,
+    interval: Duration,
+}
+
+impl Drop for Registration {
+    fn drop(&mut self) {
+        let mut st = self.maintenance.lock();
+        if let Some(e) = st.queues.get_mut(&self.base) {
+            if let Some(i) = e.intervals.iter().position(|d| *d == self.interval) {
+                e.intervals.swap_remove(i);
+            }
+            if e.intervals.is_empty() {
+                st.queues.remove(&self.base);
+            }
+        }
+        drop(st);
+        self.maintenance.changed.notify_one();
+    }
+}
+
+impl Maintenance {
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Reaps `queue` every `interval` (while busy) until the registration
+    /// is dropped; starts the task on the current runtime if needed.
+    pub(crate) fn register(self: &Arc<Self>, queue: &Queue, interval: Duration) -> Registration {
+        let base = queue.base().clone();
+        let start = {
+            let mut st = self.lock();
+            let e = st.queues.entry(base.clone()).or_insert_with(|| Entry {
+                queue: queue.clone(),
+                intervals: Vec::new(),
+                next: Instant::now(),
+                sweep: SweepCursor::default(),
+                next_sweep: Instant::now(),
+            });
+            e.intervals.push(interval);
+            e.next = Instant::now();
+            !std::mem::replace(&mut st.running, true)
+        };
+        if start {
+            tokio::spawn(self.clone().run());
+        } else {
+            self.changed.notify_one();
+        }
+        Registration {
+            maintenance: self.clone(),
+            base,
+            interval,
+        }
+    }
+
+    /// A consumer of this process leased from the queue: reap it at its
+    /// busy interval from now on.
+    pub(crate) fn nudge(&self, base: &str) {
+        let mut st = self.lock();
+        if let Some(e) = st.queues.get_mut(base) {
+            let soon = Instant::now() + e.interval();
+            if e.next > soon {
+                e.next = soon;
+                drop(st);
+                self.changed.notify_one();
+            }
+        }
+    }
+
+    /// The task: reaps each queue when due, until no queue is registered.
+    async fn run(self: Arc<Self>) {
+        loop {
+            let (due, wake_at) = {
+                let mut st = self.lock();
+                if st.queues.is_empty() {
+                    st.running = false;
+                    return;
+                }
+                let now = Instant::now();
+                let due: Vec<(Queue, Duration, Option<SweepCursor>)> = st
+                    .queues
+                    .values()
+                    .filter(|e| e.next <= now)
+                    .map(|e| {
+                        (
+                            e.queue.clone(),
+                            e.interval(),
+                            (e.next_sweep <= now).then(|| e.sweep.clone()),
+                        )
+                    })
+                    .collect();
+                let wake_at = st.queues.values().map(|e| e.next).min().unwrap_or(now + IDLE_INTERVAL);
+                (due, wake_at)
+            };
+            if due.is_empty() {
+                tokio::select! {
+                    _ = sleep_until(wake_at) => {}
+                    _ = self.changed.notified() => {}
+                }
+                continue;
+            }
+            for (queue, interval, sweep) in due {
+                let next = pass(&queue, interval).await;
+                let swept = match sweep {
+                    Some(cursor) => step(&queue, &cursor).await,
+                    None => None,
+                };
+                if let Some(e) = self.lock().queues.get_mut(queue.base()) {
+                    e.next = next;
+                    if let Some(cursor) = swept {
+                        if cursor.is_done() {
+                            e.sweep = SweepCursor::default();
+                            e.next_sweep = Instant::now() + SWEEP_INTERVAL;
+                        } else {
+                            e.sweep = cursor;
+                            // A sweep under way goes on at the busy pace.
+                            e.next = e.next.min(Instant::now() + interval);
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// One sweep step of `queue` from `cursor`; the cursor to go on from (the
+/// same one after an error, to try again).
+async fn step(queue: &Queue, cursor: &SweepCursor) -> Option<SweepCursor> {
+    match queue.sweep_step(cursor, SWEEP_STEP).await {
+        Ok((next, _)) => Some(next),
+        Err(e) => {
+            warn!(queue = queue.name(), error = %e, "consistency sweep step failed; will retry");
+            None
+        }
+    }
+}
+
+/// One reap of `queue`; returns when it is due again: at once after a
+/// full batch, after `interval` while it holds leases or a delayed job is
+/// due soon, else after [`IDLE_INTERVAL`] (or the next due time, if sooner).
+async fn pass(queue: &Queue, interval: Duration) -> Instant {
+    let started = Instant::now();
+    match queue.reap(DEFAULT_REAP_BATCH).await {
+        Ok(r) if r.is_full(DEFAULT_REAP_BATCH) => {
+            log_report(queue, &r);
+            Instant::now()
+        }
+        Ok(r) => {
+            log_report(queue, &r);
+            let until_due = r
+                .next_due_ms
+                .map(|due| Duration::from_millis(due.saturating_sub(r.server_ms)));
+            let wait = if r.active > 0 {
+                interval
+            } else {
+                until_due.map_or(IDLE_INTERVAL, |d| d.min(IDLE_INTERVAL))
+            };
+            started + wait.max(interval)
+        }
+        Err(e) => {
+            warn!(queue = queue.name(), error = %e, "maintenance pass failed; retrying");
+            started + interval
+        }
+    }
+}

@@ -1,0 +1,279 @@
+//! The reaper: returns expired leases to pending and promotes due delayed jobs.
+//!
+//! A lease whose deadline (server clock) has passed belongs to a worker that
+//! crashed, paused or lost the server. The reaper puts such a job back on
+//! pending and counts a *stall*; past the job's own `max_stalls` the job
+//! fails for good with reason `"stalled"`. Each pass is one script touching
+//! at most `batch` jobs, so any number of reapers may run and each expired
+//! lease is reaped exactly once.
+//!
+//! Consumers do not need one: the maintenance task of their
+//! [`Client`](crate::Client) reaps every queue they serve. Run a `Reaper`
+//! yourself for a queue that no consumer of yours serves, or drive
+//! [`run_once`](Reaper::run_once) from your own scheduler.
+
+use std::time::Duration;
+
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, warn};
+
+use crate::error::Result;
+use crate::queue::{MAX_BATCH, Queue};
+use crate::scripts::{Code, SCRIPTS};
+use crate::settings;
+
+/// Default time between reaper passes.
+pub const DEFAULT_REAP_INTERVAL: Duration = Duration::from_millis(500);
+/// Default most jobs reaped (and, separately, promoted) per pass.
+pub const DEFAULT_REAP_BATCH: usize = 1_000;
+/// The longest reap interval accepted.
+pub const MAX_REAP_INTERVAL: Duration = Duration::from_secs(3_600);
+
+/// What one reaper pass did (from [`Queue::reap`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ReapReport {
+    /// The server's clock when the pass ran.
+    pub server_ms: u64,
+    /// Expired leases returned to pending: `(job id, stalls now)`.
+    pub requeued: Vec<(String, u64)>,
+    /// Jobs failed for good as "stalled": `(job id, stalls now)`.
+    pub failed: Vec<(String, u64)>,
+    /// Due delayed jobs moved to pending.
+    pub promoted: u64,
+    /// Leases still held after the pass.
+    pub active: u64,
+    /// The earliest due time of a delayed job after the pass (server ms).
+    pub next_due_ms: Option<u64>,
+}
+
+impl ReapReport {
+    /// True when the pass hit its limit: another pass should follow at once.
+    pub fn is_full(&self, batch: usize) -> bool {
+        self.requeued.len() + self.failed.len() >= batch || self.promoted as usize >= batch
+    }
+}
+
+impl Queue {
+    /// One reaper pass: returns up to `limit` expired leases to pending
+    /// (counting a stall each; past the job's `max_stalls` the job fails as
+    /// "stalled") and promotes up to `limit` due delayed jobs.
+    ///
+    /// # Errors
+    /// [`Error::InvalidOption`](crate::Error::InvalidOption) for `limit`
+    /// outside 1..=[`MAX_BATCH`]; server errors.
+    pub async fn reap(&self, limit: usize) -> Result<ReapReport> {
+        settings::count("reap batch size", limit, 1, MAX_BATCH)?;
+        #[cfg(echomq_faults)]
+        if crate::faults::active("two-step-reaper") {
+            return self.reap_in_two_steps(limit).await;
+        }
+        let k = self.keys();
+        let mut call = SCRIPTS.reap.call();
+        call.key(&k.active)
+            .key(&k.pending)
+            .key(&k.delayed)
+            .key(&k.failed)
+            .key(&k.wake);
+        call.arg(&k.base).arg(limit).arg(self.options().keep_failed.arg());
+        let mut r = call.run(&mut self.conn()).await?;
+        let mut report = ReapReport {
+            server_ms: r.uint()?,
+            promoted: r.uint()?,
+            active: r.uint()?,
+            next_due_ms: Some(r.uint()?).filter(|&d| d > 0),
+            ..ReapReport::default()
+        };
+        while r.remaining() > 0 {
+            let id = r.string()?;
+            let outcome = r.code()?;
+            let stalls = r.uint()?;
+            if outcome == Code::Failed {
+                report.failed.push((id, stalls));
+            } else {
+                report.requeued.push((id, stalls));
+            }
+        }
+        Ok(report)
+    }
+
+    /// Negative control: reads the expired leases in one round trip and
+    /// moves them in others, so racing reapers and acks interleave.
+    #[cfg(echomq_faults)]
+    async fn reap_in_two_steps(&self, limit: usize) -> Result<ReapReport> {
+        use crate::error::Error;
+        let k = self.keys();
+        let now = self.server_time_ms().await?;
+        let mut conn = self.conn();
+        let ids: Vec<String> = redis::cmd("ZRANGEBYSCORE")
+            .arg(&k.active)
+            .arg("-inf")
+            .arg(format!("({now}"))
+            .arg("LIMIT")
+            .arg(0)
+            .arg(limit)
+            .query_async(&mut conn)
+            .await
+            .map_err(Error::from_redis)?;
+        let mut report = ReapReport {
+            server_ms: now,
+            ..ReapReport::default()
+        };
+        for id in ids {
+            let jk = k.job(&id);
+            let (stalls, score): (u64, f64) = redis::pipe()
+                .hincr(&jk, "s", 1)
+                .hget(&jk, "sc")
+                .query_async(&mut conn)
+                .await
+                .map_err(Error::from_redis)?;
+            let () = redis::pipe()
+                .zrem(&k.active, &id)
+                .ignore()
+                .zadd(&k.pending, &id, score)
+                .ignore()
+                .hset(&jk, "st", "pending")
+                .ignore()
+                .lpush(&k.wake, "1")
+                .ignore()
+                .query_async(&mut conn)
+                .await
+                .map_err(Error::from_redis)?;
+            report.requeued.push((id, stalls));
+        }
+        report.active = 1;
+        Ok(report)
+    }
+}
+
+/// A reaper for one queue. Call [`run_once`](Self::run_once) yourself, or
+/// [`spawn`](Self::spawn) it as a background task.
+///
+/// ```no_run
+/// # async fn demo(queue: echomq::Queue) -> echomq::Result<()> {
+/// use std::time::Duration;
+/// let reaper = echomq::Reaper::new(queue).interval(Duration::from_secs(1)).spawn()?;
+/// // ...
+/// reaper.shutdown().await;
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone)]
+#[must_use]
+pub struct Reaper {
+    queue: Queue,
+    interval: Duration,
+    batch: usize,
+}
+
+impl Reaper {
+    /// A reaper with the defaults.
+    pub fn new(queue: Queue) -> Self {
+        Reaper {
+            queue,
+            interval: DEFAULT_REAP_INTERVAL,
+            batch: DEFAULT_REAP_BATCH,
+        }
+    }
+    /// Time between passes (default [`DEFAULT_REAP_INTERVAL`]; 1 ms to
+    /// [`MAX_REAP_INTERVAL`]).
+    pub fn interval(mut self, d: Duration) -> Self {
+        self.interval = d;
+        self
+    }
+    /// Most jobs per pass (default [`DEFAULT_REAP_BATCH`]; 1 to [`MAX_BATCH`]).
+    pub fn batch(mut self, n: usize) -> Self {
+        self.batch = n;
+        self
+    }
+
+    fn check(&self) -> Result<()> {
+        settings::duration(
+            "reap interval",
+            self.interval,
+            Duration::from_millis(1),
+            MAX_REAP_INTERVAL,
+        )?;
+        settings::count("reap batch", self.batch, 1, MAX_BATCH)?;
+        Ok(())
+    }
+
+    /// One pass: one script call.
+    ///
+    /// # Errors
+    /// [`Error::InvalidOption`](crate::Error::InvalidOption) for a bad
+    /// setting; server errors.
+    pub async fn run_once(&self) -> Result<ReapReport> {
+        self.check()?;
+        let report = self.queue.reap(self.batch).await?;
+        log_report(&self.queue, &report);
+        Ok(report)
+    }
+
+    /// Runs passes until `shutdown` resolves. A full batch is followed by
+    /// another pass at once; an error is logged and retried after `interval`.
+    ///
+    /// # Errors
+    /// [`Error::InvalidOption`](crate::Error::InvalidOption) for a bad
+    /// setting, before any pass.
+    pub async fn run(self, shutdown: impl Future<Output = ()>) -> Result<()> {
+        self.check()?;
+        tokio::pin!(shutdown);
+        loop {
+            let pause = match self.run_once().await {
+                Ok(r) if r.is_full(self.batch) => Duration::ZERO,
+                Ok(_) => self.interval,
+                Err(e) => {
+                    warn!(queue = self.queue.name(), error = %e, "reaper pass failed; retrying");
+                    self.interval
+                }
+            };
+            tokio::select! {
+                _ = &mut shutdown => break,
+                _ = tokio::time::sleep(pause) => {}
+            }
+        }
+        debug!(queue = self.queue.name(), "reaper stopped");
+        Ok(())
+    }
+
+    /// Spawns [`run`](Self::run) on the current Tokio runtime.
+    ///
+    /// # Errors
+    /// [`Error::InvalidOption`](crate::Error::InvalidOption) for a bad setting.
+    pub fn spawn(self) -> Result<ReaperHandle> {
+        self.check()?;
+        let stop = CancellationToken::new();
+        let s = stop.clone();
+        let join = tokio::spawn(async move {
+            let _ = self.run(s.cancelled_owned()).await;
+        });
+        Ok(ReaperHandle { stop, join })
+    }
+}
+
+/// Logs what a pass did, per job.
+pub(crate) fn log_report(queue: &Queue, report: &ReapReport) {
+    for (id, stalls) in &report.requeued {
+        warn!(queue = queue.name(), job_id = %id, stalls, "lease expired; job returned to pending");
+    }
+    for (id, stalls) in &report.failed {
+        warn!(queue = queue.name(), job_id = %id, stalls, "job stalled too often; failed");
+    }
+}
+
+/// A running reaper task.
+#[derive(Debug)]
+#[must_use = "dropping the handle leaves the reaper running; call shutdown()"]
+pub struct ReaperHandle {
+    stop: CancellationToken,
+    join: JoinHandle<()>,
+}
+
+impl ReaperHandle {
+    /// Stops the reaper after its current pass.
+    pub async fn shutdown(self) {
+        self.stop.cancel();
+        let _ = self.join.await;
+    }
+}

@@ -1,0 +1,221 @@
+//! Enqueueing: one job, many, and the coalescer that sends concurrent
+//! single enqueues together.
+
+use std::sync::Arc;
+
+use serde::Serialize;
+use tokio::sync::{Semaphore, mpsc, oneshot};
+
+use super::{ENQUEUE_CHUNK, Queue};
+use crate::conn::Conn;
+use crate::error::{Error, Result};
+use crate::job::{EnqueueOptions, EnqueueStatus, Enqueued, delay_ms};
+use crate::keys::Keys;
+use crate::scripts::{Code, SCRIPTS};
+
+/// Enqueue calls one queue keeps in flight while coalescing: few enough
+/// that concurrent enqueues pile up into batches, enough to hide a round trip.
+const CALLS_IN_FLIGHT: usize = 4;
+
+/// Payload bytes past which the coalescer sends what it has, so one call
+/// stays well inside the response timeout.
+const BATCH_BYTES: usize = 1 << 20;
+
+/// One job, encoded and checked, ready for the script.
+pub(super) struct Encoded {
+    payload: Vec<u8>,
+    id: String,
+    priority: i8,
+    delay_ms: u64,
+    limits: String,
+    dedup: String,
+    dedup_ttl_ms: u64,
+}
+
+/// One `enqueue_with` waiting for the coalescer.
+pub(super) struct Request {
+    job: Encoded,
+    reply: oneshot::Sender<Result<Enqueued>>,
+}
+
+/// Sends single enqueues: a lone one at once, and those that arrive while
+/// earlier calls are in flight together in one script call, so many
+/// concurrent producers (web handlers) cost the server a fraction of a call
+/// each. Each caller still gets its own answer only after the server has
+/// stored its job. Ends when every `Queue` handle is dropped.
+pub(super) async fn coalesce(conn: Conn, keys: Keys, mut requests: mpsc::UnboundedReceiver<Request>) {
+    let calls = Arc::new(Semaphore::new(CALLS_IN_FLIGHT));
+    while let Some(first) = requests.recv().await {
+        let Ok(call) = calls.clone().acquire_owned().await else {
+            return;
+        };
+        let mut bytes = first.job.payload.len();
+        let mut batch = vec![first];
+        while batch.len() < ENQUEUE_CHUNK && bytes < BATCH_BYTES {
+            match requests.try_recv() {
+                Ok(r) => {
+                    bytes += r.job.payload.len();
+                    batch.push(r);
+                }
+                Err(_) => break,
+            }
+        }
+        let (mut conn, keys) = (conn.clone(), keys.clone());
+        tokio::spawn(async move {
+            let jobs: Vec<&Encoded> = batch.iter().map(|r| &r.job).collect();
+            let result = call_script(&mut conn, &keys, &jobs).await;
+            drop(jobs);
+            match result {
+                Ok(out) if out.len() == batch.len() => {
+                    for (request, answer) in batch.into_iter().zip(out) {
+                        let _ = request.reply.send(Ok(answer));
+                    }
+                }
+                Ok(out) => {
+                    let detail = format!("{} answers for {} jobs", out.len(), batch.len());
+                    for request in batch {
+                        let _ = request.reply.send(Err(Error::Protocol {
+                            script: "enqueue",
+                            detail: detail.clone(),
+                        }));
+                    }
+                }
+                Err(e) => {
+                    for request in batch {
+                        let _ = request.reply.send(Err(e.duplicate()));
+                    }
+                }
+            }
+            drop(call);
+        });
+    }
+}
+
+/// The coalescer is gone: only when the runtime that started it shut down.
+fn gone() -> Error {
+    Error::Protocol {
+        script: "enqueue",
+        detail: "the enqueue task has stopped (its Tokio runtime shut down)".into(),
+    }
+}
+
+/// One enqueue script call for a batch of encoded jobs.
+async fn call_script(conn: &mut Conn, k: &Keys, jobs: &[&Encoded]) -> Result<Vec<Enqueued>> {
+    let mut call = SCRIPTS.enqueue.call();
+    call.key(&k.seq).key(&k.pending).key(&k.delayed).key(&k.wake);
+    call.arg(&k.base).arg(jobs.len());
+    for j in jobs {
+        call.arg(&j.id)
+            .arg(&j.payload)
+            .arg(j.priority)
+            .arg(j.delay_ms)
+            .arg(&j.limits)
+            .arg(&j.dedup)
+            .arg(j.dedup_ttl_ms);
+    }
+    let mut r = call.run(conn).await?;
+    let _now = r.uint()?;
+    let mut out = Vec::with_capacity(jobs.len());
+    while r.remaining() > 0 {
+        let status = match r.code()? {
+            Code::Ok => EnqueueStatus::Created,
+            Code::Exists => EnqueueStatus::Existing,
+            Code::Deduped => EnqueueStatus::Deduplicated,
+            other => {
+                return Err(Error::Protocol {
+                    script: "enqueue",
+                    detail: format!("unexpected status {other:?}"),
+                });
+            }
+        };
+        out.push(Enqueued {
+            id: r.string()?,
+            status,
+        });
+    }
+    Ok(out)
+}
+
+impl Queue {
+    /// Encodes and checks one job against this queue's options.
+    fn prepare<T: Serialize + ?Sized>(&self, payload: &T, opts: &EnqueueOptions) -> Result<Encoded> {
+        opts.validate()?;
+        let (dedup, dedup_ttl_ms) = match &opts.dedup {
+            Some((d, ttl)) => (d.clone(), ttl.map_or(0, |t| t.as_millis() as u64)),
+            None => (String::new(), 0),
+        };
+        Ok(Encoded {
+            payload: self.encode(payload)?,
+            id: opts.id.clone().unwrap_or_default(),
+            priority: opts.priority,
+            delay_ms: delay_ms("delay", opts.delay)?,
+            limits: opts.limits(&self.options().limits).encode(),
+            dedup,
+            dedup_ttl_ms,
+        })
+    }
+
+    /// Enqueues a job and returns its id once the server has stored it (as
+    /// durably as the server's persistence settings make any write: see the
+    /// README's "Guarantees").
+    ///
+    /// ```no_run
+    /// # async fn demo(queue: echomq::Queue) -> echomq::Result<()> {
+    /// let id = queue.enqueue(&serde_json::json!({"to": "ada@example.com"})).await?;
+    /// # let _ = id; Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::PayloadTooLarge`], [`Error::Encode`], or a server error. On a
+    /// transient error ([`Error::is_transient`]) the job may or may not have
+    /// been stored; retry with a caller-chosen id ([`EnqueueOptions::id`]) to
+    /// make the retry safe.
+    pub async fn enqueue<T: Serialize + ?Sized>(&self, payload: &T) -> Result<String> {
+        Ok(self.enqueue_with(payload, &EnqueueOptions::default()).await?.id)
+    }
+
+    /// Enqueues a job with options (id, delay, priority, limits, dedup).
+    ///
+    /// ```no_run
+    /// # async fn demo(queue: echomq::Queue) -> echomq::Result<()> {
+    /// use echomq::{EnqueueOptions, EnqueueStatus};
+    /// let opts = EnqueueOptions::new().id("order-42").max_attempts(5);
+    /// let first = queue.enqueue_with(&"ship it", &opts).await?;
+    /// let again = queue.enqueue_with(&"ship it", &opts).await?;
+    /// assert_eq!(again.status, EnqueueStatus::Existing);
+    /// # let _ = first; Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// As [`enqueue`](Self::enqueue), plus [`Error::InvalidId`] and
+    /// [`Error::InvalidOption`] for bad options.
+    pub async fn enqueue_with<T: Serialize + ?Sized>(&self, payload: &T, opts: &EnqueueOptions) -> Result<Enqueued> {
+        let job = self.prepare(payload, opts)?;
+        let (reply, answer) = oneshot::channel();
+        if self.inner.enqueues.send(Request { job, reply }).is_err() {
+            return Err(gone());
+        }
+        answer.await.unwrap_or_else(|_| Err(gone()))
+    }
+
+    /// Enqueues many jobs with default options, a thousand per script call.
+    /// Returns their ids in order.
+    ///
+    /// # Errors
+    /// As [`enqueue`](Self::enqueue). Every payload is checked before
+    /// anything is sent; if a later chunk fails, earlier chunks are stored.
+    pub async fn enqueue_bulk<T: Serialize>(&self, payloads: &[T]) -> Result<Vec<String>> {
+        let opts = EnqueueOptions::default();
+        let encoded = payloads
+            .iter()
+            .map(|p| self.prepare(p, &opts))
+            .collect::<Result<Vec<_>>>()?;
+        let mut ids = Vec::with_capacity(payloads.len());
+        for chunk in encoded.chunks(ENQUEUE_CHUNK) {
+            let jobs: Vec<&Encoded> = chunk.iter().collect();
+            let out = call_script(&mut self.conn(), self.keys(), &jobs).await?;
+            ids.extend(out.into_iter().map(|e| e.id));
+        }
+        Ok(ids)
+    }
+}

@@ -1,0 +1,111 @@
+//! Reading a queue: a job's record, counts, the server clock.
+
+use super::Queue;
+use crate::error::{Error, Result};
+use crate::job::{Counts, JobInfo, JobState};
+use crate::limits::Limits;
+
+/// A job hash as field/value pairs.
+type HashFields = Vec<(String, Vec<u8>)>;
+
+impl Queue {
+    /// Reads a job's record.
+    ///
+    /// # Errors
+    /// [`Error::InvalidId`], [`Error::JobNotFound`], server errors.
+    pub async fn job(&self, id: &str) -> Result<JobInfo> {
+        crate::keys::validate_id("job id", id)?;
+        let k = self.keys();
+        let (fields, active, delayed): (HashFields, Option<f64>, Option<f64>) = redis::pipe()
+            .atomic()
+            .hgetall(k.job(id))
+            .zscore(&k.active, id)
+            .zscore(&k.delayed, id)
+            .query_async(&mut self.conn())
+            .await
+            .map_err(Error::from_redis)?;
+        if fields.is_empty() {
+            return Err(Error::JobNotFound(id.to_owned()));
+        }
+        let mut info = JobInfo {
+            id: id.to_owned(),
+            state: JobState::Pending,
+            attempts: 0,
+            failures: 0,
+            stalls: 0,
+            payload: Vec::new(),
+            last_error: None,
+            created_ms: 0,
+            finished_ms: None,
+            deadline_ms: active.or(delayed).map(|s| s as u64),
+            token: 0,
+            limits: Limits::default(),
+        };
+        let num = |v: &[u8]| {
+            std::str::from_utf8(v)
+                .ok()
+                .and_then(|s| s.parse::<u64>().ok())
+                .unwrap_or(0)
+        };
+        for (f, v) in fields {
+            match f.as_str() {
+                "p" => info.payload = v,
+                "st" => {
+                    let s = String::from_utf8_lossy(&v);
+                    info.state = JobState::parse(&s).ok_or_else(|| Error::Protocol {
+                        script: "job",
+                        detail: format!("unknown state {s:?}"),
+                    })?;
+                }
+                "a" => info.attempts = num(&v),
+                "tk" => info.token = num(&v),
+                "lm" => info.limits = Limits::decode(&v),
+                "f" => info.failures = num(&v),
+                "s" => info.stalls = num(&v),
+                "err" => info.last_error = Some(String::from_utf8_lossy(&v).into_owned()),
+                "ct" => info.created_ms = num(&v),
+                "ft" => info.finished_ms = Some(num(&v)),
+                _ => {}
+            }
+        }
+        Ok(info)
+    }
+
+    /// Counts jobs per state, read in one atomic step.
+    ///
+    /// # Errors
+    /// Server errors.
+    pub async fn counts(&self) -> Result<Counts> {
+        let k = self.keys();
+        let (pending, delayed, active, completed, failed) = redis::pipe()
+            .atomic()
+            .zcard(&k.pending)
+            .zcard(&k.delayed)
+            .zcard(&k.active)
+            .zcard(&k.completed)
+            .zcard(&k.failed)
+            .query_async(&mut self.conn())
+            .await
+            .map_err(Error::from_redis)?;
+        Ok(Counts {
+            pending,
+            delayed,
+            active,
+            completed,
+            failed,
+        })
+    }
+
+    /// The server's clock (ms since the Unix epoch), the time base of every
+    /// deadline.
+    ///
+    /// # Errors
+    /// Server errors.
+    pub async fn server_time_ms(&self) -> Result<u64> {
+        let (s, us): (u64, u64) = redis::cmd("TIME")
+            .query_async(&mut self.conn())
+            .await
+            .map_err(Error::from_redis)?;
+        Ok(s * 1000 + us / 1000)
+    }
+}

@@ -1,0 +1,181 @@
+//! The producer and low-level handle: [`Queue`].
+//!
+//! - `options`: [`QueueOptions`] and [`Retention`].
+//! - `enqueue`: enqueue, coalescing concurrent single enqueues.
+//! - `settle`: claim, settle (complete, retry, fail, release, snooze),
+//!   extend: the low-level calls a [`Consumer`](crate::Consumer) makes.
+//! - `inspect`: a job's record, counts, the server clock.
+
+mod enqueue;
+mod inspect;
+mod options;
+mod settle;
+
+use std::sync::Arc;
+
+use redis::Value;
+use serde::Serialize;
+use tokio::sync::mpsc;
+
+pub use self::options::{
+    DEFAULT_KEEP_COMPLETED, DEFAULT_KEEP_FAILED, DEFAULT_MAX_PAYLOAD_BYTES, MAX_PAYLOAD_LIMIT, QueueOptions, Retention,
+};
+pub(crate) use self::settle::owned;
+pub use self::settle::{MAX_ERROR_BYTES, Outcome, Settle, SettleOp, Settled};
+use crate::client::{Client, ClientOptions};
+use crate::conn::Conn;
+use crate::error::{Error, Result};
+use crate::keys::Keys;
+use crate::scripts::SCRIPTS;
+
+/// The layout version this crate writes into `emq:{Q}:meta`. Version 2
+/// (echomq 0.2) added queue-wide fencing tokens, per-job limits and the
+/// settlement history; a 0.1 queue is refused (drain it with 0.1 first).
+pub const LAYOUT_VERSION: u32 = 2;
+
+/// Most jobs one enqueue script call carries; `enqueue_bulk` splits larger batches.
+pub const ENQUEUE_CHUNK: usize = 1_000;
+
+/// Most jobs one claim, settle or reap call handles (scripts pass a batch to
+/// one variadic command, and Lua's argument stack is bounded).
+pub const MAX_BATCH: usize = 1_000;
+
+/// A cheap `Clone` handle on one queue. Handles made by one [`Client`]
+/// share its connection.
+///
+/// ```no_run
+/// # async fn demo() -> echomq::Result<()> {
+/// let queue = echomq::Queue::connect("redis://127.0.0.1:6379", "mail").await?;
+/// let id = queue.enqueue(&serde_json::json!({"to": "ada@example.com"})).await?;
+/// # let _ = id; Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct Queue {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    name: String,
+    keys: Keys,
+    /// `keys.base` shared with every lease this handle claims.
+    base: Arc<str>,
+    opts: QueueOptions,
+    client: Client,
+    /// Single enqueues go to the coalescer, which sends those that arrive
+    /// together in one script call.
+    enqueues: mpsc::UnboundedSender<enqueue::Request>,
+}
+
+impl std::fmt::Debug for Queue {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Queue")
+            .field("name", &self.inner.name)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Queue {
+    /// Connects to `url` (`redis://host:port/db`) with default options and
+    /// opens queue `name` (a shorthand for [`Client::connect`] then
+    /// [`Client::queue`]; make one [`Client`] for many queues).
+    ///
+    /// # Errors
+    /// [`Error::InvalidQueueName`], a connection error ([`Error::Redis`]) if
+    /// the server cannot be reached, [`Error::LayoutMismatch`],
+    /// [`Error::UnsafeServer`] for a server that may evict keys.
+    pub async fn connect(url: &str, name: &str) -> Result<Queue> {
+        Self::connect_with(url, name, QueueOptions::default()).await
+    }
+
+    /// Connects to `url` and opens queue `name` with `opts`.
+    ///
+    /// # Errors
+    /// As [`connect`](Self::connect), and [`Error::InvalidOption`].
+    pub async fn connect_with(url: &str, name: &str, opts: QueueOptions) -> Result<Queue> {
+        Keys::new(&opts.prefix, name)?;
+        opts.check()?;
+        Client::connect_with(url, ClientOptions::default())
+            .await?
+            .queue_with(name, opts)
+            .await
+    }
+
+    pub(crate) async fn open(client: Client, name: &str, opts: QueueOptions) -> Result<Queue> {
+        let keys = Keys::new(&opts.prefix, name)?;
+        opts.check()?;
+        let (enqueues, requests) = mpsc::unbounded_channel();
+        tokio::spawn(enqueue::coalesce(client.conn(), keys.clone(), requests));
+        let q = Queue {
+            inner: Arc::new(Inner {
+                name: name.to_owned(),
+                base: Arc::from(keys.base.as_str()),
+                keys,
+                opts,
+                client,
+                enqueues,
+            }),
+        };
+        q.check_layout().await?;
+        Ok(q)
+    }
+
+    /// Stamps a new queue with our layout version; refuses any other. As
+    /// the first script a queue runs, it also tells a user who may not run
+    /// scripts ([`Error::NoPermission`]).
+    async fn check_layout(&self) -> Result<()> {
+        let mut call = SCRIPTS.layout.call();
+        call.key(&self.inner.keys.meta).arg(LAYOUT_VERSION);
+        let v: Value = call.run_raw(&mut self.conn()).await?;
+        let found = match v {
+            Value::BulkString(b) => String::from_utf8_lossy(&b).into_owned(),
+            other => format!("{other:?}"),
+        };
+        match found.parse::<u32>() {
+            Ok(LAYOUT_VERSION) => Ok(()),
+            _ => Err(Error::LayoutMismatch {
+                queue: self.inner.name.clone(),
+                found,
+                supported: LAYOUT_VERSION,
+            }),
+        }
+    }
+
+    /// The queue name.
+    pub fn name(&self) -> &str {
+        &self.inner.name
+    }
+
+    /// The client this handle was made by.
+    pub fn client(&self) -> &Client {
+        &self.inner.client
+    }
+
+    pub(crate) fn conn(&self) -> Conn {
+        self.inner.client.conn()
+    }
+
+    pub(crate) fn keys(&self) -> &Keys {
+        &self.inner.keys
+    }
+
+    pub(crate) fn options(&self) -> &QueueOptions {
+        &self.inner.opts
+    }
+
+    /// The key base shared with the leases of this queue.
+    pub(crate) fn base(&self) -> &Arc<str> {
+        &self.inner.base
+    }
+
+    fn encode<T: Serialize + ?Sized>(&self, payload: &T) -> Result<Vec<u8>> {
+        let bytes = serde_json::to_vec(payload).map_err(Error::Encode)?;
+        let limit = self.inner.opts.max_payload_bytes;
+        if bytes.len() > limit {
+            return Err(Error::PayloadTooLarge {
+                size: bytes.len(),
+                limit,
+            });
+        }
+        Ok(bytes)
+    }
+}

@@ -1,0 +1,143 @@
+//! [`QueueOptions`] and [`Retention`]: what a queue handle is set up with.
+
+use crate::error::{Error, Result};
+use crate::keys::DEFAULT_PREFIX;
+use crate::limits::{Backoff, Limits};
+
+/// Default limit on an encoded payload: 512 KiB.
+pub const DEFAULT_MAX_PAYLOAD_BYTES: usize = 512 * 1024;
+/// The largest payload limit accepted: 64 MiB.
+pub const MAX_PAYLOAD_LIMIT: usize = 64 * 1024 * 1024;
+/// Default retention of completed jobs: the newest 1,000.
+pub const DEFAULT_KEEP_COMPLETED: Retention = Retention::Newest(1_000);
+/// Default retention of failed jobs: the newest 10,000.
+pub const DEFAULT_KEEP_FAILED: Retention = Retention::Newest(10_000);
+
+/// How many finished job records a queue keeps.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Retention {
+    /// Keep every record (grows without bound).
+    All,
+    /// Delete the record when the job finishes. A repeated settle of a
+    /// deleted job then answers [`Error::JobNotFound`] instead of "already
+    /// settled"; either way nothing changes twice.
+    None,
+    /// Keep the newest `n` records (`n` at least 1); older ones are
+    /// deleted by the settles once there are 64 more than `n`.
+    Newest(u32),
+}
+
+impl Retention {
+    pub(crate) fn arg(self) -> i64 {
+        match self {
+            Retention::All => -1,
+            Retention::None => 0,
+            Retention::Newest(n) => i64::from(n),
+        }
+    }
+
+    fn check(self, name: &'static str) -> Result<()> {
+        if self == Retention::Newest(0) {
+            return Err(Error::InvalidOption {
+                name,
+                reason: "Newest(0) keeps nothing: say Retention::None".into(),
+            });
+        }
+        Ok(())
+    }
+}
+
+/// Settings of a [`Queue`](crate::Queue) handle, checked when the handle
+/// is made. Connection settings live in
+/// [`ClientOptions`](crate::ClientOptions).
+///
+/// ```
+/// use std::time::Duration;
+/// use echomq::{Backoff, QueueOptions, Retention};
+/// let opts = QueueOptions::new()
+///     .keep_completed(Retention::Newest(100))
+///     .max_attempts(5)
+///     .backoff(Backoff::Fixed(Duration::from_secs(10)));
+/// ```
+#[derive(Debug, Clone)]
+#[must_use]
+pub struct QueueOptions {
+    pub(crate) prefix: String,
+    pub(crate) max_payload_bytes: usize,
+    pub(crate) keep_completed: Retention,
+    pub(crate) keep_failed: Retention,
+    pub(crate) limits: Limits,
+}
+
+impl Default for QueueOptions {
+    fn default() -> Self {
+        QueueOptions {
+            prefix: DEFAULT_PREFIX.to_owned(),
+            max_payload_bytes: DEFAULT_MAX_PAYLOAD_BYTES,
+            keep_completed: DEFAULT_KEEP_COMPLETED,
+            keep_failed: DEFAULT_KEEP_FAILED,
+            limits: Limits::default(),
+        }
+    }
+}
+
+impl QueueOptions {
+    /// The defaults (see each setter).
+    pub fn new() -> Self {
+        Self::default()
+    }
+    /// Key prefix (default [`DEFAULT_PREFIX`], `"emq"`). Must not contain braces.
+    pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.prefix = prefix.into();
+        self
+    }
+    /// Largest encoded payload accepted (default
+    /// [`DEFAULT_MAX_PAYLOAD_BYTES`]; 1 to [`MAX_PAYLOAD_LIMIT`]).
+    pub fn max_payload_bytes(mut self, n: usize) -> Self {
+        self.max_payload_bytes = n;
+        self
+    }
+    /// Retention of completed jobs (default [`DEFAULT_KEEP_COMPLETED`]).
+    pub fn keep_completed(mut self, r: Retention) -> Self {
+        self.keep_completed = r;
+        self
+    }
+    /// Retention of failed jobs (default [`DEFAULT_KEEP_FAILED`]).
+    pub fn keep_failed(mut self, r: Retention) -> Self {
+        self.keep_failed = r;
+        self
+    }
+    /// Handler failures before a job fails for good, for jobs enqueued
+    /// through this handle without their own
+    /// (default [`DEFAULT_MAX_ATTEMPTS`](crate::limits::DEFAULT_MAX_ATTEMPTS)).
+    pub fn max_attempts(mut self, n: u32) -> Self {
+        self.limits.max_attempts = n;
+        self
+    }
+    /// Expired leases a job survives before it fails as "stalled", for jobs
+    /// enqueued through this handle without their own
+    /// (default [`DEFAULT_MAX_STALLS`](crate::limits::DEFAULT_MAX_STALLS)).
+    pub fn max_stalls(mut self, n: u32) -> Self {
+        self.limits.max_stalls = n;
+        self
+    }
+    /// The delay before each retry, for jobs enqueued through this handle
+    /// without their own (default [`DEFAULT_BACKOFF`](crate::limits::DEFAULT_BACKOFF)).
+    pub fn backoff(mut self, b: Backoff) -> Self {
+        self.limits.backoff = b;
+        self
+    }
+
+    pub(crate) fn check(&self) -> Result<()> {
+        if self.max_payload_bytes == 0 || self.max_payload_bytes > MAX_PAYLOAD_LIMIT {
+            return Err(Error::InvalidOption {
+                name: "max_payload_bytes",
+                reason: format!("{} is not within 1..={MAX_PAYLOAD_LIMIT}", self.max_payload_bytes),
+            });
+        }
+        self.keep_completed.check("keep_completed")?;
+        self.keep_failed.check("keep_failed")?;
+        self.limits.check()
+    }
+}

@@ -1,0 +1,443 @@
+//! The low-level worker calls: claim a lease, settle it (complete, retry,
+//! fail, release, snooze), renew it. A [`Consumer`](crate::Consumer) makes
+//! these calls; people who write their own loop make them too.
+
+use std::time::Duration;
+
+use super::{MAX_BATCH, Queue};
+use crate::error::{Error, Result, truncate};
+use crate::job::{delay_ms, millis};
+use crate::lease::Lease;
+use crate::limits::Limits;
+use crate::scripts::{Code, Reply, SCRIPTS};
+
+/// Longest error text or failure reason stored with a job, in bytes;
+/// longer ones are cut (at a character boundary) and say how long they were.
+pub const MAX_ERROR_BYTES: usize = 4_096;
+
+/// What a settlement did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Outcome {
+    /// `complete`: the job is completed.
+    Completed,
+    /// `retry`: the job will run again, at once (`due_ms` `None`) or at `due_ms` (server ms).
+    Retrying {
+        /// When it becomes due, if delayed.
+        due_ms: Option<u64>,
+    },
+    /// `fail`, or `retry` at the job's `max_attempts`: the job failed for good.
+    Failed,
+    /// `release`: the job is pending again.
+    Released,
+    /// `snooze`: the job runs again at `due_ms` (or at once when `None`),
+    /// its failures unchanged.
+    Snoozed {
+        /// When it becomes due, if delayed.
+        due_ms: Option<u64>,
+    },
+    /// This settlement already happened with this token (the first reply
+    /// was lost and the call was sent again); nothing changed now.
+    AlreadySettled,
+}
+
+/// The kind of a settlement, for events and logs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum SettleOp {
+    /// [`Queue::complete`].
+    Complete,
+    /// [`Queue::retry`].
+    Retry,
+    /// [`Queue::fail`].
+    Fail,
+    /// [`Queue::release`].
+    Release,
+    /// [`Queue::snooze`].
+    Snooze,
+}
+
+impl SettleOp {
+    /// The operation's name: complete, retry, fail, release or snooze.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SettleOp::Complete => "complete",
+            SettleOp::Retry => "retry",
+            SettleOp::Fail => "fail",
+            SettleOp::Release => "release",
+            SettleOp::Snooze => "snooze",
+        }
+    }
+}
+
+impl std::fmt::Display for SettleOp {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// One settlement of a batch sent with [`Queue::settle_many`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Settle {
+    /// As [`Queue::complete`].
+    Complete,
+    /// As [`Queue::retry`].
+    Retry {
+        /// Delay before the next attempt; `None`: the job's backoff.
+        delay: Option<Duration>,
+        /// The error text to record.
+        error: String,
+    },
+    /// As [`Queue::fail`].
+    Fail {
+        /// The reason to record.
+        reason: String,
+    },
+    /// As [`Queue::release`].
+    Release,
+    /// As [`Queue::snooze`].
+    Snooze {
+        /// How long until the job is due again.
+        delay: Duration,
+    },
+}
+
+impl Settle {
+    /// The kind of settlement.
+    pub fn op(&self) -> SettleOp {
+        match self {
+            Settle::Complete => SettleOp::Complete,
+            Settle::Retry { .. } => SettleOp::Retry,
+            Settle::Fail { .. } => SettleOp::Fail,
+            Settle::Release => SettleOp::Release,
+            Settle::Snooze { .. } => SettleOp::Snooze,
+        }
+    }
+
+    /// The script's op letter, delay and text for this item, or why it
+    /// cannot be sent.
+    fn encode(&self) -> Result<(&'static str, String, String)> {
+        Ok(match self {
+            Settle::Complete => ("c", "0".into(), String::new()),
+            Settle::Retry { delay, error } => (
+                "r",
+                match delay {
+                    Some(d) => delay_ms("retry delay", *d)?.to_string(),
+                    None => String::new(),
+                },
+                truncate(error, MAX_ERROR_BYTES),
+            ),
+            Settle::Fail { reason } => ("f", "0".into(), truncate(reason, MAX_ERROR_BYTES)),
+            Settle::Release => ("l", "0".into(), String::new()),
+            Settle::Snooze { delay } => ("s", delay_ms("snooze delay", *delay)?.to_string(), String::new()),
+        })
+    }
+}
+
+/// The answer to a settlement: what happened and the server's clock then.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Settled {
+    /// What happened.
+    pub outcome: Outcome,
+    /// The server's clock when the script ran (ms since the Unix epoch).
+    pub server_ms: u64,
+}
+
+/// Reads claim's `deadline, id, token, attempt, failures, limits, payload, ...` tail.
+fn read_leases(q: &Queue, r: &mut Reply, claimed_ms: u64) -> Result<Vec<Lease>> {
+    let deadline_ms = r.uint()?;
+    let mut leases = Vec::with_capacity(r.remaining() / 6);
+    while r.remaining() > 0 {
+        leases.push(Lease {
+            queue: q.base().clone(),
+            id: r.string()?,
+            token: r.uint()?,
+            attempt: r.uint()?,
+            failures: r.uint()?,
+            limits: Limits::decode(&r.bytes()?),
+            payload: r.bytes()?,
+            deadline_ms,
+            claimed_ms,
+        });
+    }
+    Ok(leases)
+}
+
+/// Maps a settling script's code: `Ok` for a move made or already made,
+/// the typed error for a missing job or a lost lease.
+pub(crate) fn owned(script: &'static str, lease: &Lease, code: Code) -> Result<Code> {
+    match code {
+        Code::NotFound => Err(Error::JobNotFound(lease.id.clone())),
+        Code::LeaseLost => Err(Error::LeaseLost {
+            id: lease.id.clone(),
+            token: lease.token,
+        }),
+        c @ (Code::Ok | Code::Already | Code::Failed) => Ok(c),
+        other => Err(Error::Protocol {
+            script,
+            detail: format!("unexpected status {other:?}"),
+        }),
+    }
+}
+
+/// The lease length in whole milliseconds, at least 1.
+fn lease_ms(lease: Duration) -> Result<u64> {
+    let ms = millis("lease", lease)?;
+    if ms == 0 {
+        return Err(Error::InvalidOption {
+            name: "lease",
+            reason: "must be at least 1 ms".into(),
+        });
+    }
+    Ok(ms)
+}
+
+impl Queue {
+    /// Leases up to `max` ready jobs for `lease` (deadline = server time +
+    /// lease). Promotes due delayed jobs first. Returns an empty vector
+    /// when nothing is ready.
+    ///
+    /// ```no_run
+    /// # async fn demo(queue: echomq::Queue) -> echomq::Result<()> {
+    /// use std::time::Duration;
+    /// for lease in queue.claim(10, Duration::from_secs(30)).await? {
+    ///     // ... do the work ...
+    ///     queue.complete(&lease).await?;
+    /// }
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::InvalidOption`] for `max` outside 1..=[`MAX_BATCH`] or a
+    /// lease under 1 ms; server errors.
+    pub async fn claim(&self, max: usize, lease: Duration) -> Result<Vec<Lease>> {
+        crate::settings::count("claim batch size", max, 1, MAX_BATCH)?;
+        let lease_ms = lease_ms(lease)?;
+        let k = self.keys();
+        let mut call = SCRIPTS.claim.call();
+        call.key(&k.pending)
+            .key(&k.active)
+            .key(&k.delayed)
+            .key(&k.wake)
+            .key(&k.token);
+        call.arg(&k.base).arg(lease_ms).arg(max);
+        #[cfg(echomq_faults)]
+        call.arg(crate::faults::client_now_ms());
+        let mut r = call.run(&mut self.conn()).await?;
+        let claimed_ms = r.uint()?;
+        read_leases(self, &mut r, claimed_ms)
+    }
+
+    /// Settles many leased jobs in one script call, each fenced by its own
+    /// token; the answer holds one result per item, in order. This is how
+    /// a [`Consumer`](crate::Consumer) settles: whatever finished while the
+    /// previous call was in flight goes in the next one.
+    ///
+    /// # Errors
+    /// The outer error is a server or transport failure for the whole
+    /// batch (safe to resend: applied items answer
+    /// [`Outcome::AlreadySettled`]). Inner errors are per item, and an
+    /// item that cannot be sent does not hold back the others:
+    /// [`Error::LeaseLost`], [`Error::JobNotFound`], [`Error::WrongQueue`],
+    /// [`Error::InvalidOption`] (a delay over
+    /// [`MAX_DELAY`](crate::limits::MAX_DELAY)).
+    pub async fn settle_many(&self, items: &[(&Lease, &Settle)]) -> Result<Vec<Result<Settled>>> {
+        Ok(self.settle_and_claim(items, 0, Duration::ZERO).await?.0)
+    }
+
+    /// [`settle_many`](Self::settle_many), then leases up to `claim` jobs
+    /// for `lease` in the same script call (as [`claim`](Self::claim), but
+    /// without promoting due delayed jobs first: on this hot path that is
+    /// left to the reaper and to plain claims): a consumer refills the
+    /// slots its finished jobs free without another round trip.
+    ///
+    /// # Errors
+    /// As [`settle_many`](Self::settle_many) and [`claim`](Self::claim).
+    pub async fn settle_and_claim(
+        &self,
+        items: &[(&Lease, &Settle)],
+        claim: usize,
+        lease: Duration,
+    ) -> Result<(Vec<Result<Settled>>, Vec<Lease>)> {
+        crate::settings::count("settle batch size", items.len(), 0, MAX_BATCH)?;
+        crate::settings::count("claim batch size", claim, 0, MAX_BATCH)?;
+        let lease_ms = if claim > 0 { lease_ms(lease)? } else { 0 };
+        // Items that cannot be sent answer for themselves; the rest go.
+        let encoded: Vec<Result<(&'static str, String, String)>> = items
+            .iter()
+            .map(|(l, op)| {
+                l.check_queue(self.base())?;
+                op.encode()
+            })
+            .collect();
+        let sent = encoded.iter().filter(|e| e.is_ok()).count();
+        let k = self.keys();
+        let mut call = SCRIPTS.settle.call();
+        call.key(&k.active)
+            .key(&k.pending)
+            .key(&k.delayed)
+            .key(&k.completed)
+            .key(&k.failed)
+            .key(&k.wake)
+            .key(&k.token);
+        let opts = self.options();
+        call.arg(&k.base)
+            .arg(opts.keep_completed.arg())
+            .arg(opts.keep_failed.arg())
+            .arg(sent);
+        for ((l, _), e) in items.iter().zip(&encoded) {
+            if let Ok((code, delay, text)) = e {
+                call.arg(*code).arg(&l.id).arg(l.token).arg(delay).arg(text);
+            }
+        }
+        if claim > 0 {
+            call.arg(lease_ms).arg(claim);
+            #[cfg(echomq_faults)]
+            call.arg(crate::faults::client_now_ms());
+        }
+        let mut r = call.run(&mut self.conn()).await?;
+        let now = r.uint()?;
+        let mut out = Vec::with_capacity(items.len());
+        for ((l, op), e) in items.iter().zip(encoded) {
+            if let Err(e) = e {
+                out.push(Err(e));
+                continue;
+            }
+            let (code, due) = (r.code()?, r.uint()?);
+            let due_ms = (due > 0).then_some(due);
+            let outcome = match owned("settle", l, code) {
+                Err(e) => {
+                    out.push(Err(e));
+                    continue;
+                }
+                Ok(Code::Already) => Outcome::AlreadySettled,
+                Ok(Code::Failed) => Outcome::Failed,
+                Ok(_) => match op {
+                    Settle::Complete => Outcome::Completed,
+                    Settle::Retry { .. } => Outcome::Retrying { due_ms },
+                    Settle::Fail { .. } => Outcome::Failed,
+                    Settle::Release => Outcome::Released,
+                    Settle::Snooze { .. } => Outcome::Snoozed { due_ms },
+                },
+            };
+            out.push(Ok(Settled {
+                outcome,
+                server_ms: now,
+            }));
+        }
+        let leases = if claim > 0 {
+            read_leases(self, &mut r, now)?
+        } else {
+            Vec::new()
+        };
+        Ok((out, leases))
+    }
+
+    /// One settlement through the batch script.
+    async fn settle_one(&self, lease: &Lease, op: Settle) -> Result<Settled> {
+        let mut out = self.settle_many(&[(lease, &op)]).await?;
+        out.pop().unwrap_or_else(|| {
+            Err(Error::Protocol {
+                script: "settle",
+                detail: "no answer for the item".into(),
+            })
+        })
+    }
+
+    /// Settles a leased job as completed.
+    ///
+    /// # Errors
+    /// [`Error::LeaseLost`] if the lease expired and was reaped or a newer
+    /// claim owns the job (nothing changes); [`Error::JobNotFound`];
+    /// [`Error::WrongQueue`] for a lease of another queue; server errors
+    /// (safe to retry: a repeat answers [`Outcome::AlreadySettled`], even
+    /// after a later attempt has settled the job).
+    pub async fn complete(&self, lease: &Lease) -> Result<Settled> {
+        self.settle_one(lease, Settle::Complete).await
+    }
+
+    /// Settles a leased job whose attempt failed: counts a failure and
+    /// schedules the job again after `delay` (`None`: after the job's
+    /// backoff), or fails it for good once its failures reach its
+    /// `max_attempts`. `error` is stored, cut to [`MAX_ERROR_BYTES`].
+    ///
+    /// # Errors
+    /// As [`complete`](Self::complete), and [`Error::InvalidOption`] for a
+    /// delay over [`MAX_DELAY`](crate::limits::MAX_DELAY).
+    pub async fn retry(&self, lease: &Lease, delay: Option<Duration>, error: &str) -> Result<Settled> {
+        self.settle_one(
+            lease,
+            Settle::Retry {
+                delay,
+                error: error.to_owned(),
+            },
+        )
+        .await
+    }
+
+    /// Settles a leased job as failed for good, with `reason` (cut to
+    /// [`MAX_ERROR_BYTES`]).
+    ///
+    /// # Errors
+    /// As [`complete`](Self::complete).
+    pub async fn fail(&self, lease: &Lease, reason: &str) -> Result<Settled> {
+        self.settle_one(
+            lease,
+            Settle::Fail {
+                reason: reason.to_owned(),
+            },
+        )
+        .await
+    }
+
+    /// Hands a leased job back unfinished: it is pending again at once and
+    /// counts as neither a failure nor a stall.
+    ///
+    /// # Errors
+    /// As [`complete`](Self::complete).
+    pub async fn release(&self, lease: &Lease) -> Result<Settled> {
+        self.settle_one(lease, Settle::Release).await
+    }
+
+    /// Puts a leased job back to run again after `delay`, counting neither
+    /// a failure nor a stall (its next delivery's attempt number is one
+    /// higher).
+    ///
+    /// # Errors
+    /// As [`retry`](Self::retry).
+    pub async fn snooze(&self, lease: &Lease, delay: Duration) -> Result<Settled> {
+        self.settle_one(lease, Settle::Snooze { delay }).await
+    }
+
+    /// Renews a lease: the new deadline is server time + `duration`.
+    /// Updates `lease.deadline_ms` and returns the new deadline.
+    ///
+    /// # Errors
+    /// [`Error::LeaseLost`], [`Error::JobNotFound`], [`Error::WrongQueue`],
+    /// [`Error::InvalidOption`] for a lease under 1 ms, server errors.
+    pub async fn extend(&self, lease: &mut Lease, duration: Duration) -> Result<u64> {
+        lease.deadline_ms = self.renew(lease, duration).await?;
+        Ok(lease.deadline_ms)
+    }
+
+    /// [`extend`](Self::extend) without updating the lease.
+    pub(crate) async fn renew(&self, lease: &Lease, duration: Duration) -> Result<u64> {
+        lease.check_queue(self.base())?;
+        let ms = lease_ms(duration)?;
+        let k = self.keys();
+        let mut call = SCRIPTS.extend.call();
+        call.key(k.job(&lease.id))
+            .key(&k.active)
+            .arg(&lease.id)
+            .arg(lease.token)
+            .arg(ms);
+        #[cfg(echomq_faults)]
+        call.arg(crate::faults::client_now_ms());
+        let mut r = call.run(&mut self.conn()).await?;
+        let (code, _now) = (r.code()?, r.uint()?);
+        owned("extend", lease, code)?;
+        r.uint()
+    }
+}

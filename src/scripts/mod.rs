@@ -1,0 +1,344 @@
+//! The Lua scripts (one file per script in `lua/`) and how they are run.
+//!
+//! Each script is `lua/common.lua` followed by its own file, embedded at
+//! build time. `redis::Script` calls it by SHA and loads it on `NOSCRIPT`,
+//! so a server restart or `SCRIPT FLUSH` never surfaces as an error. Each
+//! script's [`Spec`] names the KEYS and fixed ARGV its header documents; a
+//! [`Call`] checks (in debug builds) that a caller passes exactly those
+//! keys, and a test checks every spec against its Lua header.
+
+pub(crate) mod codes;
+
+use std::sync::LazyLock;
+
+use redis::{Script, ScriptInvocation, ToRedisArgs, Value};
+
+pub(crate) use self::codes::Code;
+use crate::conn::Conn;
+use crate::error::{Error, Result};
+
+macro_rules! lua {
+    ($name:literal) => {
+        concat!(
+            include_str!("../../lua/common.lua"),
+            include_str!(concat!("../../lua/", $name, ".lua"))
+        )
+    };
+}
+
+/// One script: its name, the KEYS and the fixed leading ARGV its header
+/// documents (variadic keys and arguments may follow), and its code.
+pub(crate) struct Spec {
+    pub name: &'static str,
+    pub keys: &'static [&'static str],
+    /// True when more keys may follow the named ones (effect targets).
+    pub more_keys: bool,
+    pub args: &'static [&'static str],
+    pub script: Script,
+}
+
+impl Spec {
+    fn new(
+        name: &'static str,
+        source: &str,
+        keys: &'static [&'static str],
+        more_keys: bool,
+        args: &'static [&'static str],
+    ) -> Spec {
+        Spec {
+            name,
+            keys,
+            more_keys,
+            args,
+            script: script(source),
+        }
+    }
+
+    /// Starts a call of this script.
+    pub fn call(&'static self) -> Call {
+        Call {
+            spec: self,
+            inv: self.script.prepare_invoke(),
+            keys: 0,
+            args: 0,
+        }
+    }
+}
+
+/// All scripts, hashed once per process.
+pub(crate) struct Scripts {
+    pub enqueue: Spec,
+    pub claim: Spec,
+    pub settle: Spec,
+    pub complete: Spec,
+    pub extend: Spec,
+    pub reap: Spec,
+    pub sweep: Spec,
+    pub marker_claim: Spec,
+    pub marker_done: Spec,
+    pub marker_abandon: Spec,
+    pub layout: Spec,
+}
+
+#[cfg(test)]
+impl Scripts {
+    fn all(&self) -> [(&Spec, &'static str); 11] {
+        [
+            (&self.enqueue, include_str!("../../lua/enqueue.lua")),
+            (&self.claim, include_str!("../../lua/claim.lua")),
+            (&self.settle, include_str!("../../lua/settle.lua")),
+            (&self.complete, include_str!("../../lua/complete.lua")),
+            (&self.extend, include_str!("../../lua/extend.lua")),
+            (&self.reap, include_str!("../../lua/reap.lua")),
+            (&self.sweep, include_str!("../../lua/sweep.lua")),
+            (&self.marker_claim, include_str!("../../lua/marker_claim.lua")),
+            (&self.marker_done, include_str!("../../lua/marker_done.lua")),
+            (&self.marker_abandon, include_str!("../../lua/marker_abandon.lua")),
+            (&self.layout, include_str!("../../lua/layout.lua")),
+        ]
+    }
+}
+
+pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
+    enqueue: Spec::new(
+        "enqueue",
+        lua!("enqueue"),
+        &["seq", "pending", "delayed", "wake"],
+        false,
+        &["prefix", "jobs"],
+    ),
+    claim: Spec::new(
+        "claim",
+        lua!("claim"),
+        &["pending", "active", "delayed", "wake", "token"],
+        false,
+        &["prefix", "lease", "max"],
+    ),
+    settle: Spec::new(
+        "settle",
+        lua!("settle"),
+        &["active", "pending", "delayed", "completed", "failed", "wake", "token"],
+        false,
+        &["prefix", "keep_completed", "keep_failed", "items"],
+    ),
+    complete: Spec::new(
+        "complete",
+        lua!("complete"),
+        &["job", "active", "completed"],
+        true,
+        &["prefix", "id", "token", "keep_completed", "effects"],
+    ),
+    extend: Spec::new(
+        "extend",
+        lua!("extend"),
+        &["job", "active"],
+        false,
+        &["id", "token", "lease"],
+    ),
+    reap: Spec::new(
+        "reap",
+        lua!("reap"),
+        &["active", "pending", "delayed", "failed", "wake"],
+        false,
+        &["prefix", "limit", "keep_failed"],
+    ),
+    sweep: Spec::new(
+        "sweep",
+        lua!("sweep"),
+        &["pending", "active", "delayed", "completed", "failed", "seq"],
+        false,
+        &["prefix", "phase", "cursor", "count"],
+    ),
+    marker_claim: Spec::new(
+        "marker_claim",
+        lua!("marker_claim"),
+        &["job", "marker"],
+        false,
+        &["token", "ttl"],
+    ),
+    marker_done: Spec::new(
+        "marker_done",
+        lua!("marker_done"),
+        &["marker"],
+        false,
+        &["token", "ttl"],
+    ),
+    marker_abandon: Spec::new("marker_abandon", lua!("marker_abandon"), &["marker"], false, &["token"]),
+    layout: Spec::new("layout", lua!("layout"), &["meta"], false, &["version"]),
+});
+
+/// Builds a script. A build with `--cfg echomq_faults` (the fault suite's
+/// negative controls, never a normal build) first breaks the guarantees
+/// named in `ECHOMQ_FAULT` (see [`crate::faults`]).
+fn script(source: &str) -> Script {
+    #[cfg(echomq_faults)]
+    {
+        return Script::new(&crate::faults::apply(source));
+    }
+    #[allow(unreachable_code)]
+    Script::new(source)
+}
+
+/// One script call being built: keys first, then arguments.
+pub(crate) struct Call {
+    spec: &'static Spec,
+    inv: ScriptInvocation<'static>,
+    keys: usize,
+    args: usize,
+}
+
+impl Call {
+    pub fn key<T: ToRedisArgs>(&mut self, key: T) -> &mut Self {
+        self.inv.key(key);
+        self.keys += 1;
+        self
+    }
+
+    pub fn arg<T: ToRedisArgs>(&mut self, arg: T) -> &mut Self {
+        self.inv.arg(arg);
+        self.args += 1;
+        self
+    }
+
+    /// Runs the call and opens its flat array reply.
+    pub async fn run(&self, conn: &mut Conn) -> Result<Reply> {
+        let v = self.run_raw(conn).await?;
+        Reply::new(self.spec.name, v)
+    }
+
+    /// Runs the call and returns its reply as it is.
+    pub async fn run_raw(&self, conn: &mut Conn) -> Result<Value> {
+        let spec = self.spec;
+        debug_assert!(
+            self.keys == spec.keys.len() || (spec.more_keys && self.keys > spec.keys.len()),
+            "{}: {} keys passed, the header names {:?}",
+            spec.name,
+            self.keys,
+            spec.keys
+        );
+        debug_assert!(
+            self.args >= spec.args.len(),
+            "{}: {} arguments passed, the header names {:?}",
+            spec.name,
+            self.args,
+            spec.args
+        );
+        self.inv.invoke_async(conn).await.map_err(Error::from_redis)
+    }
+}
+
+/// Reads a script's flat array reply field by field.
+pub(crate) struct Reply {
+    script: &'static str,
+    items: std::vec::IntoIter<Value>,
+}
+
+impl Reply {
+    pub fn new(script: &'static str, v: Value) -> Result<Self> {
+        match v {
+            Value::Array(items) => Ok(Reply {
+                script,
+                items: items.into_iter(),
+            }),
+            other => Err(Error::Protocol {
+                script,
+                detail: format!("expected an array, got {other:?}"),
+            }),
+        }
+    }
+
+    fn bad(&self, what: &str, got: Option<Value>) -> Error {
+        Error::Protocol {
+            script: self.script,
+            detail: format!("expected {what}, got {got:?}"),
+        }
+    }
+
+    pub fn remaining(&self) -> usize {
+        self.items.len()
+    }
+
+    pub fn int(&mut self) -> Result<i64> {
+        match self.items.next() {
+            Some(Value::Int(n)) => Ok(n),
+            Some(Value::BulkString(b)) => std::str::from_utf8(&b)
+                .ok()
+                .and_then(|s| s.parse().ok())
+                .ok_or_else(|| self.bad("an integer", Some(Value::BulkString(b)))),
+            other => Err(self.bad("an integer", other)),
+        }
+    }
+
+    pub fn uint(&mut self) -> Result<u64> {
+        let n = self.int()?;
+        u64::try_from(n).map_err(|_| self.bad("a non-negative integer", Some(Value::Int(n))))
+    }
+
+    /// A reply code (see [`codes`]).
+    pub fn code(&mut self) -> Result<Code> {
+        let n = self.int()?;
+        Code::of(self.script, n)
+    }
+
+    pub fn bytes(&mut self) -> Result<Vec<u8>> {
+        match self.items.next() {
+            Some(Value::BulkString(b)) => Ok(b),
+            Some(Value::SimpleString(s)) => Ok(s.into_bytes()),
+            other => Err(self.bad("a string", other)),
+        }
+    }
+
+    pub fn string(&mut self) -> Result<String> {
+        let b = self.bytes()?;
+        String::from_utf8(b).map_err(|e| self.bad("UTF-8", Some(Value::BulkString(e.into_bytes()))))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The `WHAT[n] name` pairs of a script's header, in order.
+    fn header(source: &str, what: &str) -> Vec<String> {
+        let head: String = source
+            .lines()
+            .take_while(|l| l.starts_with("--"))
+            .collect::<Vec<_>>()
+            .join("\n");
+        let mut out = Vec::new();
+        let mut rest = head.as_str();
+        let open = format!("{what}[");
+        while let Some(i) = rest.find(&open) {
+            rest = &rest[i + open.len()..];
+            let Some(close) = rest.find(']') else { break };
+            let Ok(n) = rest[..close].parse::<usize>() else {
+                continue;
+            };
+            let name: String = rest[close + 1..]
+                .trim_start()
+                .chars()
+                .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                .collect();
+            assert_eq!(n, out.len() + 1, "{what}[{n}] out of order");
+            out.push(name);
+        }
+        out
+    }
+
+    // Each script's header names the same KEYS and leading ARGV, in the same order, as its Rust spec.
+    #[test]
+    fn headers_match_specs() {
+        for (spec, source) in SCRIPTS.all() {
+            assert_eq!(header(source, "KEYS"), spec.keys, "{}: KEYS", spec.name);
+            assert_eq!(header(source, "ARGV"), spec.args, "{}: ARGV", spec.name);
+        }
+    }
+
+    // The embedded scripts start with the shared helpers and keep their own text.
+    #[test]
+    fn scripts_embed_common_helpers() {
+        let src = lua!("complete");
+        assert!(src.starts_with("-- common.lua"));
+        assert!(src.contains("-- complete: settles"));
+    }
+}
