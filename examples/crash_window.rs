@@ -27,7 +27,7 @@
 
 use std::time::Duration;
 
-use echomq::{EffectMarker, Effects, JobState, Lease, MarkerState, Queue, Reaper};
+use echomq::{Client, EffectMarker, Effects, JobState, Lease, MarkerState, Queue, Reaper};
 use redis::AsyncCommands;
 use redis::aio::MultiplexedConnection;
 use serde::Serialize;
@@ -104,10 +104,20 @@ async fn redeliver(queue: &Queue, dead: &Lease) -> Result<Lease, Error> {
     Ok(queue.claim(1, LEASE).await?.remove(0))
 }
 
+/// What every run shares: one echomq client for all its queues, and the
+/// provider's connection.
+struct Env {
+    client: Client,
+    conn: MultiplexedConnection,
+    /// A fresh namespace per run, so a shared server's old data never counts.
+    run: String,
+}
+
 /// A fresh queue and provider ledger for one run of one crash point.
-async fn fresh(url: &str, run: &str, name: &str) -> Result<(Queue, Provider), Error> {
-    let queue = Queue::connect(url, &format!("crash-window-{run}-{name}")).await?;
-    let conn = redis::Client::open(url)?.get_multiplexed_async_connection().await?;
+async fn fresh(env: &Env, name: &str) -> Result<(Queue, Provider), Error> {
+    let run = &env.run;
+    let queue = env.client.queue(&format!("crash-window-{run}-{name}")).await?;
+    let conn = env.conn.clone();
     let ledger = format!("demo:{run}:{name}:ledger");
     queue.enqueue(&100u32).await?;
     Ok((queue, Provider { conn, ledger }))
@@ -126,8 +136,8 @@ fn crash_point(mut crash: Option<usize>) -> impl FnMut(usize) -> bool {
 }
 
 /// Style 1, lease → effect → complete: dies after step `crash`.
-async fn plain(url: &str, run: &str, crash: Option<usize>) -> Result<i64, Error> {
-    let (queue, mut provider) = fresh(url, run, &format!("plain-{crash:?}")).await?;
+async fn plain(env: &Env, crash: Option<usize>) -> Result<i64, Error> {
+    let (queue, mut provider) = fresh(env, &format!("plain-{crash:?}")).await?;
     let mut dies_after = crash_point(crash);
     let mut lease = queue.claim(1, LEASE).await?.remove(0);
     loop {
@@ -151,8 +161,8 @@ async fn plain(url: &str, run: &str, crash: Option<usize>) -> Result<i64, Error>
 
 /// Style 2, lease → claim marker → effect → mark done → complete: dies after
 /// step `crash`, and resolves an orphaned marker with `policy`.
-async fn guarded(url: &str, run: &str, crash: Option<usize>, policy: Orphan) -> Result<i64, Error> {
-    let (queue, mut provider) = fresh(url, run, &format!("marker-{crash:?}-{policy:?}")).await?;
+async fn guarded(env: &Env, crash: Option<usize>, policy: Orphan) -> Result<i64, Error> {
+    let (queue, mut provider) = fresh(env, &format!("marker-{crash:?}-{policy:?}")).await?;
     let mut dies_after = crash_point(crash);
     let mut lease = queue.claim(1, LEASE).await?.remove(0);
     'delivery: loop {
@@ -196,8 +206,8 @@ async fn guarded(url: &str, run: &str, crash: Option<usize>, policy: Orphan) -> 
 }
 
 /// Style 3, lease → complete_with(credit): dies after step `crash`.
-async fn atomic(url: &str, run: &str, crash: Option<usize>) -> Result<i64, Error> {
-    let (queue, mut provider) = fresh(url, run, &format!("atomic-{crash:?}")).await?;
+async fn atomic(env: &Env, crash: Option<usize>) -> Result<i64, Error> {
+    let (queue, mut provider) = fresh(env, &format!("atomic-{crash:?}")).await?;
     let balance = queue.user_key("credited-cents")?;
     let mut dies_after = crash_point(crash);
     let mut lease = queue.claim(1, LEASE).await?.remove(0);
@@ -218,7 +228,11 @@ async fn demo(url: &str) -> Result<Readout, Error> {
     let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)?
         .as_nanos();
-    let run = format!("{}-{nanos}", std::process::id());
+    let env = Env {
+        client: Client::connect(url).await?,
+        conn: redis::Client::open(url)?.get_multiplexed_async_connection().await?,
+        run: format!("{}-{nanos}", std::process::id()),
+    };
     let label = |names: &[&str], crash: Option<usize>| match crash {
         Some(n) => format!("after {}", names[n - 1]),
         None => "no crash".to_owned(),
@@ -232,22 +246,22 @@ async fn demo(url: &str) -> Result<Readout, Error> {
     for crash in [Some(1), Some(2), Some(3), None] {
         readout.plain.push(Row {
             crash: label(&plain_steps, crash),
-            effects: plain(url, &run, crash).await?,
+            effects: plain(&env, crash).await?,
         });
     }
     let marker_steps = ["lease", "marker claim", "effect", "mark done", "complete"];
     for crash in [Some(1), Some(2), Some(3), Some(4), Some(5), None] {
         readout.marker.push(MarkerRow {
             crash: label(&marker_steps, crash),
-            redo: guarded(url, &run, crash, Orphan::Redo).await?,
-            ask: guarded(url, &run, crash, Orphan::Ask).await?,
+            redo: guarded(&env, crash, Orphan::Redo).await?,
+            ask: guarded(&env, crash, Orphan::Ask).await?,
         });
     }
     let atomic_steps = ["lease", "complete_with(effect)"];
     for crash in [Some(1), Some(2), None] {
         readout.atomic.push(Row {
             crash: label(&atomic_steps, crash),
-            effects: atomic(url, &run, crash).await?,
+            effects: atomic(&env, crash).await?,
         });
     }
     Ok(readout)

@@ -27,7 +27,7 @@
 
 use std::time::Duration;
 
-use echomq::{Queue, Reaper};
+use echomq::{Client, Reaper};
 use redis::AsyncCommands;
 use serde::Serialize;
 
@@ -96,12 +96,12 @@ async fn at_most_once(c: &mut redis::aio::MultiplexedConnection, run: &str, cras
 /// At-least-once (echomq): lease, work, then acknowledge. A crash leaves
 /// the lease to run out; the reaper returns the job and it runs again.
 async fn at_least_once(
-    url: &str,
+    client: &Client,
     c: &mut redis::aio::MultiplexedConnection,
     run: &str,
     crash: Crash,
 ) -> Result<Row, Box<dyn std::error::Error>> {
-    let queue = Queue::connect(url, &format!("delivery-modes-{run}-{crash:?}")).await?;
+    let queue = client.queue(&format!("delivery-modes-{run}-{crash:?}")).await?;
     let effect = format!("demo:{run}:alo:{crash:?}:sent");
     queue.enqueue(&"send-welcome-email").await?;
     let mut deliveries = 0;
@@ -143,12 +143,14 @@ async fn demo(url: &str) -> Result<Vec<Row>, Box<dyn std::error::Error>> {
         .as_nanos();
     let run = format!("{}-{nanos}", std::process::id());
     let mut c = redis::Client::open(url)?.get_multiplexed_async_connection().await?;
+    // One echomq client for every queue of the run: one connection, shared.
+    let client = Client::connect(url).await?;
     let mut rows = Vec::new();
     for crash in [Crash::BeforeEffect, Crash::AfterEffect] {
         rows.push(at_most_once(&mut c, &run, crash).await?);
     }
     for crash in [Crash::BeforeEffect, Crash::AfterEffect] {
-        rows.push(at_least_once(url, &mut c, &run, crash).await?);
+        rows.push(at_least_once(&client, &mut c, &run, crash).await?);
     }
     Ok(rows)
 }

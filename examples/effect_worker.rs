@@ -31,7 +31,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use echomq::{Backoff, Consumer, EffectMarker, Job, MarkerState, OnceError, Queue};
+use echomq::limits::MAX_LIMIT;
+use echomq::{Backoff, Client, Consumer, EffectMarker, HandlerError, Job, MarkerState, OnceError, Queue, QueueOptions};
 use serde::Serialize;
 
 /// Worker lease: long against a handler's ~80 ms of work, so a live worker
@@ -94,11 +95,11 @@ async fn worker(url: &str, queue: &str, guarded: bool, file: PathBuf) -> Result<
             let mut seed = u64::from(std::process::id()) ^ u64::from(*job.payload()) << 20 ^ job.attempt();
             pause(&mut seed).await;
             if !guarded {
-                append(&file, &job.idempotency_key()).map_err(|e| e.to_string())?;
+                append(&file, &job.idempotency_key())?;
                 pause(&mut seed).await;
                 return Ok(());
             }
-            let marker = EffectMarker::for_job(&q, &job, "append").map_err(|e| e.to_string())?;
+            let marker = EffectMarker::for_job(&q, &job, "append")?;
             let key = marker.idempotency_key();
             let outcome = marker
                 .once(|state| {
@@ -106,13 +107,13 @@ async fn worker(url: &str, queue: &str, guarded: bool, file: PathBuf) -> Result<
                     async move {
                         pause(seed).await;
                         if job.is_cancelled() {
-                            return Err("cancelled before the effect".to_owned());
+                            return Err(HandlerError::from("cancelled before the effect"));
                         }
                         // Orphaned: an attempt died holding the marker. Ask the provider.
                         let orphaned = matches!(state, MarkerState::Orphaned { .. });
-                        let applied = orphaned && applied(file, key).map_err(|e| e.to_string())?;
+                        let applied = orphaned && applied(file, key)?;
                         if !applied {
-                            append(file, key).map_err(|e| e.to_string())?;
+                            append(file, key)?;
                         }
                         // What the marker said, for the readout.
                         let seen = match (orphaned, applied) {
@@ -120,32 +121,29 @@ async fn worker(url: &str, queue: &str, guarded: bool, file: PathBuf) -> Result<
                             (true, false) => "orphaned",
                             (true, true) => "orphaned-applied",
                         };
-                        append(states, seen).map_err(|e| e.to_string())?;
+                        append(states, seen)?;
                         pause(seed).await;
                         Ok(())
                     }
                 })
                 .await;
             match outcome {
-                Ok(echomq::Once::Skipped { .. }) => append(&states, "done").map_err(|e| e.to_string())?,
+                Ok(echomq::Once::Skipped { .. }) => append(&states, "done")?,
                 Ok(_) => {}
                 Err(OnceError::Effect(e)) => return Err(e),
-                Err(e) => return Err(e.to_string()),
+                Err(e) => return Err(e.into()),
             }
             pause(&mut seed).await;
-            Ok::<(), String>(())
+            Ok(())
         }
     })
     .concurrency(CONCURRENCY)
     .lease(LEASE)
-    .backoff(Backoff::Fixed(Duration::from_millis(10)))
-    .max_attempts(u32::MAX)
     .reap_interval(Duration::from_millis(100))
-    .max_stalls(u32::MAX)
-    .spawn();
+    .spawn()?;
     // Runs until SIGKILL; a clean stop is never asked for.
     std::future::pending::<()>().await;
-    consumer.shutdown().await;
+    consumer.shutdown().await?;
     Ok(())
 }
 
@@ -183,13 +181,19 @@ fn spawn_worker(exe: &Path, url: &str, queue: &str, mode: &str, file: &Path) -> 
         .spawn()
 }
 
-async fn run(url: &str, mode: &'static str, jobs: usize, workers: usize, seed: u64, dir: &Path) -> Result<Run, Error> {
+async fn run(client: &Client, url: &str, mode: &'static str, jobs: usize, workers: usize, seed: u64, dir: &Path) -> Result<Run, Error> {
     let exe = std::env::current_exe()?;
     let name = format!(
         "effect-worker-{mode}-{}",
         dir.file_name().unwrap_or_default().to_string_lossy()
     );
-    let queue = Queue::connect(url, &name).await?;
+    // The jobs' limits, fixed at enqueue: kills cost stalls and failed
+    // handler attempts, so let every job survive as many as it meets.
+    let limits = QueueOptions::new()
+        .backoff(Backoff::Fixed(Duration::from_millis(10)))
+        .max_attempts(MAX_LIMIT)
+        .max_stalls(MAX_LIMIT);
+    let queue = client.queue_with(&name, limits).await?;
     let file = dir.join(format!("{mode}.effects"));
     let ids = queue.enqueue_bulk(&(0..jobs as u32).collect::<Vec<_>>()).await?;
     let mut rng = Rng(seed | 1);
@@ -281,9 +285,10 @@ async fn main() -> Result<(), Error> {
     ));
     std::fs::create_dir_all(&dir)?;
     println!("{jobs} jobs, {workers} worker processes, one SIGKILL every 150-400 ms (seed {seed})\n");
+    let client = Client::connect(&url).await?;
     let mut runs = Vec::new();
     for mode in ["unguarded", "guarded"] {
-        runs.push(run(&url, mode, jobs, workers, seed, &dir).await?);
+        runs.push(run(&client, &url, mode, jobs, workers, seed, &dir).await?);
     }
     let _ = std::fs::remove_dir_all(&dir);
     println!(

@@ -20,7 +20,7 @@
 
 use std::time::Duration;
 
-use echomq::{EffectMarker, Effects, Lease, Queue, Reaper};
+use echomq::{Client, EffectMarker, Effects, Lease, Queue, Reaper};
 use redis::AsyncCommands;
 use redis::aio::MultiplexedConnection;
 use serde::Serialize;
@@ -94,20 +94,25 @@ async fn handle(
 }
 
 /// Delivers one job `deliveries` times to `consumer`; returns its effects.
-async fn replay(url: &str, run: &str, consumer: Consumer, deliveries: u64) -> Result<i64, Error> {
-    let queue = Queue::connect(url, &format!("idempotent-{run}-{consumer:?}-{deliveries}")).await?;
-    let mut provider = redis::Client::open(url)?.get_multiplexed_async_connection().await?;
+async fn replay(
+    client: &Client,
+    provider: &mut MultiplexedConnection,
+    run: &str,
+    consumer: Consumer,
+    deliveries: u64,
+) -> Result<i64, Error> {
+    let queue = client.queue(&format!("idempotent-{run}-{consumer:?}-{deliveries}")).await?;
     let ledger = format!("demo:{run}:{consumer:?}-{deliveries}:ledger");
     queue.enqueue(&100i64).await?;
     let mut lease = queue.claim(1, LEASE).await?.remove(0);
     for d in 1..=deliveries {
         let last = d == deliveries;
-        handle(consumer, &queue, &lease, &mut provider, &ledger, last).await?;
+        handle(consumer, &queue, &lease, provider, &ledger, last).await?;
         if !last {
             lease = redeliver(&queue, &lease).await?;
         }
     }
-    assert_eq!(lease.token(), deliveries, "each delivery is a new claim");
+    assert_eq!(lease.attempt(), deliveries, "each delivery is a new claim");
     Ok(match consumer {
         Consumer::Atomic => {
             provider
@@ -125,13 +130,17 @@ async fn demo(url: &str) -> Result<Vec<Row>, Error> {
         .duration_since(std::time::UNIX_EPOCH)?
         .as_nanos();
     let run = format!("{}-{nanos}", std::process::id());
+    // One echomq client for all nine queues, and one connection standing in for the provider.
+    let client = Client::connect(url).await?;
+    let mut provider = redis::Client::open(url)?.get_multiplexed_async_connection().await?;
+    let p = &mut provider;
     let mut rows = Vec::new();
     for deliveries in 1..=3 {
         rows.push(Row {
             deliveries,
-            non_idempotent: replay(url, &run, Consumer::NonIdempotent, deliveries).await?,
-            marker: replay(url, &run, Consumer::Marker, deliveries).await?,
-            atomic: replay(url, &run, Consumer::Atomic, deliveries).await?,
+            non_idempotent: replay(&client, p, &run, Consumer::NonIdempotent, deliveries).await?,
+            marker: replay(&client, p, &run, Consumer::Marker, deliveries).await?,
+            atomic: replay(&client, p, &run, Consumer::Atomic, deliveries).await?,
         });
     }
     Ok(rows)

@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use echomq::{Backoff, Consumer, Job, Queue};
+use echomq::{Backoff, Consumer, HandlerError, Job, Queue, QueueOptions};
 use serde::{Deserialize, Serialize};
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -29,7 +29,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     tracing_subscriber::fmt().with_env_filter("echomq=info").init();
     // Keep the server (if we started one) alive until the end of main.
     let (url, _server) = echomq::server::url_from_env_or_start()?;
-    let queue = Queue::connect(&url, "emails").await?;
+    // Retry limits belong to the jobs: this queue's jobs back off 100 ms between attempts.
+    let opts = QueueOptions::new().backoff(Backoff::Fixed(Duration::from_millis(100)));
+    let queue = Queue::connect_with(&url, "emails", opts).await?;
 
     for user_id in 1..=5 {
         println!(
@@ -45,7 +47,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             let email = job.payload();
             // User 3's mail server is flaky: the first attempt fails, the retry succeeds.
             if email.user_id == 3 && job.attempt() == 1 {
-                return Err(format!("smtp timeout sending to {}", email.address));
+                return Err(format!("smtp timeout sending to {}", email.address).into());
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
             println!(
@@ -55,17 +57,16 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                 job.attempt()
             );
             let _ = done.send(());
-            Ok(())
+            Ok::<(), HandlerError>(())
         }
     })
     .concurrency(4)
-    .backoff(Backoff::Fixed(Duration::from_millis(100)))
-    .spawn();
+    .spawn()?;
 
     for _ in 0..5 {
         tokio::time::timeout(Duration::from_secs(10), done_rx.recv()).await?;
     }
-    consumer.shutdown().await;
+    consumer.shutdown().await?;
     let counts = queue.counts().await?;
     println!(
         "done: {} completed, {} failed, {} pending",

@@ -7,7 +7,7 @@
 
 use std::time::Duration;
 
-use echomq::{Consumer, Job, Queue};
+use echomq::{Consumer, HandlerError, Job, Queue};
 use serde::Deserialize;
 
 #[derive(Debug, Deserialize)]
@@ -50,13 +50,13 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                 Ok(())
             }
             // Shutdown past its grace period, or a lost lease: stop early.
-            _ = job.cancellation().cancelled() => Err("cancelled".to_owned()),
+            _ = job.cancellation().cancelled() => Err(HandlerError::from("cancelled")),
         }
     })
     .concurrency(8)
     .shutdown_timeout(Duration::from_secs(10))
     .run(terminated())
-    .await;
+    .await?;
     println!("worker stopped");
     Ok(())
 }
