@@ -45,7 +45,8 @@ use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use echomq::server::LocalServer;
-use echomq::{Consumer, Job, Lease, Queue, QueueOptions, Retention, Settle};
+use echomq::maintenance::reaper::DEFAULT_REAP_INTERVAL;
+use echomq::{Client, Consumer, HandlerError, Job, Lease, Queue, QueueOptions, Retention, Settle};
 use redis::AsyncConnectionConfig;
 use redis::aio::MultiplexedConnection;
 use serde::{Deserialize, Serialize};
@@ -251,6 +252,9 @@ fn selected_figures() -> Vec<&'static str> {
 
 struct Bench {
     cfg: Cfg,
+    /// Every queue of the run comes from this one client (one shared
+    /// connection; its maintenance task reaps the queues consumers serve).
+    client: Client,
     /// For FLUSHDB, INFO and key clean-up; no response timeout (a FLUSHDB
     /// of a large database may take a while).
     admin: MultiplexedConnection,
@@ -282,8 +286,10 @@ impl Bench {
         };
         common.insert("tokio_threads".into(), threads.into());
         let out = Emitter::new(common, std::env::var_os("BENCH_OUT").map(Into::into));
+        let client = Client::connect(&cfg.url).await.expect("connect an echomq client");
         Bench {
             cfg,
+            client,
             admin,
             out,
             seq: 0,
@@ -381,7 +387,8 @@ impl Bench {
     }
 
     async fn connect(&self, name: &str, ret: Ret) -> Queue {
-        Queue::connect_with(&self.cfg.url, name, ret.options())
+        self.client
+            .queue_with(name, ret.options())
             .await
             .expect("connect a queue")
     }
@@ -462,7 +469,7 @@ impl Bench {
                     if started.fetch_add(1, Ordering::Relaxed) + 1 == n {
                         all_started.notify_one();
                     }
-                    Ok::<(), String>(())
+                    Ok::<(), HandlerError>(())
                 }
             }
         };
@@ -472,7 +479,7 @@ impl Bench {
         if let Some(n) = self.cfg.prefetch {
             consumer = consumer.prefetch(n);
         }
-        let consumer = consumer.spawn();
+        let consumer = consumer.spawn().expect("spawn the consumer");
         let prefetch = self.cfg.prefetch.map_or(json!("auto"), |n| json!(n));
         let limit = Duration::from_secs(120 + (n / 200) as u64);
         if timeout(limit, all_started.notified()).await.is_err() {
@@ -481,7 +488,7 @@ impl Bench {
                 started.load(Ordering::Relaxed)
             );
         }
-        consumer.shutdown().await;
+        consumer.shutdown().await.expect("a clean shutdown");
         let end = Instant::now();
         let d = self.snap().await.since(&before);
         let counts = q.counts().await.unwrap();
@@ -500,17 +507,18 @@ impl Bench {
         });
         cost_fields(&mut line, &d, n);
         // Claim and settle calls, worked out from the scripts' own commands
-        // (an estimate tied to today's scripts): each claim runs
-        // ZRANGEBYSCORE once (its promote step), each reaper pass twice,
-        // settling never; the consumer's reaper passes at start and then
-        // every DEFAULT_REAP_INTERVAL. So claims = z - 2 reaps and settle
-        // calls = script calls - claims - reaps.
+        // (tied to today's scripts): each plain claim runs ZRANGEBYSCORE
+        // once (its promote step), each reap pass twice and ZRANGE once,
+        // each consistency sweep step one SCAN or ZSCAN, settling (with or
+        // without a claim folded in) none of these. So reaps = ZRANGE calls,
+        // claims = z - 2 reaps, and settle calls = script calls - claims -
+        // reaps - sweep steps.
         let e = d.calls(SCRIPT_CMDS) as i64;
         let z = d.calls(&["zrangebyscore"]) as i64;
-        let interval = echomq::reaper::DEFAULT_REAP_INTERVAL.as_secs_f64();
-        let reaps = (end.duration_since(spawned).as_secs_f64() / interval).floor() as i64 + 1;
+        let reaps = d.calls(&["zrange"]) as i64;
+        let sweeps = d.calls(&["scan", "zscan"]) as i64;
         let claims = z - 2 * reaps;
-        let settles = e - claims - reaps;
+        let settles = e - claims - reaps - sweeps;
         if claims > 0 && settles > 0 {
             let m = line.as_object_mut().unwrap();
             m.insert("est_claim_calls".into(), claims.into());
@@ -547,9 +555,10 @@ impl Bench {
                 if count.fetch_add(1, Ordering::Relaxed) + 1 == n {
                     all.notify_one();
                 }
-                async { Ok::<(), String>(()) }
+                async { Ok::<(), HandlerError>(()) }
             };
-            consumers.push(Consumer::new(q.clone(), handler).concurrency(self.cfg.lat_conc).spawn());
+            let consumer = Consumer::new(q.clone(), handler).concurrency(self.cfg.lat_conc);
+            consumers.push(consumer.spawn().expect("spawn a consumer"));
         }
         // Let the consumers find the queue empty and block on their wake-ups.
         tokio::time::sleep(Duration::from_millis(300)).await;
@@ -575,7 +584,7 @@ impl Bench {
         }
         let d = self.snap().await.since(&before);
         for c in consumers {
-            c.shutdown().await;
+            c.shutdown().await.expect("a clean shutdown");
         }
         drop(q);
         self.cleanup(&name).await;
@@ -769,19 +778,19 @@ impl Bench {
     // ---- redelivery --------------------------------------------------------
 
     /// A child process (this binary, see [`victim`]) claims a job and hangs
-    /// in its handler; it is SIGKILLed, and a consumer here (default reaper
+    /// in its handler; it is SIGKILLed, and a consumer here (default reap
     /// interval, same lease) runs the job again. Timed from the kill to the
     /// second handler start. The lease left at the kill is read from the
     /// job's deadline and the server clock just before it.
     ///
     /// The surviving consumer starts (idle, long before the deadline) at a
-    /// different phase of its reaper's interval in each run, spread evenly
-    /// over the interval: its reaper passes at its start and then every
-    /// interval, so with a lease that is a multiple of the interval and a
+    /// different phase of its reap interval in each run, spread evenly over
+    /// the interval: the client's maintenance task reaps the queue when the
+    /// consumer starts and then every interval (the queue holds a lease), so with a lease that is a multiple of the interval and a
     /// fixed start, every run would land on the same, lucky, phase.
     async fn redelivery(&mut self) {
         let lease = self.cfg.redelivery_lease;
-        let reap = echomq::reaper::DEFAULT_REAP_INTERVAL;
+        let reap = DEFAULT_REAP_INTERVAL;
         let mut delays = Vec::new();
         let mut after = Vec::new();
         for run in 1..=self.cfg.redelivery_runs {
@@ -814,7 +823,7 @@ impl Bench {
             let lease_left = (deadline_ms as f64 - now_ms as f64) / 1000.0;
 
             // A surviving consumer, idle and waiting well before the deadline,
-            // started at an evenly spread phase of its reaper's interval.
+            // started at an evenly spread phase of its reap interval.
             let phase = reap.mul_f64((run as f64 - 0.5) / self.cfg.redelivery_runs as f64);
             tokio::time::sleep(phase).await;
             let began: Arc<OnceLock<(Instant, u64)>> = Arc::new(OnceLock::new());
@@ -824,17 +833,20 @@ impl Bench {
                 move |job: Job<Payload>| {
                     let _ = began.set((Instant::now(), job.attempt()));
                     again.notify_one();
-                    async { Ok::<(), String>(()) }
+                    async { Ok::<(), HandlerError>(()) }
                 }
             };
-            let survivor = Consumer::new(q.clone(), handler).lease(lease).spawn();
+            let survivor = Consumer::new(q.clone(), handler)
+                .lease(lease)
+                .spawn()
+                .expect("spawn the survivor");
 
             let limit = lease + reap * 4 + Duration::from_secs(10);
             if timeout(limit, again.notified()).await.is_err() {
                 panic!("redelivery: the job did not run again within {limit:?} of the kill");
             }
             let (at, attempt) = *began.get().unwrap();
-            survivor.shutdown().await;
+            survivor.shutdown().await.expect("a clean shutdown");
             drop(q);
             self.cleanup(&name).await;
             let delay = at.duration_since(killed).as_secs_f64();
@@ -1050,7 +1062,7 @@ async fn add_in_flight(q: &Queue, n: usize, lanes: usize) {
 async fn settle_all(q: &Queue, leases: &[Lease]) {
     let complete = Settle::Complete;
     let items: Vec<(&Lease, &Settle)> = leases.iter().map(|l| (l, &complete)).collect();
-    for r in q.settle_many(&items, 3).await.unwrap() {
+    for r in q.settle_many(&items).await.unwrap() {
         r.unwrap();
     }
 }
@@ -1089,11 +1101,12 @@ fn victim(url: &str) {
         let _consumer = Consumer::new(q, |job: Job<Payload>| async move {
             println!("started {} {}", job.id(), job.attempt());
             tokio::time::sleep(Duration::from_secs(3_600)).await;
-            Ok::<(), String>(())
+            Ok::<(), HandlerError>(())
         })
         .concurrency(1)
         .lease(Duration::from_millis(lease))
-        .spawn();
+        .spawn()
+        .expect("spawn the victim's consumer");
         tokio::time::sleep(Duration::from_secs(120)).await;
     });
 }
