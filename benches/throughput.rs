@@ -44,8 +44,8 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
-use echomq::server::LocalServer;
 use echomq::maintenance::reaper::DEFAULT_REAP_INTERVAL;
+use echomq::server::LocalServer;
 use echomq::{Client, Consumer, HandlerError, Job, Lease, Queue, QueueOptions, Retention, Settle};
 use redis::AsyncConnectionConfig;
 use redis::aio::MultiplexedConnection;

@@ -181,7 +181,15 @@ fn spawn_worker(exe: &Path, url: &str, queue: &str, mode: &str, file: &Path) -> 
         .spawn()
 }
 
-async fn run(client: &Client, url: &str, mode: &'static str, jobs: usize, workers: usize, seed: u64, dir: &Path) -> Result<Run, Error> {
+async fn run(
+    client: &Client,
+    url: &str,
+    mode: &'static str,
+    jobs: usize,
+    workers: usize,
+    seed: u64,
+    dir: &Path,
+) -> Result<Run, Error> {
     let exe = std::env::current_exe()?;
     let name = format!(
         "effect-worker-{mode}-{}",

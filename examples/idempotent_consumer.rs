@@ -101,7 +101,9 @@ async fn replay(
     consumer: Consumer,
     deliveries: u64,
 ) -> Result<i64, Error> {
-    let queue = client.queue(&format!("idempotent-{run}-{consumer:?}-{deliveries}")).await?;
+    let queue = client
+        .queue(&format!("idempotent-{run}-{consumer:?}-{deliveries}"))
+        .await?;
     let ledger = format!("demo:{run}:{consumer:?}-{deliveries}:ledger");
     queue.enqueue(&100i64).await?;
     let mut lease = queue.claim(1, LEASE).await?.remove(0);
