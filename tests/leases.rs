@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use common::{EventLog, eventually, raw, setup};
 use echomq::server::LocalServer;
-use echomq::{Consumer, Job, JobState, Queue, QueueOptions, Reaper};
+use echomq::{Client, ClientOptions, Consumer, Job, JobState, Reaper};
 use tokio::time::Instant;
 
 // A handler running ten times the lease keeps it by heartbeats and completes on its first attempt.
@@ -19,19 +19,20 @@ async fn heartbeats_keep_long_handlers() {
     let log = EventLog::default();
     let handle = Consumer::new(q.clone(), |_job: Job<u32>| async {
         tokio::time::sleep(Duration::from_millis(2000)).await;
-        Ok::<(), String>(())
+        Ok(())
     })
     .lease(Duration::from_millis(200))
     .reap_interval(Duration::from_millis(20))
     .observer(log.observer())
-    .spawn();
+    .spawn()
+    .unwrap();
     assert!(
         eventually(Duration::from_secs(10), || async {
             q.job(&id).await.unwrap().state == JobState::Completed
         })
         .await
     );
-    handle.shutdown().await;
+    handle.shutdown().await.unwrap();
     let info = q.job(&id).await.unwrap();
     assert_eq!((info.attempts, info.stalls), (1, 0));
     let log = log.all();
@@ -54,14 +55,15 @@ async fn lost_lease_cancels_the_handler() {
         async move {
             job.cancellation().cancelled().await;
             let _ = tx.send(job.attempt());
-            Ok::<(), String>(()) // would complete the job if anyone settled it
+            Ok(()) // would complete the job if anyone settled it
         }
     })
     .concurrency(1) // busy with the job, so it cannot take it back itself
     .lease(Duration::from_millis(600))
     .reaper(false)
     .observer(log.observer())
-    .spawn();
+    .spawn()
+    .unwrap();
     // Right after a heartbeat (the next is 200 ms away), expire the lease on
     // the server and let another worker take the job.
     assert!(
@@ -82,10 +84,10 @@ async fn lost_lease_cancels_the_handler() {
         .unwrap();
     assert_eq!(Reaper::new(q.clone()).run_once().await.unwrap().requeued.len(), 1);
     let other = q.claim(1, Duration::from_secs(30)).await.unwrap().remove(0);
-    assert_eq!(other.token(), 2);
+    assert_eq!(other.attempt(), 2);
     let cancelled = tokio::time::timeout(Duration::from_secs(5), rx.recv()).await.unwrap();
     assert_eq!(cancelled, Some(1));
-    handle.shutdown().await;
+    handle.shutdown().await.unwrap();
     let log = log.all();
     assert!(log.contains(&"lease_lost:1:true".to_string()), "{log:?}");
     assert!(
@@ -109,12 +111,13 @@ async fn unconfirmed_renewal_cancels_the_handler() {
     let log = EventLog::default();
     let handle = Consumer::new(q.clone(), |job: Job<u32>| async move {
         job.cancellation().cancelled().await;
-        Ok::<(), String>(())
+        Ok(())
     })
     .lease(Duration::from_millis(500))
     .reaper(false)
     .observer(log.observer())
-    .spawn();
+    .spawn()
+    .unwrap();
     assert!(
         eventually(Duration::from_secs(5), || async {
             q.job(&id).await.unwrap().state == JobState::Active
@@ -134,10 +137,10 @@ async fn unconfirmed_renewal_cancels_the_handler() {
         took < Duration::from_millis(1200),
         "cancellation took {took:?} for a 500 ms lease"
     );
-    handle.shutdown().await;
+    handle.shutdown().await.unwrap();
     assert!(!log.all().iter().any(|e| e.starts_with("settled:1")));
     // The lease lapses on the server, so the reaper returns the job.
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    common::past(&q, q.job(&id).await.unwrap().deadline_ms.unwrap()).await;
     assert_eq!(Reaper::new(q.clone()).run_once().await.unwrap().requeued.len(), 1);
 }
 
@@ -145,13 +148,13 @@ async fn unconfirmed_renewal_cancels_the_handler() {
 #[tokio::test]
 async fn consumer_survives_server_restart() {
     let mut server = LocalServer::builder().aof(true).appendfsync("always").start().unwrap();
-    let opts = QueueOptions::new().response_timeout(Duration::from_millis(500));
-    let q = Queue::connect_with(&server.url(), &common::unique("restart"), opts)
-        .await
-        .unwrap();
-    let handle = Consumer::new(q.clone(), |_job: Job<u32>| async { Ok::<(), String>(()) })
+    let opts = ClientOptions::new().response_timeout(Duration::from_millis(500));
+    let client = Client::connect_with(&server.url(), opts).await.unwrap();
+    let q = client.queue(&common::unique("restart")).await.unwrap();
+    let handle = Consumer::new(q.clone(), |_job: Job<u32>| async { Ok(()) })
         .poll_interval(Duration::from_millis(200))
-        .spawn();
+        .spawn()
+        .unwrap();
     for i in 0..20 {
         q.enqueue(&i).await.unwrap();
     }
@@ -190,7 +193,7 @@ async fn consumer_survives_server_restart() {
     })
     .await;
     let c = q.counts().await.unwrap();
-    handle.shutdown().await;
+    handle.shutdown().await.unwrap();
     assert!(done, "consumer did not resume: {c:?}");
     assert!(c.completed >= 40, "{c:?}");
 }
@@ -202,17 +205,18 @@ async fn heartbeat_near_the_lease_is_capped() {
     let id = q.enqueue(&1).await.unwrap();
     let handle = Consumer::new(q.clone(), |_job: Job<u32>| async {
         tokio::time::sleep(Duration::from_millis(1500)).await;
-        Ok::<(), String>(())
+        Ok(())
     })
     .lease(Duration::from_millis(1000))
     .heartbeat(Duration::from_millis(950))
     .reap_interval(Duration::from_millis(50))
-    .spawn();
+    .spawn()
+    .unwrap();
     let done = eventually(Duration::from_secs(10), || async {
         q.job(&id).await.unwrap().state == JobState::Completed
     })
     .await;
-    handle.shutdown().await;
+    handle.shutdown().await.unwrap();
     assert!(done);
     let info = q.job(&id).await.unwrap();
     assert_eq!((info.attempts, info.stalls), (1, 0));
