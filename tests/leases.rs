@@ -221,3 +221,99 @@ async fn heartbeat_near_the_lease_is_capped() {
     let info = q.job(&id).await.unwrap();
     assert_eq!((info.attempts, info.stalls), (1, 0));
 }
+
+// With heartbeats off, a handler still running at the end of its lease's
+// safety window is cancelled and its result not settled (0.1 let it run on
+// beside its redelivery).
+#[tokio::test]
+async fn heartbeats_off_still_cancel_at_the_lease() {
+    let (_s, q) = setup("nobeat-cancel").await;
+    let id = q.enqueue(&1).await.unwrap();
+    let log = EventLog::default();
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let handle = Consumer::new(q.clone(), move |job: Job<u32>| {
+        let tx = tx.clone();
+        async move {
+            let started = Instant::now();
+            tokio::select! {
+                _ = job.cancellation().cancelled() => { let _ = tx.send(started.elapsed()); }
+                _ = tokio::time::sleep(Duration::from_secs(10)) => {}
+            }
+            Ok(())
+        }
+    })
+    .lease(Duration::from_millis(300))
+    .without_heartbeats()
+    .reaper(false)
+    .observer(log.observer())
+    .spawn()
+    .unwrap();
+    let ran = tokio::time::timeout(Duration::from_secs(5), rx.recv())
+        .await
+        .expect("the handler was not cancelled at the end of its lease")
+        .unwrap();
+    assert!(ran < Duration::from_millis(300), "cancelled after {ran:?}, past the 300 ms lease");
+    handle.shutdown().await.unwrap();
+    assert_eq!(log.of(&id), ["claimed:1", "lease_lost:1:false", "done:1:lease_lost"]);
+}
+
+// A finished job's lease is renewed until its settlement is answered: a
+// settler held up for three leases still completes the job on its first
+// attempt (0.1 stopped renewing when the handler returned, so the job
+// lapsed, was reaped and ran again).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_lease_is_kept_until_the_settlement_is_answered() {
+    let (_s, q) = setup("keepalive").await;
+    let id = q.enqueue(&1).await.unwrap();
+    let lease = Duration::from_millis(300);
+    let handle = Consumer::new(q.clone(), |_job: Job<u32>| async { Ok(()) })
+        .lease(lease)
+        .reap_interval(Duration::from_millis(10))
+        // The settler runs observers inline: this one holds it up, as a
+        // slow settle call would, before it sends the completion.
+        .observer(move |e| {
+            if let echomq::Event::SettleSent { .. } = e {
+                std::thread::sleep(lease * 3);
+            }
+        })
+        .spawn()
+        .unwrap();
+    let done = eventually(Duration::from_secs(10), || async {
+        q.job(&id).await.unwrap().state == JobState::Completed
+    })
+    .await;
+    handle.shutdown().await.unwrap();
+    assert!(done);
+    let info = q.job(&id).await.unwrap();
+    assert_eq!((info.attempts, info.stalls), (1, 0), "the lease lapsed while the settlement waited");
+}
+
+// A panicking observer does not take the settler down: every job is still
+// settled, and the consumer shuts down cleanly (0.1's settler died and
+// every later job stalled).
+#[tokio::test]
+async fn a_panicking_observer_is_contained() {
+    let (_s, q) = setup("observer-panic").await;
+    let ids: Vec<String> = q.enqueue_bulk(&(0..20u32).collect::<Vec<_>>()).await.unwrap();
+    let log = EventLog::default();
+    let handle = Consumer::new(q.clone(), |_job: Job<u32>| async { Ok(()) })
+        .observer(|e| {
+            if let echomq::Event::Settled { .. } | echomq::Event::SettleSent { .. } = e {
+                panic!("observer bug");
+            }
+        })
+        .observer(log.observer())
+        .spawn()
+        .unwrap();
+    let done = eventually(Duration::from_secs(10), || async {
+        q.counts().await.unwrap().completed == 20
+    })
+    .await;
+    assert!(done, "{:?}", q.counts().await.unwrap());
+    handle.shutdown().await.unwrap();
+    for id in &ids {
+        assert_eq!(q.job(id).await.unwrap().attempts, 1);
+        // The observers after the panicking one still see every event.
+        assert!(log.of(id).contains(&"settled:1:complete".to_string()), "{id}: {:?}", log.of(id));
+    }
+}
