@@ -49,7 +49,11 @@ async fn idempotency_key_is_stable_across_redeliveries() {
         let seen = seen2.clone();
         async move {
             seen.lock().await.push((job.attempt(), job.idempotency_key()));
-            if job.attempt() < 3 { Err("not yet".into()) } else { Ok(()) }
+            if job.attempt() < 3 {
+                Err("not yet".into())
+            } else {
+                Ok(())
+            }
         }
     })
     .spawn()
@@ -395,11 +399,31 @@ async fn atomic_completion_refuses_bad_effects() {
         (ok.clone().incr_by("plain-key", 1), 2, "user-key space"),
         (ok.clone().incr_by("emq:{other}:user:x", 1), 2, "user-key space"),
         // Another application's key in the same slot, and this queue's internals (0.1 let both through).
-        (ok.clone().incr_by(format!("other-app:{{{name}}}:x"), 1), 2, "user-key space"),
-        (ok.clone().incr_by(format!("foo:{{{name}}}:seq"), 1), 2, "user-key space"),
-        (ok.clone().incr_by(format!("emq:{{{name}}}:seq"), 1), 2, "user-key space"),
-        (ok.clone().incr_by(format!("emq:{{{name}}}:user:"), 1), 2, "user-key space"),
-        (ok.clone().sadd(format!("emq:{{{name}}}:pending"), "x"), 2, "user-key space"),
+        (
+            ok.clone().incr_by(format!("other-app:{{{name}}}:x"), 1),
+            2,
+            "user-key space",
+        ),
+        (
+            ok.clone().incr_by(format!("foo:{{{name}}}:seq"), 1),
+            2,
+            "user-key space",
+        ),
+        (
+            ok.clone().incr_by(format!("emq:{{{name}}}:seq"), 1),
+            2,
+            "user-key space",
+        ),
+        (
+            ok.clone().incr_by(format!("emq:{{{name}}}:user:"), 1),
+            2,
+            "user-key space",
+        ),
+        (
+            ok.clone().sadd(format!("emq:{{{name}}}:pending"), "x"),
+            2,
+            "user-key space",
+        ),
         (
             ok.clone().hset(format!("emq:{{{name}}}:job:{id}"), "st", "completed"),
             2,

@@ -252,7 +252,10 @@ async fn heartbeats_off_still_cancel_at_the_lease() {
         .await
         .expect("the handler was not cancelled at the end of its lease")
         .unwrap();
-    assert!(ran < Duration::from_millis(300), "cancelled after {ran:?}, past the 300 ms lease");
+    assert!(
+        ran < Duration::from_millis(300),
+        "cancelled after {ran:?}, past the 300 ms lease"
+    );
     handle.shutdown().await.unwrap();
     assert_eq!(log.of(&id), ["claimed:1", "lease_lost:1:false", "done:1:lease_lost"]);
 }
@@ -285,7 +288,11 @@ async fn the_lease_is_kept_until_the_settlement_is_answered() {
     handle.shutdown().await.unwrap();
     assert!(done);
     let info = q.job(&id).await.unwrap();
-    assert_eq!((info.attempts, info.stalls), (1, 0), "the lease lapsed while the settlement waited");
+    assert_eq!(
+        (info.attempts, info.stalls),
+        (1, 0),
+        "the lease lapsed while the settlement waited"
+    );
 }
 
 // A panicking observer does not take the settler down: every job is still
@@ -314,6 +321,10 @@ async fn a_panicking_observer_is_contained() {
     for id in &ids {
         assert_eq!(q.job(id).await.unwrap().attempts, 1);
         // The observers after the panicking one still see every event.
-        assert!(log.of(id).contains(&"settled:1:complete".to_string()), "{id}: {:?}", log.of(id));
+        assert!(
+            log.of(id).contains(&"settled:1:complete".to_string()),
+            "{id}: {:?}",
+            log.of(id)
+        );
     }
 }

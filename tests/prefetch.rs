@@ -129,7 +129,11 @@ async fn prefetch_zero_never_leases_ahead() {
     q.enqueue_bulk(&jobs).await.unwrap();
     let (peak, handled, handler) = sleeper(0);
     let sampler = ActiveSampler::start(&q);
-    let consumer = Consumer::new(q.clone(), handler).concurrency(2).prefetch(0).spawn().unwrap();
+    let consumer = Consumer::new(q.clone(), handler)
+        .concurrency(2)
+        .prefetch(0)
+        .spawn()
+        .unwrap();
     handled_at_least(&handled, 300).await;
     consumer.shutdown().await.unwrap();
     let samples = sampler.stop().await;
@@ -149,7 +153,11 @@ async fn prefetch_holds_more_leases_but_runs_no_more_handlers() {
     q.enqueue_bulk(&payloads).await.unwrap();
     let (peak, handled, handler) = sleeper(2);
     let sampler = ActiveSampler::start(&q);
-    let consumer = Consumer::new(q.clone(), handler).concurrency(2).prefetch(3).spawn().unwrap();
+    let consumer = Consumer::new(q.clone(), handler)
+        .concurrency(2)
+        .prefetch(3)
+        .spawn()
+        .unwrap();
     handled_at_least(&handled, 300).await;
     consumer.shutdown().await.unwrap();
     let max_active = sampler.stop().await.into_iter().max().unwrap_or(0);
