@@ -92,7 +92,7 @@ async fn sweep_repairs_torn_state() {
     assert_eq!((counts.pending, counts.active, counts.completed), (8, 2, 0));
     assert!(matches!(q.job("torn").await, Err(Error::JobNotFound(_))));
     // The job put back into active is reaped (its deadline is "now") and runs again.
-    tokio::time::sleep(Duration::from_millis(5)).await;
+    common::past(&q, q.job(leased[0].id()).await.unwrap().deadline_ms.unwrap()).await;
     let rep = Reaper::new(q.clone()).run_once().await.unwrap();
     assert_eq!(rep.requeued, vec![(leased[0].id().to_owned(), 1)]);
     assert_eq!(q.job(leased[0].id()).await.unwrap().state, JobState::Pending);

@@ -1,4 +1,4 @@
-//! Exactly-once *effects* on at-least-once delivery (DESIGN.md §6).
+//! Exactly-once *effects* on at-least-once delivery.
 //!
 //! echomq delivers every job at least once. A job can run twice: a worker
 //! that performs the job's effect (charges a card, sends a mail, bumps a
