@@ -291,7 +291,7 @@ impl Error {
     }
 }
 
-/// Every server error becomes ours through [`Error::from_redis`], so an ACL
+/// Every server error becomes ours through one mapping, so an ACL
 /// refusal is [`Error::NoPermission`] wherever `?` meets it.
 impl From<redis::RedisError> for Error {
     fn from(e: redis::RedisError) -> Self {

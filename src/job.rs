@@ -9,7 +9,12 @@ use crate::error::{Error, Result};
 use crate::keys::validate_id;
 use crate::limits::{Backoff, Limits, MAX_DELAY};
 
-/// Where a job is in the leased state machine (DESIGN.md §3).
+/// Where a job is in the leased state machine: enqueued jobs are pending
+/// (or delayed until due); a claim makes one active until its lease
+/// deadline; completing it makes it completed; a retry makes it pending or
+/// delayed again, or failed once its failures reach `max_attempts`; an
+/// expired lease returns it to pending, or fails it past `max_stalls`. A job
+/// is in exactly one state at every instant.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum JobState {

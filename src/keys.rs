@@ -1,4 +1,4 @@
-//! Key naming: the only place that builds a key (DESIGN.md §2).
+//! Key naming: the only place that builds a key.
 //!
 //! Every key of queue `Q` carries the hash tag `{Q}`, so a queue lives in
 //! one hash slot and every script is single-slot, on one node or a cluster.

@@ -8,27 +8,16 @@ use std::process::Command;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{eventually, raw, setup, snapshot};
+use common::{eventually, past as wait_past, raw, setup, snapshot};
 use echomq::{
-    Backoff, Consumer, EffectMarker, Effects, Error, Job, JobState, Lease, MarkerState, Once, OnceError, Outcome,
-    Queue, Reaper,
+    Backoff, Consumer, EffectMarker, Effects, EnqueueOptions, Error, Job, JobState, Lease, MarkerState, Once,
+    OnceError, Outcome, Queue, Reaper,
 };
 use redis::AsyncCommands;
 use tokio::sync::Mutex;
 
 const LONG: Duration = Duration::from_secs(30);
 const SHORT: Duration = Duration::from_millis(60);
-
-/// Waits until the server's clock is past `deadline_ms`.
-async fn wait_past(q: &Queue, deadline_ms: u64) {
-    loop {
-        let now = q.server_time_ms().await.unwrap();
-        if now > deadline_ms {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(deadline_ms - now + 1)).await;
-    }
-}
 
 /// The worker holding `old` "crashes": it never settles. After the lease
 /// deadline the reaper requeues the job and a new claim redelivers it.
@@ -37,7 +26,8 @@ async fn redeliver(q: &Queue, old: &Lease, lease: Duration) -> Lease {
     let report = Reaper::new(q.clone()).run_once().await.unwrap();
     assert!(report.requeued.iter().any(|(id, _)| id == old.id()), "{report:?}");
     let new = q.claim(1, lease).await.unwrap().remove(0);
-    assert_eq!((new.id(), new.token()), (old.id(), old.token() + 1));
+    assert_eq!((new.id(), new.attempt()), (old.id(), old.attempt() + 1));
+    assert!(new.token() > old.token());
     new
 }
 
@@ -49,24 +39,30 @@ async fn counter(c: &mut redis::aio::MultiplexedConnection, key: &str) -> i64 {
 #[tokio::test]
 async fn idempotency_key_is_stable_across_redeliveries() {
     let (s, q) = setup("idkey").await;
-    let id = q.enqueue(&1u32).await.unwrap();
+    let opts = EnqueueOptions::new()
+        .backoff(Backoff::Fixed(Duration::from_millis(5)))
+        .max_attempts(5);
+    let id = q.enqueue_with(&1u32, &opts).await.unwrap().id;
     let seen = Arc::new(Mutex::new(Vec::new()));
     let seen2 = seen.clone();
     let consumer = Consumer::new(q.clone(), move |job: Job<u32>| {
         let seen = seen2.clone();
         async move {
             seen.lock().await.push((job.attempt(), job.idempotency_key()));
-            if job.attempt() < 3 { Err("not yet") } else { Ok(()) }
+            if job.attempt() < 3 {
+                Err("not yet".into())
+            } else {
+                Ok(())
+            }
         }
     })
-    .backoff(Backoff::Fixed(Duration::from_millis(5)))
-    .max_attempts(5)
-    .spawn();
+    .spawn()
+    .unwrap();
     let done = eventually(Duration::from_secs(10), || async {
         q.job(&id).await.unwrap().state == JobState::Completed
     })
     .await;
-    consumer.shutdown().await;
+    consumer.shutdown().await.unwrap();
     assert!(done);
     let seen = seen.lock().await.clone();
     let want = format!("{{{}}}:{id}", q.name());
@@ -87,7 +83,7 @@ async fn idempotency_key_is_stable_across_redeliveries() {
     assert_ne!(a.idempotency_key("b"), b.idempotency_key("a:b"));
 }
 
-// Concurrent deliveries of one job (tokens 1, 2, 3) running the guarded effect at once apply it exactly once.
+// Concurrent deliveries of one job (attempts 1, 2, 3) running the guarded effect at once apply it exactly once.
 #[tokio::test]
 async fn concurrent_deliveries_apply_the_effect_once() {
     let (s, q) = setup("fx-concurrent").await;
@@ -113,8 +109,9 @@ async fn concurrent_deliveries_apply_the_effect_once() {
             let (q, key) = (q.clone(), format!("effects:{}", l.id()));
             let marker = EffectMarker::for_lease(&q, l, "credit").unwrap();
             let mut c = c.clone();
+            let attempt = l.attempt();
             runs.push(tokio::spawn(async move {
-                let token = marker.attempt();
+                let token = marker.token();
                 let r = marker
                     .once(|state| async move {
                         assert_eq!(state, MarkerState::Fresh);
@@ -122,14 +119,14 @@ async fn concurrent_deliveries_apply_the_effect_once() {
                         Ok::<u64, String>(token)
                     })
                     .await;
-                (token, r)
+                (attempt, token, r)
             }));
         }
     }
     for run in runs {
         match run.await.unwrap() {
-            (3, Ok(Once::Ran(3))) => {}
-            (1 | 2, Err(OnceError::Claim(Error::LeaseLost { .. }))) => {}
+            (3, token, Ok(Once::Ran(ran))) if ran == token => {}
+            (1 | 2, _, Err(OnceError::Claim(Error::LeaseLost { .. }))) => {}
             other => panic!("unexpected {other:?}"),
         }
     }
@@ -139,10 +136,12 @@ async fn concurrent_deliveries_apply_the_effect_once() {
         let m3 = EffectMarker::for_lease(&q, &leases[2], "credit").unwrap();
         assert_eq!(
             m3.once(|_| async { Err::<(), _>("must not run") }).await.unwrap(),
-            Once::Skipped { attempt: 3 }
+            Once::Skipped {
+                token: leases[2].token()
+            }
         );
         let m1 = EffectMarker::for_lease(&q, &leases[0], "credit").unwrap();
-        assert!(matches!(m1.claim().await, Err(Error::LeaseLost { token: 1, .. })));
+        assert!(matches!(m1.claim().await, Err(Error::LeaseLost { token, .. }) if token == leases[0].token()));
     }
 
     // An older attempt that finished before it was reaped leaves "done" for the newer one.
@@ -155,7 +154,7 @@ async fn concurrent_deliveries_apply_the_effect_once() {
         .unwrap();
     let l2 = redeliver(&q, &l1, LONG).await;
     let m2 = EffectMarker::for_lease(&q, &l2, "credit").unwrap();
-    assert_eq!(m2.claim().await.unwrap(), MarkerState::Done { attempt: 1 });
+    assert_eq!(m2.claim().await.unwrap(), MarkerState::Done { token: l1.token() });
     assert_eq!(counter(&mut c, &key).await, 1);
 }
 
@@ -174,12 +173,13 @@ async fn crash_between_marker_and_effect_is_recovered() {
     let m2 = EffectMarker::for_lease(&q, &l2, "charge").unwrap();
     let key = m2.idempotency_key();
     assert_eq!(key, format!("{{{}}}:{id}:charge", q.name()));
+    let l1_token = l1.token();
     let ran = m2
         .once(|state| {
             let mut c = c.clone();
             let (ledger, key) = (ledger.clone(), key.clone());
             async move {
-                assert_eq!(state, MarkerState::Orphaned { attempt: 1 });
+                assert_eq!(state, MarkerState::Orphaned { token: l1_token });
                 // Resolve "orphaned" with the external system's own record.
                 let applied: bool = c.sismember(&ledger, &key).await.map_err(|e| e.to_string())?;
                 if !applied {
@@ -200,11 +200,11 @@ async fn crash_between_marker_and_effect_is_recovered() {
             matches!(
                 r,
                 Err(Error::MarkerLost {
-                    token: 1,
-                    holder: 2,
+                    token,
+                    holder,
                     done: true,
                     ..
-                })
+                }) if token == l1.token() && holder == l2.token()
             ),
             "{r:?}"
         );
@@ -240,32 +240,33 @@ async fn marker_state_machine() {
     // Attempt 1 dies holding "mail"; attempt 2 takes over, and hears "orphaned" again if it asks again.
     let l2 = redeliver(&q, &l1, SHORT).await;
     let m2 = EffectMarker::for_lease(&q, &l2, "mail").unwrap();
-    assert_eq!(m2.claim().await.unwrap(), MarkerState::Orphaned { attempt: 1 });
-    assert_eq!(m2.claim().await.unwrap(), MarkerState::Orphaned { attempt: 1 });
+    let orphaned_by_1 = MarkerState::Orphaned { token: l1.token() };
+    assert_eq!(m2.claim().await.unwrap(), orphaned_by_1);
+    assert_eq!(m2.claim().await.unwrap(), orphaned_by_1);
     assert_eq!(
         EffectMarker::for_lease(&q, &l2, "sms").unwrap().claim().await.unwrap(),
         MarkerState::Fresh
     );
     // The stale attempt is refused and its done is fenced out.
-    assert!(matches!(m1.claim().await, Err(Error::LeaseLost { token: 1, .. })));
+    assert!(matches!(m1.claim().await, Err(Error::LeaseLost { token, .. }) if token == l1.token()));
     assert!(matches!(
         m1.done().await,
         Err(Error::MarkerLost {
-            holder: 2,
+            holder,
             done: false,
             ..
-        })
+        }) if holder == l2.token()
     ));
     // Attempt 2 dies too; attempt 3 is told about 2, the last holder.
     let l3 = redeliver(&q, &l2, LONG).await;
     let m3 = EffectMarker::for_lease(&q, &l3, "mail").unwrap();
-    assert_eq!(m3.claim().await.unwrap(), MarkerState::Orphaned { attempt: 2 });
+    assert_eq!(m3.claim().await.unwrap(), MarkerState::Orphaned { token: l2.token() });
     m3.done().await.unwrap();
     m3.done().await.unwrap();
-    assert_eq!(m3.claim().await.unwrap(), MarkerState::Done { attempt: 3 });
+    assert_eq!(m3.claim().await.unwrap(), MarkerState::Done { token: l3.token() });
     assert!(matches!(m3.abandon().await, Err(Error::MarkerLost { done: true, .. })));
     let v: String = c.get(m3.key()).await.unwrap();
-    assert_eq!(v, "done:3");
+    assert_eq!(v, format!("done:{}", l3.token()));
 
     // After completion no attempt may claim; a missing job is a typed error.
     q.complete(&l3).await.unwrap();
@@ -305,7 +306,7 @@ async fn atomic_completion_applies_effects_with_the_ack() {
     let h = q.user_key("by-country").unwrap();
     let last = q.user_key("last").unwrap();
     let set = q.user_key("customers").unwrap();
-    let own = format!("app:{{{}}}:total", q.name());
+    let own = q.user_key("total").unwrap();
     assert_eq!(n, format!("emq:{{{}}}:user:orders", q.name()));
     let effects = Effects::new()
         .incr_by(&n, 5)
@@ -364,7 +365,7 @@ async fn atomic_completion_with_a_stale_token_applies_nothing() {
     let before = snapshot(&s, q.name()).await;
     assert!(matches!(
         q.complete_with(&old, &effects).await,
-        Err(Error::LeaseLost { token: 1, .. })
+        Err(Error::LeaseLost { token, .. }) if token == old.token()
     ));
     assert_eq!(
         before,
@@ -381,7 +382,7 @@ async fn atomic_completion_with_a_stale_token_applies_nothing() {
     assert_eq!(counter(&mut c, &n).await, 1);
 }
 
-// Effects outside the queue's slot, on echomq's own keys, on the wrong type or out of range are refused before anything is written.
+// Effects outside the queue's user-key space (another slot, another prefix, echomq's own keys), on the wrong type or out of range are refused before anything is written.
 #[tokio::test]
 async fn atomic_completion_refuses_bad_effects() {
     let (s, q) = setup("fx-refuse").await;
@@ -395,13 +396,38 @@ async fn atomic_completion_refuses_bad_effects() {
     c.set::<_, _, ()>(k("padded"), "007").await.unwrap();
     let ok = Effects::new().incr_by(k("good"), 1);
     let cases: Vec<(Effects, usize, &str)> = vec![
-        (ok.clone().incr_by("plain-key", 1), 2, "hash tag"),
-        (ok.clone().incr_by("emq:{other}:user:x", 1), 2, "hash tag"),
-        (ok.clone().sadd(format!("emq:{{{name}}}:pending"), "x"), 2, "own keys"),
+        (ok.clone().incr_by("plain-key", 1), 2, "user-key space"),
+        (ok.clone().incr_by("emq:{other}:user:x", 1), 2, "user-key space"),
+        // Another application's key in the same slot, and this queue's internals (0.1 let both through).
+        (
+            ok.clone().incr_by(format!("other-app:{{{name}}}:x"), 1),
+            2,
+            "user-key space",
+        ),
+        (
+            ok.clone().incr_by(format!("foo:{{{name}}}:seq"), 1),
+            2,
+            "user-key space",
+        ),
+        (
+            ok.clone().incr_by(format!("emq:{{{name}}}:seq"), 1),
+            2,
+            "user-key space",
+        ),
+        (
+            ok.clone().incr_by(format!("emq:{{{name}}}:user:"), 1),
+            2,
+            "user-key space",
+        ),
+        (
+            ok.clone().sadd(format!("emq:{{{name}}}:pending"), "x"),
+            2,
+            "user-key space",
+        ),
         (
             ok.clone().hset(format!("emq:{{{name}}}:job:{id}"), "st", "completed"),
             2,
-            "own keys",
+            "user-key space",
         ),
         (ok.clone().sadd(k("text"), "m"), 2, "holds a string, not a set"),
         (ok.clone().incr_by(k("text"), 1), 2, "not an integer"),
@@ -564,6 +590,7 @@ fn effects_under_kills_are_exactly_once_with_the_marker() {
     assert_eq!(n(&unguarded, "completed"), jobs, "{unguarded}");
     assert_eq!(n(&unguarded, "missing"), 0, "{unguarded}");
 }
+
 /// Runs an example binary (building it if needed) and returns its
 /// `readout: {json}` line. The example starts its own private server.
 fn run_example(name: &str, args: &[&str]) -> serde_json::Value {

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use common::{EventLog, eventually, raw, setup};
 use echomq::server::LocalServer;
-use echomq::{Consumer, Job, JobState, Queue, QueueOptions, Reaper};
+use echomq::{Client, ClientOptions, Consumer, Job, JobState, Reaper};
 use tokio::time::Instant;
 
 // A handler running ten times the lease keeps it by heartbeats and completes on its first attempt.
@@ -19,19 +19,20 @@ async fn heartbeats_keep_long_handlers() {
     let log = EventLog::default();
     let handle = Consumer::new(q.clone(), |_job: Job<u32>| async {
         tokio::time::sleep(Duration::from_millis(2000)).await;
-        Ok::<(), String>(())
+        Ok(())
     })
     .lease(Duration::from_millis(200))
     .reap_interval(Duration::from_millis(20))
     .observer(log.observer())
-    .spawn();
+    .spawn()
+    .unwrap();
     assert!(
         eventually(Duration::from_secs(10), || async {
             q.job(&id).await.unwrap().state == JobState::Completed
         })
         .await
     );
-    handle.shutdown().await;
+    handle.shutdown().await.unwrap();
     let info = q.job(&id).await.unwrap();
     assert_eq!((info.attempts, info.stalls), (1, 0));
     let log = log.all();
@@ -54,14 +55,15 @@ async fn lost_lease_cancels_the_handler() {
         async move {
             job.cancellation().cancelled().await;
             let _ = tx.send(job.attempt());
-            Ok::<(), String>(()) // would complete the job if anyone settled it
+            Ok(()) // would complete the job if anyone settled it
         }
     })
     .concurrency(1) // busy with the job, so it cannot take it back itself
     .lease(Duration::from_millis(600))
     .reaper(false)
     .observer(log.observer())
-    .spawn();
+    .spawn()
+    .unwrap();
     // Right after a heartbeat (the next is 200 ms away), expire the lease on
     // the server and let another worker take the job.
     assert!(
@@ -82,10 +84,10 @@ async fn lost_lease_cancels_the_handler() {
         .unwrap();
     assert_eq!(Reaper::new(q.clone()).run_once().await.unwrap().requeued.len(), 1);
     let other = q.claim(1, Duration::from_secs(30)).await.unwrap().remove(0);
-    assert_eq!(other.token(), 2);
+    assert_eq!(other.attempt(), 2);
     let cancelled = tokio::time::timeout(Duration::from_secs(5), rx.recv()).await.unwrap();
     assert_eq!(cancelled, Some(1));
-    handle.shutdown().await;
+    handle.shutdown().await.unwrap();
     let log = log.all();
     assert!(log.contains(&"lease_lost:1:true".to_string()), "{log:?}");
     assert!(
@@ -109,12 +111,13 @@ async fn unconfirmed_renewal_cancels_the_handler() {
     let log = EventLog::default();
     let handle = Consumer::new(q.clone(), |job: Job<u32>| async move {
         job.cancellation().cancelled().await;
-        Ok::<(), String>(())
+        Ok(())
     })
     .lease(Duration::from_millis(500))
     .reaper(false)
     .observer(log.observer())
-    .spawn();
+    .spawn()
+    .unwrap();
     assert!(
         eventually(Duration::from_secs(5), || async {
             q.job(&id).await.unwrap().state == JobState::Active
@@ -134,10 +137,10 @@ async fn unconfirmed_renewal_cancels_the_handler() {
         took < Duration::from_millis(1200),
         "cancellation took {took:?} for a 500 ms lease"
     );
-    handle.shutdown().await;
+    handle.shutdown().await.unwrap();
     assert!(!log.all().iter().any(|e| e.starts_with("settled:1")));
     // The lease lapses on the server, so the reaper returns the job.
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    common::past(&q, q.job(&id).await.unwrap().deadline_ms.unwrap()).await;
     assert_eq!(Reaper::new(q.clone()).run_once().await.unwrap().requeued.len(), 1);
 }
 
@@ -145,13 +148,13 @@ async fn unconfirmed_renewal_cancels_the_handler() {
 #[tokio::test]
 async fn consumer_survives_server_restart() {
     let mut server = LocalServer::builder().aof(true).appendfsync("always").start().unwrap();
-    let opts = QueueOptions::new().response_timeout(Duration::from_millis(500));
-    let q = Queue::connect_with(&server.url(), &common::unique("restart"), opts)
-        .await
-        .unwrap();
-    let handle = Consumer::new(q.clone(), |_job: Job<u32>| async { Ok::<(), String>(()) })
+    let opts = ClientOptions::new().response_timeout(Duration::from_millis(500));
+    let client = Client::connect_with(&server.url(), opts).await.unwrap();
+    let q = client.queue(&common::unique("restart")).await.unwrap();
+    let handle = Consumer::new(q.clone(), |_job: Job<u32>| async { Ok(()) })
         .poll_interval(Duration::from_millis(200))
-        .spawn();
+        .spawn()
+        .unwrap();
     for i in 0..20 {
         q.enqueue(&i).await.unwrap();
     }
@@ -190,7 +193,7 @@ async fn consumer_survives_server_restart() {
     })
     .await;
     let c = q.counts().await.unwrap();
-    handle.shutdown().await;
+    handle.shutdown().await.unwrap();
     assert!(done, "consumer did not resume: {c:?}");
     assert!(c.completed >= 40, "{c:?}");
 }
@@ -202,18 +205,126 @@ async fn heartbeat_near_the_lease_is_capped() {
     let id = q.enqueue(&1).await.unwrap();
     let handle = Consumer::new(q.clone(), |_job: Job<u32>| async {
         tokio::time::sleep(Duration::from_millis(1500)).await;
-        Ok::<(), String>(())
+        Ok(())
     })
     .lease(Duration::from_millis(1000))
     .heartbeat(Duration::from_millis(950))
     .reap_interval(Duration::from_millis(50))
-    .spawn();
+    .spawn()
+    .unwrap();
     let done = eventually(Duration::from_secs(10), || async {
         q.job(&id).await.unwrap().state == JobState::Completed
     })
     .await;
-    handle.shutdown().await;
+    handle.shutdown().await.unwrap();
     assert!(done);
     let info = q.job(&id).await.unwrap();
     assert_eq!((info.attempts, info.stalls), (1, 0));
+}
+
+// With heartbeats off, a handler still running at the end of its lease's
+// safety window is cancelled and its result not settled (0.1 let it run on
+// beside its redelivery).
+#[tokio::test]
+async fn heartbeats_off_still_cancel_at_the_lease() {
+    let (_s, q) = setup("nobeat-cancel").await;
+    let id = q.enqueue(&1).await.unwrap();
+    let log = EventLog::default();
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let handle = Consumer::new(q.clone(), move |job: Job<u32>| {
+        let tx = tx.clone();
+        async move {
+            let started = Instant::now();
+            tokio::select! {
+                _ = job.cancellation().cancelled() => { let _ = tx.send(started.elapsed()); }
+                _ = tokio::time::sleep(Duration::from_secs(10)) => {}
+            }
+            Ok(())
+        }
+    })
+    .lease(Duration::from_millis(300))
+    .without_heartbeats()
+    .reaper(false)
+    .observer(log.observer())
+    .spawn()
+    .unwrap();
+    let ran = tokio::time::timeout(Duration::from_secs(5), rx.recv())
+        .await
+        .expect("the handler was not cancelled at the end of its lease")
+        .unwrap();
+    assert!(
+        ran < Duration::from_millis(300),
+        "cancelled after {ran:?}, past the 300 ms lease"
+    );
+    handle.shutdown().await.unwrap();
+    assert_eq!(log.of(&id), ["claimed:1", "lease_lost:1:false", "done:1:lease_lost"]);
+}
+
+// A finished job's lease is renewed until its settlement is answered: a
+// settler held up for three leases still completes the job on its first
+// attempt (0.1 stopped renewing when the handler returned, so the job
+// lapsed, was reaped and ran again).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_lease_is_kept_until_the_settlement_is_answered() {
+    let (_s, q) = setup("keepalive").await;
+    let id = q.enqueue(&1).await.unwrap();
+    let lease = Duration::from_millis(300);
+    let handle = Consumer::new(q.clone(), |_job: Job<u32>| async { Ok(()) })
+        .lease(lease)
+        .reap_interval(Duration::from_millis(10))
+        // The settler runs observers inline: this one holds it up, as a
+        // slow settle call would, before it sends the completion.
+        .observer(move |e| {
+            if let echomq::Event::SettleSent { .. } = e {
+                std::thread::sleep(lease * 3);
+            }
+        })
+        .spawn()
+        .unwrap();
+    let done = eventually(Duration::from_secs(10), || async {
+        q.job(&id).await.unwrap().state == JobState::Completed
+    })
+    .await;
+    handle.shutdown().await.unwrap();
+    assert!(done);
+    let info = q.job(&id).await.unwrap();
+    assert_eq!(
+        (info.attempts, info.stalls),
+        (1, 0),
+        "the lease lapsed while the settlement waited"
+    );
+}
+
+// A panicking observer does not take the settler down: every job is still
+// settled, and the consumer shuts down cleanly (0.1's settler died and
+// every later job stalled).
+#[tokio::test]
+async fn a_panicking_observer_is_contained() {
+    let (_s, q) = setup("observer-panic").await;
+    let ids: Vec<String> = q.enqueue_bulk(&(0..20u32).collect::<Vec<_>>()).await.unwrap();
+    let log = EventLog::default();
+    let handle = Consumer::new(q.clone(), |_job: Job<u32>| async { Ok(()) })
+        .observer(|e| {
+            if let echomq::Event::Settled { .. } | echomq::Event::SettleSent { .. } = e {
+                panic!("observer bug");
+            }
+        })
+        .observer(log.observer())
+        .spawn()
+        .unwrap();
+    let done = eventually(Duration::from_secs(10), || async {
+        q.counts().await.unwrap().completed == 20
+    })
+    .await;
+    assert!(done, "{:?}", q.counts().await.unwrap());
+    handle.shutdown().await.unwrap();
+    for id in &ids {
+        assert_eq!(q.job(id).await.unwrap().attempts, 1);
+        // The observers after the panicking one still see every event.
+        assert!(
+            log.of(id).contains(&"settled:1:complete".to_string()),
+            "{id}: {:?}",
+            log.of(id)
+        );
+    }
 }

@@ -42,7 +42,7 @@ impl ActiveSampler {
     }
 }
 
-type BoxedRun = std::pin::Pin<Box<dyn Future<Output = Result<(), String>> + Send>>;
+type BoxedRun = std::pin::Pin<Box<dyn Future<Output = Result<(), echomq::HandlerError>> + Send>>;
 
 /// A handler that sleeps `slow_ms` for payloads of 1,000 and up (others
 /// return at once), with the peak of handlers running at once and the
@@ -98,7 +98,7 @@ async fn automatic_prefetch_follows_the_handlers() {
     q.enqueue_bulk(&slow).await.unwrap();
     let (peak, handled, handler) = sleeper(40);
     let sampler = ActiveSampler::start(&q);
-    let consumer = Consumer::new(q.clone(), handler).concurrency(1).spawn();
+    let consumer = Consumer::new(q.clone(), handler).concurrency(1).spawn().unwrap();
     handled_at_least(&handled, 400).await;
     let quick_samples = sampler.stop().await;
     // A few slow handlers turn prefetch off and the leases held ahead drain.
@@ -107,7 +107,7 @@ async fn automatic_prefetch_follows_the_handlers() {
     handled_at_least(&handled, 425).await;
     let slow_samples = sampler.stop().await;
     handled_at_least(&handled, 430).await;
-    consumer.shutdown().await;
+    consumer.shutdown().await.unwrap();
     assert_eq!(handled.load(Ordering::SeqCst), 430, "each job handled once");
     assert_eq!(peak.load(Ordering::SeqCst), 1, "one handler at a time");
     let quick_max = quick_samples.iter().copied().max().unwrap_or(0);
@@ -129,9 +129,13 @@ async fn prefetch_zero_never_leases_ahead() {
     q.enqueue_bulk(&jobs).await.unwrap();
     let (peak, handled, handler) = sleeper(0);
     let sampler = ActiveSampler::start(&q);
-    let consumer = Consumer::new(q.clone(), handler).concurrency(2).prefetch(0).spawn();
+    let consumer = Consumer::new(q.clone(), handler)
+        .concurrency(2)
+        .prefetch(0)
+        .spawn()
+        .unwrap();
     handled_at_least(&handled, 300).await;
-    consumer.shutdown().await;
+    consumer.shutdown().await.unwrap();
     let samples = sampler.stop().await;
     assert!(peak.load(Ordering::SeqCst) <= 2);
     let max = samples.iter().copied().max().unwrap_or(0);
@@ -149,9 +153,13 @@ async fn prefetch_holds_more_leases_but_runs_no_more_handlers() {
     q.enqueue_bulk(&payloads).await.unwrap();
     let (peak, handled, handler) = sleeper(2);
     let sampler = ActiveSampler::start(&q);
-    let consumer = Consumer::new(q.clone(), handler).concurrency(2).prefetch(3).spawn();
+    let consumer = Consumer::new(q.clone(), handler)
+        .concurrency(2)
+        .prefetch(3)
+        .spawn()
+        .unwrap();
     handled_at_least(&handled, 300).await;
-    consumer.shutdown().await;
+    consumer.shutdown().await.unwrap();
     let max_active = sampler.stop().await.into_iter().max().unwrap_or(0);
     assert_eq!(handled.load(Ordering::SeqCst), 300, "each job handled once");
     assert_eq!(peak.load(Ordering::SeqCst), 2, "handlers at once");
@@ -180,21 +188,22 @@ async fn slow_handler_releases_the_prefetched_job_once() {
         if *job.payload() == 1 {
             tokio::time::sleep(Duration::from_millis(900)).await;
         }
-        Ok::<(), String>(())
+        Ok(())
     })
     .concurrency(1)
     .prefetch(1)
     .lease(Duration::from_millis(300))
     .heartbeat(Duration::from_millis(100))
     .observer(log.observer())
-    .spawn();
+    .spawn()
+    .unwrap();
     assert!(
         eventually(Duration::from_secs(10), || async {
             q.job(&next).await.unwrap().state == JobState::Completed
         })
         .await
     );
-    consumer.shutdown().await;
+    consumer.shutdown().await.unwrap();
     assert_eq!(q.job(&slow).await.unwrap().attempts, 1);
     let ev = log.of(&next);
     // Leased with the slow job, released unstarted, leased once more.
@@ -228,19 +237,20 @@ async fn shutdown_releases_prefetched_jobs_unstarted() {
             async move {
                 started.notify_one();
                 tokio::time::sleep(Duration::from_millis(300)).await;
-                Ok::<(), String>(())
+                Ok(())
             }
         })
         .concurrency(1)
         .prefetch(2)
         .observer(log.observer())
         .spawn()
+        .unwrap()
     };
     tokio::time::timeout(Duration::from_secs(10), started.notified())
         .await
         .unwrap();
     assert_eq!(q.counts().await.unwrap().active, 3, "one running, two prefetched");
-    consumer.shutdown().await;
+    consumer.shutdown().await.unwrap();
     let mut states = HashMap::new();
     for id in &ids {
         states.insert(id.clone(), q.job(id).await.unwrap().state);
@@ -266,22 +276,23 @@ async fn heartbeats_off_renew_a_job_that_waited() {
     let log = EventLog::default();
     let consumer = Consumer::new(q.clone(), |job: Job<u64>| async move {
         tokio::time::sleep(Duration::from_millis(*job.payload())).await;
-        Ok::<(), String>(())
+        Ok(())
     })
     .concurrency(1)
     .prefetch(1)
     .lease(Duration::from_millis(1000))
-    .heartbeat(Duration::from_secs(60))
+    .without_heartbeats()
     .reap_interval(Duration::from_millis(20))
     .observer(log.observer())
-    .spawn();
+    .spawn()
+    .unwrap();
     assert!(
         eventually(Duration::from_secs(10), || async {
             q.job(&waited).await.unwrap().state == JobState::Completed
         })
         .await
     );
-    consumer.shutdown().await;
+    consumer.shutdown().await.unwrap();
     for id in [&first, &waited] {
         let info = q.job(id).await.unwrap();
         assert_eq!((info.attempts, info.stalls), (1, 0), "job {id}");
@@ -308,13 +319,14 @@ async fn jobs_leased_as_shutdown_begins_are_not_started() {
         let log = EventLog::default();
         let consumer = Consumer::new(q.clone(), move |_job: Job<u32>| {
             h.fetch_add(1, Ordering::SeqCst);
-            async { Ok::<(), String>(()) }
+            async { Ok(()) }
         })
         .reaper(false)
         .observer(log.observer())
-        .spawn();
+        .spawn()
+        .unwrap();
         tokio::task::yield_now().await;
-        consumer.shutdown().await;
+        consumer.shutdown().await.unwrap();
         raced += log.all().iter().filter(|e| e.starts_with("claimed:")).count();
         let c = q.counts().await.unwrap();
         assert_eq!((c.active, c.completed), (0, 0), "nothing started: {c:?}");

@@ -30,6 +30,28 @@ pub enum HandlerResult {
     Stopped,
 }
 
+impl HandlerResult {
+    /// The name used in logs: ok, retry, fail, snooze, panicked,
+    /// lease_lost or stopped.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            HandlerResult::Ok => "ok",
+            HandlerResult::Retry => "retry",
+            HandlerResult::Fail => "fail",
+            HandlerResult::Snooze => "snooze",
+            HandlerResult::Panicked => "panicked",
+            HandlerResult::LeaseLost => "lease_lost",
+            HandlerResult::Stopped => "stopped",
+        }
+    }
+}
+
+impl std::fmt::Display for HandlerResult {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// A step in a job's life inside a [`Consumer`](super::Consumer), handed
 /// to its [`observer`](super::Consumer::observer)s. Server times are in ms
 /// since the Unix epoch on the server's clock, the time base of every

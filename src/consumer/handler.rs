@@ -7,6 +7,7 @@ use std::fmt;
 use std::time::Duration;
 
 use crate::job::Job;
+use crate::limits::MAX_DELAY;
 
 /// The error type of handlers: any error converts into it with `?` (as
 /// with `anyhow`), and its constructors choose what happens to the job.
@@ -57,11 +58,11 @@ impl HandlerError {
     }
 
     /// Retry after `delay` instead of the job's backoff (a failure is
-    /// counted). A delay over [`MAX_DELAY`](crate::limits::MAX_DELAY) is
-    /// refused when the job is settled, and the job's lease lapses.
+    /// counted). Like a backoff, the delay saturates at
+    /// [`MAX_DELAY`](crate::limits::MAX_DELAY).
     pub fn retry_after(error: impl Into<Box<dyn StdError + Send + Sync>>, delay: Duration) -> Self {
         HandlerError {
-            kind: Kind::Retry(Some(delay)),
+            kind: Kind::Retry(Some(delay.min(MAX_DELAY))),
             error: error.into(),
         }
     }
@@ -77,8 +78,10 @@ impl HandlerError {
 
     /// Run the job again after `delay` without counting a failure (the
     /// resource it needs is busy, a rate limit, a time window). Its next
-    /// delivery's attempt number is one higher.
+    /// delivery's attempt number is one higher. The delay saturates at
+    /// [`MAX_DELAY`](crate::limits::MAX_DELAY).
     pub fn snooze(delay: Duration) -> Self {
+        let delay = delay.min(MAX_DELAY);
         HandlerError {
             kind: Kind::Snooze(delay),
             error: format!("snoozed for {delay:?}").into(),

@@ -58,8 +58,12 @@ pub const MIN_HEARTBEAT: Duration = Duration::from_millis(5);
 pub const DEFAULT_SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(30);
 /// Longest shutdown grace period accepted: one day.
 pub const MAX_SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(86_400);
-/// Default longest wait on the wake list before an idle consumer polls again.
-pub const DEFAULT_POLL_INTERVAL: Duration = Duration::from_secs(1);
+/// Default longest wait on the wake list before an idle consumer polls
+/// again. Every enqueue, retry, release, reap and promotion pushes a wake
+/// token, so the poll is only a safety net (a wake token lost with a server
+/// restart, say) and can be long: an idle queue then costs one claim call
+/// per poll.
+pub const DEFAULT_POLL_INTERVAL: Duration = Duration::from_secs(5);
 /// Shortest poll interval accepted.
 pub const MIN_POLL_INTERVAL: Duration = Duration::from_millis(10);
 /// Longest poll interval accepted: one hour.

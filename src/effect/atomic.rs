@@ -210,7 +210,7 @@ impl Queue {
     }
 
     /// The idempotency key of job `job_id` of this queue, the same as
-    /// [`Job::idempotency_key`] hands the consumer's handler: `{QUEUE}:ID`.
+    /// [`Job::idempotency_key`](crate::Job::idempotency_key) hands the consumer's handler: `{QUEUE}:ID`.
     pub fn idempotency_key(&self, job_id: &str) -> String {
         crate::job::idempotency_key(self.name(), job_id)
     }

@@ -1,4 +1,4 @@
-//! Exactly-once *effects* on at-least-once delivery (DESIGN.md §6).
+//! Exactly-once *effects* on at-least-once delivery.
 //!
 //! echomq delivers every job at least once. A job can run twice: a worker
 //! that performs the job's effect (charges a card, sends a mail, bumps a
@@ -14,7 +14,7 @@
 //! # 1. The idempotency key: effects in a system that deduplicates
 //!
 //! [`Job::idempotency_key`](crate::Job::idempotency_key) (and
-//! [`Queue::idempotency_key`] for the low-level API) is `{QUEUE}:ID`: the
+//! [`Queue::idempotency_key`](crate::Queue::idempotency_key) for the low-level API) is `{QUEUE}:ID`: the
 //! same on every delivery of a job, different for every other job of the
 //! queues under one key prefix. Send it wherever an external API takes one (Stripe's
 //! `Idempotency-Key`, a webhook's delivery id, a unique column in your
@@ -57,10 +57,10 @@
 //! The server decides, fenced by the job's token: only the job's *current*
 //! attempt (the job is active and its attempts count equals the caller's
 //! token) may claim, so of two deliveries of one job the older one is
-//! refused with [`Error::LeaseLost`] and performs nothing. A marker held by
+//! refused with [`Error::LeaseLost`](crate::Error::LeaseLost) and performs nothing. A marker held by
 //! any other attempt belongs to one that is over (its lease was reaped, or
 //! it settled), and the current attempt takes it over. Only the holder's
-//! token can mark it done (a newer holder answers [`Error::MarkerLost`]),
+//! token can mark it done (a newer holder answers [`Error::MarkerLost`](crate::Error::MarkerLost)),
 //! and a holder can still mark done after its lease was lost, so the truth
 //! is recorded whenever it can be.
 //!
@@ -93,17 +93,17 @@
 //! # 3. Atomic completion: effects that live in Valkey
 //!
 //! For a counter, a hash field or a set member in Valkey itself,
-//! [`Queue::complete_with`] applies a declared list of [`Effects`] in the
+//! [`Queue::complete_with`](crate::Queue::complete_with) applies a declared list of [`Effects`] in the
 //! same script that completes the job: the effect and the acknowledgement
 //! commit together or not at all. A stale token (the job was reaped and
 //! redelivered), an "already completed" repeat and a refused effect apply
 //! nothing. Targets are keys in the queue's hash slot, so the script stays
-//! single-slot for Valkey Cluster: [`Queue::user_key`] names one
+//! single-slot for Valkey Cluster: [`Queue::user_key`](crate::Queue::user_key) names one
 //! (`emq:{Q}:user:NAME`), or name any key carrying the `{Q}` hash tag
 //! yourself; echomq's own keys are refused. Every effect is checked before
 //! anything is written: a target of another type, or a counter that is not
 //! an integer or would leave ±(2^53 − 1), refuses the whole completion with
-//! [`Error::EffectRefused`] and leaves the job leased.
+//! [`Error::EffectRefused`](crate::Error::EffectRefused) and leaves the job leased.
 //!
 //! Within the guarantees of the server: what a write acknowledged by
 //! Valkey survives depends on `appendfsync` and replication, as for every
@@ -112,7 +112,7 @@
 //! # Example
 //!
 //! ```no_run
-//! use echomq::{Consumer, Effects, EffectMarker, Job, MarkerState, OnceError, Queue};
+//! use echomq::{Consumer, Effects, EffectMarker, Job, MarkerState, Queue};
 //! # #[derive(serde::Deserialize)] struct Order { cents: i64 }
 //! # async fn charge(key: &str, cents: i64) -> Result<(), String> { Ok(()) }
 //! # async fn charged(key: &str) -> Result<bool, String> { Ok(false) }
@@ -134,11 +134,11 @@
 //!                 }
 //!                 charge(&key, job.payload().cents).await
 //!             })
-//!             .await?;
-//!         Ok::<(), OnceError<String>>(())
+//!             .await?; // a OnceError converts into a HandlerError: retried
+//!         Ok(())
 //!     }
 //! })
-//! .spawn();
+//! .spawn()?;
 //!
 //! // Low-level: the effect commits with the acknowledgement.
 //! let lease = queue.claim(1, std::time::Duration::from_secs(30)).await?.remove(0);
@@ -146,7 +146,7 @@
 //!     .incr_by(queue.user_key("orders-done")?, 1)
 //!     .sadd(queue.user_key("customers")?, "ada");
 //! queue.complete_with(&lease, &effects).await?;
-//! # consumer.shutdown().await; Ok(()) }
+//! # consumer.shutdown().await?; Ok(()) }
 //! ```
 
 mod atomic;
@@ -169,7 +169,7 @@ pub const MAX_MARKER_TTL: Duration = Duration::from_secs(10 * 365 * 24 * 3600);
 /// Longest effect name, in bytes.
 pub const MAX_EFFECT_NAME_BYTES: usize = 64;
 
-/// Most effects one [`Queue::complete_with`] call applies.
+/// Most effects one [`Queue::complete_with`](crate::Queue::complete_with) call applies.
 pub const MAX_EFFECTS: usize = 64;
 
 /// Longest key an effect may target, in bytes.

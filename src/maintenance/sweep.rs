@@ -1,4 +1,4 @@
-//! The consistency sweep (DESIGN.md §8): checks that each job's state
+//! The consistency sweep: checks that each job's state
 //! agrees with the set that holds it, and repairs what a torn write (Redis
 //! 7.0 can apply part of a script after a torn AOF tail) or a lost key left
 //! behind. It runs in bounded steps, so the maintenance task interleaves

@@ -43,6 +43,18 @@ where
     }
 }
 
+/// Returns once the server's clock is past `deadline_ms` (a lease deadline
+/// or due time): sleeps for the difference, then checks the server's TIME.
+pub async fn past(queue: &echomq::Queue, deadline_ms: u64) {
+    loop {
+        let now = queue.server_time_ms().await.unwrap();
+        if now > deadline_ms {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(deadline_ms - now + 1)).await;
+    }
+}
+
 /// A raw connection for inspecting keys.
 pub async fn raw(server: &LocalServer) -> redis::aio::MultiplexedConnection {
     redis::Client::open(server.url())
@@ -100,18 +112,28 @@ pub async fn complete_with_noop<T>(queue: &echomq::Queue, completed: u64) -> boo
 where
     T: serde::de::DeserializeOwned + Send + 'static,
 {
-    let handle = echomq::Consumer::new(queue.clone(), |_job: echomq::Job<T>| async { Ok::<(), String>(()) }).spawn();
+    let handle = echomq::Consumer::new(queue.clone(), |_job: echomq::Job<T>| async { Ok(()) })
+        .spawn()
+        .unwrap();
     let done = eventually(Duration::from_secs(10), || async {
         queue.counts().await.unwrap().completed == completed
     })
     .await;
-    handle.shutdown().await;
+    handle.shutdown().await.unwrap();
     done
 }
 
-/// A consumer's observer events, as "kind:token[:detail]" per job id.
+/// A consumer's observer events, as "kind:attempt[:detail]" per job id
+/// (events name the fencing token; the log shows the attempt that claimed
+/// with it, so tests read "claimed:1", "done:1:ok").
 #[derive(Clone, Default)]
-pub struct EventLog(std::sync::Arc<std::sync::Mutex<Vec<(String, String)>>>);
+pub struct EventLog(std::sync::Arc<std::sync::Mutex<Log>>);
+
+#[derive(Default)]
+pub struct Log {
+    events: Vec<(String, String)>,
+    attempts: std::collections::HashMap<u64, u64>,
+}
 
 impl EventLog {
     /// The observer to hand to `Consumer::observer`.
@@ -119,27 +141,33 @@ impl EventLog {
         use echomq::Event;
         let log = self.0.clone();
         move |e: &Event<'_>| {
+            let mut log = log.lock().unwrap();
+            if let Event::Claimed { token, attempt, .. } = e {
+                log.attempts.insert(*token, *attempt);
+            }
+            let n = |token: &u64| log.attempts.get(token).copied().unwrap_or(0);
             let (id, s) = match e {
-                Event::Claimed { id, token, .. } => (id, format!("claimed:{token}")),
-                Event::Extended { id, token, .. } => (id, format!("extended:{token}")),
-                Event::LeaseLost { id, token, confirmed } => (id, format!("lease_lost:{token}:{confirmed}")),
-                Event::HandlerDone { id, token, result } => (id, format!("done:{token}:{result}")),
-                Event::Settled { id, token, op, .. } => (id, format!("settled:{token}:{op}")),
-                Event::SettleFailed { id, token, op, .. } => (id, format!("settle_failed:{token}:{op}")),
+                Event::Claimed { id, token, .. } => (id, format!("claimed:{}", n(token))),
+                Event::Extended { id, token, .. } => (id, format!("extended:{}", n(token))),
+                Event::LeaseLost { id, token, confirmed } => (id, format!("lease_lost:{}:{confirmed}", n(token))),
+                Event::HandlerDone { id, token, result } => (id, format!("done:{}:{result}", n(token))),
+                Event::Settled { id, token, op, .. } => (id, format!("settled:{}:{op}", n(token))),
+                Event::SettleFailed { id, token, op, .. } => (id, format!("settle_failed:{}:{op}", n(token))),
                 _ => return,
             };
-            log.lock().unwrap().push((id.to_string(), s));
+            log.events.push((id.to_string(), s));
         }
     }
     /// Every event so far, in order.
     pub fn all(&self) -> Vec<String> {
-        self.0.lock().unwrap().iter().map(|(_, e)| e.clone()).collect()
+        self.0.lock().unwrap().events.iter().map(|(_, e)| e.clone()).collect()
     }
     /// The events of job `id`, in order.
     pub fn of(&self, id: &str) -> Vec<String> {
         self.0
             .lock()
             .unwrap()
+            .events
             .iter()
             .filter(|(j, _)| j == id)
             .map(|(_, e)| e.clone())

@@ -1,0 +1,263 @@
+//! What happens to a job: the handler's outcomes, the limits fixed at
+//! enqueue, and settlements that cannot be applied, each on its own.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{eventually, raw, setup, setup_with};
+use echomq::limits::MAX_DELAY;
+use echomq::queue::MAX_ERROR_BYTES;
+use echomq::{
+    Backoff, Consumer, EnqueueOptions, Error, HandlerError, Job, JobState, Outcome, QueueOptions, Reaper, Settle,
+};
+
+const LEASE: Duration = Duration::from_secs(30);
+
+// The four outcomes: Ok completes; `?` retries after the backoff; fail()
+// fails at once whatever attempts remain; snooze() runs again later
+// without counting a failure.
+#[tokio::test]
+async fn handler_outcomes_decide_the_job() {
+    let opts = QueueOptions::new()
+        .max_attempts(5)
+        .backoff(Backoff::Fixed(Duration::from_millis(10)));
+    let (_s, q) = setup_with("outcomes", opts).await;
+    let ok = q.enqueue(&"ok").await.unwrap();
+    let flaky = q.enqueue(&"flaky").await.unwrap();
+    let bad = q.enqueue(&"bad").await.unwrap();
+    let sleepy = q.enqueue(&"sleepy").await.unwrap();
+    let handle = Consumer::new(q.clone(), |job: Job<String>| async move {
+        match job.payload().as_str() {
+            "flaky" if job.attempt() < 3 => {
+                let _n: u32 = "not a number".parse()?;
+                Ok(())
+            }
+            "bad" => Err(HandlerError::fail("never valid")),
+            "sleepy" if job.attempt() < 3 => Err(HandlerError::snooze(Duration::from_millis(20))),
+            _ => Ok(()),
+        }
+    })
+    .spawn()
+    .unwrap();
+    let done = eventually(Duration::from_secs(10), || async {
+        let c = q.counts().await.unwrap();
+        c.completed == 3 && c.failed == 1
+    })
+    .await;
+    handle.shutdown().await.unwrap();
+    assert!(done, "{:?}", q.counts().await.unwrap());
+    let info = |id| {
+        let q = q.clone();
+        async move {
+            let i = q.job(id).await.unwrap();
+            (i.state, i.attempts, i.failures, i.last_error)
+        }
+    };
+    assert_eq!(info(&ok).await, (JobState::Completed, 1, 0, None));
+    let (state, attempts, failures, err) = info(&flaky).await;
+    assert_eq!((state, attempts, failures), (JobState::Completed, 3, 2));
+    assert!(err.unwrap().contains("invalid digit"));
+    assert_eq!(
+        info(&bad).await,
+        (JobState::Failed, 1, 0, Some("never valid".to_owned())),
+        "fail() used 1 of 5 attempts"
+    );
+    let (state, attempts, failures, _) = info(&sleepy).await;
+    assert_eq!(
+        (state, attempts, failures),
+        (JobState::Completed, 3, 0),
+        "snoozes counted no failure"
+    );
+}
+
+// retry_after() schedules the next attempt after its own delay, not the backoff; a delay past MAX_DELAY saturates.
+#[tokio::test]
+async fn retry_after_and_saturation() {
+    let opts = QueueOptions::new().backoff(Backoff::Fixed(Duration::from_millis(1)));
+    let (_s, q) = setup_with("retry-after", opts).await;
+    let soon = q.enqueue(&60_000u64).await.unwrap();
+    let never = q.enqueue(&u64::MAX).await.unwrap();
+    let fine = q.enqueue(&0u64).await.unwrap();
+    let t0 = q.server_time_ms().await.unwrap();
+    let handle = Consumer::new(q.clone(), |job: Job<u64>| async move {
+        match *job.payload() {
+            0 => Ok(()),
+            ms => Err(HandlerError::retry_after("later", Duration::from_millis(ms))),
+        }
+    })
+    .spawn()
+    .unwrap();
+    assert!(
+        eventually(Duration::from_secs(10), || async {
+            q.counts().await.unwrap().delayed == 2
+        })
+        .await
+    );
+    handle.shutdown().await.unwrap();
+    let t1 = q.server_time_ms().await.unwrap();
+    let due = |id| {
+        let q = q.clone();
+        async move { q.job(id).await.unwrap().deadline_ms.unwrap() }
+    };
+    assert!((t0 + 60_000..=t1 + 60_000).contains(&due(&soon).await));
+    let max = MAX_DELAY.as_millis() as u64;
+    assert!(
+        (t0 + max..=t1 + max).contains(&due(&never).await),
+        "not saturated at MAX_DELAY"
+    );
+    assert_eq!(q.job(&fine).await.unwrap().state, JobState::Completed);
+}
+
+// Limits are the job's, fixed at enqueue: the handle that enqueued decides
+// them, every consumer and reaper honours them, and the handler sees them.
+#[tokio::test]
+async fn limits_are_fixed_at_enqueue() {
+    let (s, q) = setup_with(
+        "limits",
+        QueueOptions::new()
+            .max_attempts(2)
+            .backoff(Backoff::Fixed(Duration::ZERO)),
+    )
+    .await;
+    let two = q.enqueue(&1).await.unwrap();
+    let one = q
+        .enqueue_with(&2, &EnqueueOptions::new().max_attempts(1))
+        .await
+        .unwrap()
+        .id;
+    let no_stall = q
+        .enqueue_with(&3, &EnqueueOptions::new().max_stalls(0).priority(-1))
+        .await
+        .unwrap()
+        .id;
+    // Another handle with other defaults changes nothing for these jobs.
+    let other = echomq::Queue::connect_with(&s.url(), q.name(), QueueOptions::new().max_attempts(9))
+        .await
+        .unwrap();
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let seen2 = seen.clone();
+    let handle = Consumer::new(other.clone(), move |job: Job<u32>| {
+        let seen = seen2.clone();
+        async move {
+            seen.lock().unwrap().push((
+                *job.payload(),
+                job.attempt(),
+                job.limits().max_attempts,
+                job.is_last_attempt(),
+            ));
+            if *job.payload() == 3 {
+                return Ok(());
+            }
+            Err("always".into())
+        }
+    })
+    .spawn()
+    .unwrap();
+    assert!(
+        eventually(Duration::from_secs(10), || async {
+            q.counts().await.unwrap().failed == 2
+        })
+        .await
+    );
+    handle.shutdown().await.unwrap();
+    assert_eq!(
+        (q.job(&two).await.unwrap().failures, q.job(&one).await.unwrap().failures),
+        (2, 1)
+    );
+    let mut seen = seen.lock().unwrap().clone();
+    seen.retain(|s| s.0 != 3);
+    seen.sort();
+    assert_eq!(seen, [(1, 1, 2, false), (1, 2, 2, true), (2, 1, 1, true)]);
+
+    // max_stalls 0: the first expired lease fails the job, whoever reaps.
+    let info = q.job(&no_stall).await.unwrap();
+    assert_eq!(info.limits.max_stalls, 0);
+    let id = q
+        .enqueue_with(&4, &EnqueueOptions::new().max_stalls(0))
+        .await
+        .unwrap()
+        .id;
+    let l = q.claim(1, Duration::from_millis(10)).await.unwrap().remove(0);
+    assert_eq!(l.id(), id);
+    common::past(&q, l.deadline_ms()).await;
+    let report = Reaper::new(other).run_once().await.unwrap();
+    assert_eq!(report.failed, vec![(id, 1)]);
+}
+
+// One item that cannot be sent does not hold back the batch: it answers
+// for itself and the others settle (0.1 failed the whole batch, and the
+// consumer's innocent jobs stalled).
+#[tokio::test]
+async fn a_bad_item_does_not_poison_the_batch() {
+    let (s, q) = setup("poison").await;
+    q.enqueue_bulk(&[1, 2, 3]).await.unwrap();
+    let l = q.claim(3, LEASE).await.unwrap();
+    let too_long = Settle::Retry {
+        delay: Some(Duration::MAX),
+        error: "x".into(),
+    };
+    let r = q
+        .settle_many(&[
+            (&l[0], &Settle::Complete),
+            (&l[1], &too_long),
+            (&l[2], &Settle::Complete),
+        ])
+        .await
+        .unwrap();
+    assert_eq!(r[0].as_ref().unwrap().outcome, Outcome::Completed);
+    assert!(matches!(r[1], Err(Error::InvalidOption { .. })), "{:?}", r[1]);
+    assert_eq!(r[2].as_ref().unwrap().outcome, Outcome::Completed);
+    assert_eq!(
+        q.job(l[1].id()).await.unwrap().state,
+        JobState::Active,
+        "the bad item changed its job"
+    );
+
+    // A backoff saturates at MAX_DELAY however many failures a job has.
+    let opts = EnqueueOptions::new().max_attempts(1_000).backoff(Backoff::Exponential {
+        base: Duration::from_millis(1),
+        max: MAX_DELAY,
+    });
+    let id = q.enqueue_with(&9, &opts).await.unwrap().id;
+    let mut c = raw(&s).await;
+    let _: () = redis::cmd("HSET")
+        .arg(format!("emq:{{{}}}:job:{id}", q.name()))
+        .arg("f")
+        .arg(500)
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    let l = q.claim(1, LEASE).await.unwrap().remove(0);
+    let t0 = q.server_time_ms().await.unwrap();
+    let Outcome::Retrying { due_ms: Some(due) } = q.retry(&l, None, "again").await.unwrap().outcome else {
+        panic!("not delayed");
+    };
+    let max = MAX_DELAY.as_millis() as u64;
+    assert!(
+        (t0 + max..=q.server_time_ms().await.unwrap() + max).contains(&due),
+        "{due}"
+    );
+}
+
+// Stored error texts and echoed values are bounded.
+#[tokio::test]
+async fn sizes_are_bounded() {
+    let (_s, q) = setup("bounds").await;
+    q.enqueue(&1).await.unwrap();
+    let l = q.claim(1, LEASE).await.unwrap().remove(0);
+    let huge = "e".repeat(20 << 20);
+    q.retry(&l, Some(Duration::ZERO), &huge).await.unwrap();
+    let stored = q.job(l.id()).await.unwrap().last_error.unwrap();
+    assert!(stored.len() <= MAX_ERROR_BYTES + 32, "{} bytes stored", stored.len());
+    assert!(stored.ends_with("(20971520 bytes)"), "{}", &stored[stored.len() - 40..]);
+
+    let id = "i".repeat(600_000);
+    let e = q.enqueue_with(&1, &EnqueueOptions::new().id(id)).await.unwrap_err();
+    assert!(matches!(e, Error::InvalidId { .. }));
+    assert!(
+        e.to_string().len() < 300,
+        "the message repeats {} bytes",
+        e.to_string().len()
+    );
+}
