@@ -301,8 +301,10 @@ local function settle_retry(moves, k, prefix, jk, id, token, now, delay, err, ke
   return {CODE.OK, requeue(k, jk, id, now, delay)}
 end
 
+-- A handler's failure too, so failures += 1, but whatever attempts remain.
 local function settle_fail(moves, prefix, jk, id, token, now, reason, keep, owner)
   moves.unlease[#moves.unlease + 1] = id
+  rcall('HINCRBY', jk, 'f', '1')
   finish(moves, prefix, jk, id, 'failed', now, keep, owner.dd, {'err', reason, 'lo', remember(owner, 'f', token)})
   return {CODE.OK, 0}
 end

@@ -188,14 +188,14 @@ impl EnqueueOptions {
         }
         if let Some((d, ttl)) = &self.dedup {
             validate_id("dedup id", d)?;
-            if let Some(ttl) = ttl {
-                if delay_ms("dedup ttl", *ttl)? == 0 {
-                    return Err(Error::InvalidOption {
-                        name: "dedup ttl",
-                        reason: "must be at least 1 ms (use dedup() for a marker that stands until the job finishes)"
-                            .into(),
-                    });
-                }
+            if let Some(ttl) = ttl
+                && delay_ms("dedup ttl", *ttl)? == 0
+            {
+                return Err(Error::InvalidOption {
+                    name: "dedup ttl",
+                    reason: "must be at least 1 ms (use dedup() for a marker that stands until the job finishes)"
+                        .into(),
+                });
             }
         }
         Ok(())

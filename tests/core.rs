@@ -528,7 +528,8 @@ async fn idle_consumer_wakes_on_enqueue() {
             let mut c = c.clone();
             async move {
                 let info: String = redis::cmd("INFO").arg("clients").query_async(&mut c).await.unwrap();
-                info.lines().any(|l| l.starts_with("blocked_clients:") && l != "blocked_clients:0")
+                info.lines()
+                    .any(|l| l.starts_with("blocked_clients:") && l != "blocked_clients:0")
             }
         })
         .await

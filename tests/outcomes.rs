@@ -60,7 +60,7 @@ async fn handler_outcomes_decide_the_job() {
     assert!(err.unwrap().contains("invalid digit"));
     assert_eq!(
         info(&bad).await,
-        (JobState::Failed, 1, 0, Some("never valid".to_owned())),
+        (JobState::Failed, 1, 1, Some("never valid".to_owned())),
         "fail() used 1 of 5 attempts"
     );
     let (state, attempts, failures, _) = info(&sleepy).await;

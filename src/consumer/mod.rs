@@ -318,13 +318,13 @@ where
         drain(&ctx).await;
         // Every job task has ended and queued its settlement: flush them.
         all_settled.cancel();
-        if let Some(h) = settling {
-            if let Err(e) = h.await {
-                failure.get_or_insert(Error::Internal {
-                    task: "settler",
-                    detail: e.to_string(),
-                });
-            }
+        if let Some(h) = settling
+            && let Err(e) = h.await
+        {
+            failure.get_or_insert(Error::Internal {
+                task: "settler",
+                detail: e.to_string(),
+            });
         }
         drop(maintained);
         debug!(queue = ctx.queue.name(), "consumer stopped");
