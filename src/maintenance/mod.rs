@@ -51,7 +51,10 @@ pub(crate) struct Maintenance {
 #[derive(Default)]
 struct State {
     queues: HashMap<Arc<str>, Entry>,
-    running: bool,
+    /// The running task's number (0: none), so a task ending late never
+    /// marks a newer one as gone.
+    running: u64,
+    tasks: u64,
 }
 
 struct Entry {
@@ -113,10 +116,16 @@ impl Maintenance {
             });
             e.intervals.push(interval);
             e.next = Instant::now();
-            !std::mem::replace(&mut st.running, true)
+            if st.running == 0 {
+                st.tasks += 1;
+                st.running = st.tasks;
+                Some(st.tasks)
+            } else {
+                None
+            }
         };
-        if start {
-            tokio::spawn(self.clone().run());
+        if let Some(task) = start {
+            tokio::spawn(self.clone().run(task));
         } else {
             self.changed.notify_one();
         }
@@ -142,12 +151,24 @@ impl Maintenance {
     }
 
     /// The task: reaps each queue when due, until no queue is registered.
-    async fn run(self: Arc<Self>) {
+    async fn run(self: Arc<Self>, task: u64) {
+        // However the task ends (its runtime may shut down with queues still
+        // registered), the next registration starts a new one.
+        struct Running(Arc<Maintenance>, u64);
+        impl Drop for Running {
+            fn drop(&mut self) {
+                let mut st = self.0.lock();
+                if st.running == self.1 {
+                    st.running = 0;
+                }
+            }
+        }
+        let _running = Running(self.clone(), task);
         loop {
             let (due, wake_at) = {
                 let mut st = self.lock();
                 if st.queues.is_empty() {
-                    st.running = false;
+                    st.running = 0;
                     return;
                 }
                 let now = Instant::now();
