@@ -228,6 +228,19 @@ where
     /// fault tests. Several may be added; each runs inline on the job's
     /// task, so keep them quick. A panicking observer is logged and the
     /// consumer carries on.
+    ///
+    /// ```no_run
+    /// # fn demo(queue: echomq::Queue) -> echomq::Result<()> {
+    /// use echomq::{Consumer, Event, Job};
+    /// let worker = Consumer::new(queue, |_job: Job<u32>| async { Ok(()) })
+    ///     .observer(|e| {
+    ///         if let Event::Settled { id, op, outcome, .. } = e {
+    ///             tracing::info!(job_id = id, %op, ?outcome, "settled");
+    ///         }
+    ///     })
+    ///     .spawn()?;
+    /// # drop(worker); Ok(()) }
+    /// ```
     pub fn observer(mut self, observer: impl Fn(&Event<'_>) + Send + Sync + 'static) -> Self {
         self.settings.observers.0.push(Arc::new(observer));
         self

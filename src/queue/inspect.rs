@@ -11,6 +11,15 @@ type HashFields = Vec<(String, Vec<u8>)>;
 impl Queue {
     /// Reads a job's record.
     ///
+    /// ```no_run
+    /// # async fn demo(queue: echomq::Queue, id: &str) -> echomq::Result<()> {
+    /// let job = queue.job(id).await?;
+    /// println!("{:?} after {} attempts, last error {:?}", job.state, job.attempts, job.last_error);
+    /// let counts = queue.counts().await?;
+    /// println!("{} pending, {} active", counts.pending, counts.active);
+    /// # Ok(()) }
+    /// ```
+    ///
     /// # Errors
     /// [`Error::InvalidId`], [`Error::JobNotFound`], server errors.
     pub async fn job(&self, id: &str) -> Result<JobInfo> {

@@ -235,6 +235,19 @@ impl Queue {
     /// a [`Consumer`](crate::Consumer) settles: whatever finished while the
     /// previous call was in flight goes in the next one.
     ///
+    /// ```no_run
+    /// # async fn demo(queue: echomq::Queue) -> echomq::Result<()> {
+    /// use std::time::Duration;
+    /// use echomq::Settle;
+    /// let leases = queue.claim(2, Duration::from_secs(30)).await?;
+    /// let later = Settle::Retry { delay: Some(Duration::from_secs(60)), error: "busy".into() };
+    /// let items: Vec<_> = leases.iter().zip([&Settle::Complete, &later]).collect();
+    /// for (item, result) in items.iter().zip(queue.settle_many(&items).await?) {
+    ///     println!("{}: {:?}", item.0.id(), result.map(|s| s.outcome));
+    /// }
+    /// # Ok(()) }
+    /// ```
+    ///
     /// # Errors
     /// The outer error is a server or transport failure for the whole
     /// batch (safe to resend: applied items answer
