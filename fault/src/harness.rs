@@ -49,8 +49,12 @@ pub struct WorkerOpts {
     pub prefetch: Option<usize>,
     /// Lease length.
     pub lease_ms: u64,
-    /// Heartbeat interval (default a third of the lease).
+    /// Heartbeat interval (default a third of the lease; must be shorter
+    /// than the lease).
     pub heartbeat_ms: Option<u64>,
+    /// No heartbeats at all (`Consumer::without_heartbeats`): the lease
+    /// runs out `lease_ms` after the claim whatever the handler does.
+    pub without_heartbeats: bool,
     /// Simulated work per job: a random sleep up to this.
     pub work_ms: u64,
     /// Run the guarded (effect-marker) effect too.
@@ -74,6 +78,7 @@ impl Default for WorkerOpts {
             prefetch: None,
             lease_ms: 1000,
             heartbeat_ms: None,
+            without_heartbeats: false,
             work_ms: 0,
             guarded: true,
             shutdown_timeout_ms: 2000,
@@ -259,6 +264,9 @@ impl Run {
         }
         if let Some(hb) = o.heartbeat_ms {
             args.push(format!("--heartbeat-ms={hb}"));
+        }
+        if o.without_heartbeats {
+            args.push("--no-heartbeats".into());
         }
         if let Some(n) = o.prefetch {
             args.push(format!("--prefetch={n}"));

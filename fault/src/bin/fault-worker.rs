@@ -3,7 +3,14 @@
 //! effect (HINCRBY of the job's counter in `fault:{Q}:fxu`) and, with
 //! `--guarded`, a guarded one (the same behind an `EffectMarker`, in
 //! `fault:{Q}:fxg`). With `--role=reaper` it runs reaper passes instead and
-//! records what each reaped.
+//! records what each reaped. Every event names the attempt by its fencing
+//! token (`Job::token`), the key the checker joins events on; `Claimed`
+//! also records the delivery number (`Job::attempt`).
+//!
+//! The consumer reaps nothing itself (`Consumer::reaper(false)`: its
+//! client's maintenance task leaves the queue alone), so every reap of a
+//! run is a recorded reaper pass. The jobs' limits (attempts, stalls,
+//! backoff) were fixed when the producer enqueued them.
 //!
 //! Kill points: `--pause-point=before_effect|after_effect_before_ack|after_ack`
 //! with `--pause-prob=P` (default 1) and `--pause-max=N` (default 1) makes it
@@ -15,10 +22,11 @@
 //!
 //! ```text
 //! fault-worker --url=redis://127.0.0.1:6379/ --queue=q --history=w1.jsonl --src=w1 \
-//!     [--role=worker|reaper] [--concurrency=8] [--prefetch=N] [--lease-ms=1000] [--heartbeat-ms=N]
+//!     [--role=worker|reaper] [--concurrency=8] [--prefetch=N] [--lease-ms=1000]
+//!     [--heartbeat-ms=N | --no-heartbeats]
 //!     [--work-ms=0] [--guarded] [--shutdown-timeout-ms=2000] [--response-timeout-ms=1000]
 //!     [--pause-point=P --pause-prob=1 --pause-max=1 --pause-job=ID]
-//!     reaper: [--interval-ms=100] [--batch=1000] [--max-stalls=1000] [--until-empty]
+//!     reaper: [--interval-ms=100] [--batch=1000] [--until-empty]
 //! ```
 
 use std::path::PathBuf;
@@ -27,8 +35,8 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 use echomq::{
-    Backoff, Consumer, EffectMarker, Error, Event, Job, MarkerState, Once, OnceError, Outcome, Queue, QueueOptions,
-    Reaper,
+    Consumer, EffectMarker, Error, Event, HandlerError, HandlerResult, Job, MarkerState, Once, OnceError, Outcome,
+    Queue, Reaper, SettleOp,
 };
 use echomq_fault::args::Args;
 use echomq_fault::history::{Ev, History};
@@ -94,7 +102,7 @@ impl Worker {
     }
 
     async fn handle(&self, job: Job<Value>) -> Result<(), String> {
-        let (id, token) = (job.id().to_owned(), job.attempt());
+        let (id, token) = (job.id().to_owned(), job.token());
         if self.work_ms > 0 {
             tokio::time::sleep(Duration::from_millis(fastrand::u64(0..=self.work_ms))).await;
         }
@@ -130,17 +138,17 @@ impl Worker {
     /// marker (an earlier attempt died inside the effect) is resolved by
     /// reading the counter, the "external system's own record".
     async fn guarded_effect(&self, job: &Job<Value>) -> Result<(), String> {
-        let (id, token) = (job.id().to_owned(), job.attempt());
+        let (id, token) = (job.id().to_owned(), job.token());
         let marker = EffectMarker::for_job(&self.queue, job, "fault").map_err(|e| e.to_string())?;
         let mut fx = self.fx.clone();
         let key = self.guarded_key.clone();
         let field = id.clone();
         let done = marker
             .once(|state| async move {
-                if let MarkerState::Orphaned { attempt } = state {
+                if let MarkerState::Orphaned { token } = state {
                     let seen: Option<i64> = fx.hget(&key, &field).await.map_err(|e| e.to_string())?;
                     if seen.unwrap_or(0) >= 1 {
-                        return Ok(format!("orphan_found (attempt {attempt})"));
+                        return Ok(format!("orphan_found (token {token})"));
                     }
                 }
                 let n: i64 = fx.hincr(&key, &field, 1).await.map_err(|e| e.to_string())?;
@@ -152,7 +160,7 @@ impl Worker {
                 let r = if what.starts_with("ran") { "ran" } else { "orphan_found" };
                 (r, what, true)
             }
-            Ok(Once::Skipped { attempt }) => ("skipped", format!("done by attempt {attempt}"), true),
+            Ok(Once::Skipped { token }) => ("skipped", format!("done by token {token}"), true),
             Ok(_) => ("other", String::new(), true),
             Err(OnceError::Claim(e)) => ("not_claimed", e.to_string(), false),
             Err(OnceError::Effect(e)) => ("effect_failed", e, false),
@@ -177,11 +185,13 @@ impl Worker {
             Event::Claimed {
                 id,
                 token,
+                attempt,
                 deadline_ms,
                 server_ms,
             } => Ev::Claimed {
                 id: id.into(),
                 token,
+                attempt,
                 deadline_ms,
                 server_ms,
             },
@@ -198,12 +208,12 @@ impl Worker {
             Event::HandlerDone { id, token, result } => Ev::HandlerDone {
                 id: id.into(),
                 token,
-                result: result.into(),
+                result: handler_result_name(result).into(),
             },
             Event::SettleSent { id, token, op } => Ev::SettleSent {
                 id: id.into(),
                 token,
-                op: op.into(),
+                op: op.as_str().into(),
             },
             Event::Settled {
                 id,
@@ -215,11 +225,11 @@ impl Worker {
                 self.hist.write(Ev::Settled {
                     id: id.into(),
                     token,
-                    op: op.into(),
+                    op: op.as_str().into(),
                     outcome: outcome_name(outcome).into(),
                     server_ms,
                 });
-                if op == "complete" && outcome == Outcome::Completed && self.pauses_at(id, "after_ack") {
+                if op == SettleOp::Complete && outcome == Outcome::Completed && self.pauses_at(id, "after_ack") {
                     self.hist.write(Ev::PausedAt {
                         id: id.into(),
                         token,
@@ -236,7 +246,7 @@ impl Worker {
             Event::SettleFailed { id, token, op, error } => Ev::SettleFailed {
                 id: id.into(),
                 token,
-                op: op.into(),
+                op: op.as_str().into(),
                 error: error.to_string(),
                 lease_lost: matches!(error, Error::LeaseLost { .. } | Error::JobNotFound(_)),
             },
@@ -252,7 +262,22 @@ fn outcome_name(o: Outcome) -> &'static str {
         Outcome::Retrying { .. } => "retrying",
         Outcome::Failed => "failed",
         Outcome::Released => "released",
+        Outcome::Snoozed { .. } => "snoozed",
         Outcome::AlreadySettled => "already_settled",
+        _ => "other",
+    }
+}
+
+/// How a handler ended, as the history records it.
+fn handler_result_name(r: HandlerResult) -> &'static str {
+    match r {
+        HandlerResult::Ok => "ok",
+        HandlerResult::Retry => "retry",
+        HandlerResult::Fail => "fail",
+        HandlerResult::Snooze => "snooze",
+        HandlerResult::Panicked => "panicked",
+        HandlerResult::LeaseLost => "lease_lost",
+        HandlerResult::Stopped => "stopped",
         _ => "other",
     }
 }
@@ -264,21 +289,6 @@ async fn terminated() {
     tokio::select! {
         _ = term.recv() => {}
         _ = int.recv() => {}
-    }
-}
-
-/// Connects, retrying while the server is down (a restart may be under way).
-async fn connect(url: &str, queue: &str, opts: QueueOptions) -> Queue {
-    let until = Instant::now() + Duration::from_secs(60);
-    loop {
-        match Queue::connect_with(url, queue, opts.clone()).await {
-            Ok(q) => return q,
-            Err(e) if Instant::now() < until => {
-                eprintln!("connect: {e}; retrying");
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
-            Err(e) => panic!("cannot connect to {url}: {e}"),
-        }
     }
 }
 
@@ -305,7 +315,8 @@ async fn run_reaper(a: &Args, hist: History, queue: Queue) {
     let interval = Duration::from_millis(a.get("interval-ms", 100u64));
     let batch: usize = a.get("batch", 1000);
     let until_empty = a.get("until-empty", false);
-    let reaper = Reaper::new(queue).batch(batch).max_stalls(a.get("max-stalls", 1000u32));
+    // Stalls are limited per job (fixed at enqueue); the reaper only reaps.
+    let reaper = Reaper::new(queue).interval(interval).batch(batch);
     let stop = terminated();
     tokio::pin!(stop);
     loop {
@@ -357,8 +368,7 @@ async fn main() {
     let lease_ms: u64 = a.get("lease-ms", 1000);
     let guarded = a.get("guarded", false);
     let timeout = a.response_timeout();
-    let opts = a.queue_options();
-    let queue = connect(&url, &qname, opts).await;
+    let queue = a.connect(&url).await;
     hist.write(Ev::Start {
         role: role.clone(),
         pid: std::process::id(),
@@ -388,27 +398,31 @@ async fn main() {
     let (w1, w2) = (worker.clone(), worker.clone());
     let mut consumer = Consumer::new(queue, move |job: Job<Value>| {
         let w = w1.clone();
-        async move { w.handle(job).await }
+        async move { w.handle(job).await.map_err(HandlerError::from) }
     })
     .observer(move |e| w2.observe(e))
     .concurrency(a.get("concurrency", 8))
     .lease(Duration::from_millis(lease_ms))
-    .max_attempts(1000)
-    .backoff(Backoff::Fixed(Duration::from_millis(20)))
     .shutdown_timeout(Duration::from_millis(a.get("shutdown-timeout-ms", 2000)))
     .poll_interval(Duration::from_millis(200))
     .reaper(false);
     if let Some(hb) = a.opt("heartbeat-ms") {
         consumer = consumer.heartbeat(Duration::from_millis(hb.parse().expect("--heartbeat-ms")));
     }
+    if a.get("no-heartbeats", false) {
+        consumer = consumer.without_heartbeats();
+    }
     if let Some(n) = a.opt("prefetch") {
         consumer = consumer.prefetch(n.parse().expect("--prefetch"));
     }
-    let handle = consumer.spawn();
+    let handle = consumer.spawn().expect("valid consumer settings");
     terminated().await;
     let t0 = Instant::now();
-    handle.shutdown().await;
+    let res = handle.shutdown().await;
     worker.hist.write(Ev::Stop {
-        reason: format!("signal; shutdown took {} ms", t0.elapsed().as_millis()),
+        reason: match res {
+            Ok(()) => format!("signal; shutdown took {} ms", t0.elapsed().as_millis()),
+            Err(e) => format!("signal; shutdown took {} ms and failed: {e}", t0.elapsed().as_millis()),
+        },
     });
 }
