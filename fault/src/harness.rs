@@ -69,6 +69,11 @@ pub struct WorkerOpts {
     pub pause_job: Option<String>,
     /// Connect here instead of the run's URL (a proxy, say).
     pub url: Option<String>,
+    /// Run one raw attempt instead of a consumer (`fault-worker
+    /// --role=raw`): claim, effect, stop at `after_effect_before_ack`
+    /// until released, then send this call ("extend" or "complete") with
+    /// its token whatever the time.
+    pub stale_op: Option<&'static str>,
 }
 
 impl Default for WorkerOpts {
@@ -86,6 +91,7 @@ impl Default for WorkerOpts {
             pause: None,
             pause_job: None,
             url: None,
+            stale_op: None,
         }
     }
 }
@@ -252,13 +258,19 @@ impl Run {
     pub fn worker(&mut self, o: &WorkerOpts) -> String {
         let mut args = vec![
             format!("--url={}", o.url.as_deref().unwrap_or(&self.client_url)),
-            "--role=worker".into(),
+            match o.stale_op {
+                Some(_) => "--role=raw".into(),
+                None => "--role=worker".into(),
+            },
             format!("--concurrency={}", o.concurrency),
             format!("--lease-ms={}", o.lease_ms),
             format!("--work-ms={}", o.work_ms),
             format!("--shutdown-timeout-ms={}", o.shutdown_timeout_ms),
             format!("--response-timeout-ms={}", o.response_timeout_ms),
         ];
+        if let Some(op) = o.stale_op {
+            args.push(format!("--stale-op={op}"));
+        }
         if o.guarded {
             args.push("--guarded".into());
         }

@@ -286,20 +286,22 @@ pub fn ack_lost(ctx: &Ctx, how: AckLoss) -> Outcome {
     finish(run, drained, notes)
 }
 
-/// Which call of the paused worker [`paused_takeover`] watches.
+/// Which stale call the paused worker of [`paused_takeover`] sends.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Stale {
-    /// Its heartbeat, which runs first after the pause.
+    /// A heartbeat (`extend`).
     Heartbeat,
-    /// Its settlement (heartbeats off, so the handler's result is sent).
+    /// Its settlement (`complete`).
     Settle,
 }
 
 /// Worker A, paused by SIGSTOP after its effect past its lease, loses the
 /// job to worker B; resumed, A's heartbeat or settlement is refused and
-/// changes nothing. Notes: `unchanged` (the queue's keys are identical
-/// before A resumes and after it gave up), `a_event`, `a_token` (A's
-/// fencing token).
+/// changes nothing. A is a raw attempt (`WorkerOpts::stale_op`), not a
+/// consumer: a consumer resumed past its lease gives up without sending
+/// anything, which is right but leaves the server's fence untested. Notes:
+/// `unchanged` (the queue's keys are identical before A resumes and after
+/// it gave up), `a_event`, `a_token` (A's fencing token).
 pub fn paused_takeover(ctx: &Ctx, what: Stale) -> Outcome {
     let server = ctx.server(false);
     let mut run = Run::new(&ctx.bins, &server.url(), "takeover");
@@ -308,8 +310,11 @@ pub fn paused_takeover(ctx: &Ctx, what: Stale) -> Outcome {
     let a = run.worker(&WorkerOpts {
         concurrency: 1,
         lease_ms: 1000,
-        without_heartbeats: what == Stale::Settle,
-        pause: Some(("after_effect_before_ack".into(), 1.0, 1)),
+        guarded: false,
+        stale_op: Some(match what {
+            Stale::Heartbeat => "extend",
+            Stale::Settle => "complete",
+        }),
         ..WorkerOpts::default()
     });
     let mut notes = BTreeMap::new();
@@ -329,21 +334,13 @@ pub fn paused_takeover(ctx: &Ctx, what: Stale) -> Outcome {
     let b_holds = wait_until(Duration::from_secs(20), || run.paused_at_point(&b));
     notes.insert("b_holds".into(), json!(b_holds));
     let before = run.snapshot();
-    let a_event = match what {
-        Stale::Heartbeat => {
-            run.resume(&a);
-            let e = run.wait_event(&a, Duration::from_secs(10), |e| matches!(e, Ev::LeaseLost { .. }));
-            run.release(&a);
-            e
-        }
-        Stale::Settle => {
-            run.release(&a);
-            run.resume(&a);
-            run.wait_event(&a, Duration::from_secs(10), |e| {
-                matches!(e, Ev::SettleFailed { .. } | Ev::Settled { .. })
-            })
-        }
-    };
+    // Released while stopped, A sends its stale call as soon as it runs again.
+    run.release(&a);
+    run.resume(&a);
+    let a_event = run.wait_event(&a, Duration::from_secs(10), |e| match what {
+        Stale::Heartbeat => matches!(e, Ev::LeaseLost { .. } | Ev::Extended { .. }),
+        Stale::Settle => matches!(e, Ev::SettleFailed { .. } | Ev::Settled { .. }),
+    });
     // Whatever else A would do after that, give it the time to.
     std::thread::sleep(Duration::from_millis(500));
     let after = run.snapshot();

@@ -178,7 +178,7 @@ fn ack_lost_past_the_lease() {
     assert_eq!(out.check.n("guarded_duplicates"), 0);
 }
 
-// A SIGSTOPped worker whose job went to another: resumed, its heartbeat gives up and nothing changes.
+// A SIGSTOPped worker whose job went to another: resumed, the server refuses its heartbeat and nothing changes.
 #[test]
 fn paused_worker_heartbeat_is_fenced() {
     let _g = serial();
@@ -186,11 +186,13 @@ fn paused_worker_heartbeat_is_fenced() {
     passed("paused_heartbeat", &out);
     assert_eq!(out.notes["b_holds"], true);
     assert!(
-        out.notes["a_event"].as_str().unwrap().contains("LeaseLost"),
+        out.notes["a_event"].as_str().unwrap().contains("LeaseLost")
+            && out.notes["a_event"].as_str().unwrap().contains("confirmed: true"),
         "{:?}",
         out.notes
     );
     assert_eq!(out.notes["unchanged"], true, "the stale worker changed the queue");
+    assert!(out.check.n("stale_heartbeats_rejected") >= 1);
 }
 
 // A SIGSTOPped worker whose job went to another: resumed, its complete gets LeaseLost and changes nothing.

@@ -20,6 +20,16 @@
 //! keeps its lease alive with heartbeats and gives up if cancelled.
 //! SIGTERM or Ctrl-C: graceful shutdown (`ConsumerHandle::shutdown`).
 //!
+//! `--role=raw --stale-op=extend|complete` is one attempt through the
+//! low-level calls instead of a `Consumer`: it claims one job, performs the
+//! unguarded effect, stops at the kill point `after_effect_before_ack`
+//! until released, then sends `extend` or `complete` with its token
+//! whatever the time. A `Consumer` fences itself: once its lease may have
+//! lapsed (say after a SIGSTOP) it settles nothing, so it cannot show that
+//! the *server* refuses a stale token. This is the client that paused
+//! between its own check and the send, so the server's fence is exercised
+//! every time.
+//!
 //! ```text
 //! fault-worker --url=redis://127.0.0.1:6379/ --queue=q --history=w1.jsonl --src=w1 \
 //!     [--role=worker|reaper] [--concurrency=8] [--prefetch=N] [--lease-ms=1000]
@@ -27,6 +37,7 @@
 //!     [--work-ms=0] [--guarded] [--shutdown-timeout-ms=2000] [--response-timeout-ms=1000]
 //!     [--pause-point=P --pause-prob=1 --pause-max=1 --pause-job=ID]
 //!     reaper: [--interval-ms=100] [--batch=1000] [--until-empty]
+//!     raw: --stale-op=extend|complete [--lease-ms=1000]
 //! ```
 
 use std::path::PathBuf;
@@ -357,6 +368,79 @@ async fn run_reaper(a: &Args, hist: History, queue: Queue) {
     });
 }
 
+/// `--role=raw`: one attempt without self-fencing (see the file's docs).
+async fn run_raw(a: &Args, w: &Worker, lease: Duration) {
+    let op = a.req("stale-op");
+    assert!(op == "extend" || op == "complete", "--stale-op=extend|complete");
+    let mut lease = loop {
+        match w.queue.claim(1, lease).await {
+            Ok(mut ls) if !ls.is_empty() => break ls.remove(0),
+            Ok(_) => {}
+            Err(e) => eprintln!("claim: {e}; retrying"),
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    let (id, token) = (lease.id().to_owned(), lease.token());
+    w.hist.write(Ev::Claimed {
+        id: id.clone(),
+        token,
+        attempt: lease.attempt(),
+        deadline_ms: lease.deadline_ms(),
+        server_ms: lease.claimed_ms(),
+    });
+    w.hist.write(Ev::EffectBegin { id: id.clone(), token });
+    let mut fx = w.fx.clone();
+    let count: i64 = fx.hincr(&w.effect_key, &id, 1).await.expect("the effect");
+    w.hist.write(Ev::EffectDone {
+        id: id.clone(),
+        token,
+        count,
+    });
+    let point = "after_effect_before_ack";
+    w.hist.write(Ev::PausedAt {
+        id: id.clone(),
+        token,
+        point: point.into(),
+    });
+    let _ = std::fs::write(&w.paused_file, point);
+    while !w.go_file.exists() {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    if op == "extend" {
+        match w.queue.extend(&mut lease, Duration::from_millis(a.get("lease-ms", 1000))).await {
+            Ok(deadline_ms) => w.hist.write(Ev::Extended { id, token, deadline_ms }),
+            Err(Error::LeaseLost { .. } | Error::JobNotFound(_)) => w.hist.write(Ev::LeaseLost {
+                id,
+                token,
+                confirmed: true,
+            }),
+            Err(e) => eprintln!("extend: {e}"),
+        }
+        return;
+    }
+    w.hist.write(Ev::SettleSent {
+        id: id.clone(),
+        token,
+        op: "complete".into(),
+    });
+    match w.queue.complete(&lease).await {
+        Ok(done) => w.hist.write(Ev::Settled {
+            id,
+            token,
+            op: "complete".into(),
+            outcome: outcome_name(done.outcome).into(),
+            server_ms: done.server_ms,
+        }),
+        Err(e) => w.hist.write(Ev::SettleFailed {
+            id,
+            token,
+            op: "complete".into(),
+            error: e.to_string(),
+            lease_lost: matches!(e, Error::LeaseLost { .. } | Error::JobNotFound(_)),
+        }),
+    }
+}
+
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
     let a = Args::from_env();
@@ -372,7 +456,7 @@ async fn main() {
     hist.write(Ev::Start {
         role: role.clone(),
         pid: std::process::id(),
-        lease_ms: if role == "worker" { lease_ms } else { 0 },
+        lease_ms: if role == "reaper" { 0 } else { lease_ms },
         guarded: guarded && role == "worker",
     });
     if role == "reaper" {
@@ -395,6 +479,15 @@ async fn main() {
         go_file: PathBuf::from(format!("{}.go", history.display())),
         paused_file: PathBuf::from(format!("{}.paused", history.display())),
     });
+    if role == "raw" {
+        tokio::select! {
+            _ = run_raw(&a, &worker, Duration::from_millis(lease_ms)) => {}
+            _ = terminated() => {}
+        }
+        terminated().await;
+        worker.hist.write(Ev::Stop { reason: "signal".into() });
+        return;
+    }
     let (w1, w2) = (worker.clone(), worker.clone());
     let mut consumer = Consumer::new(queue, move |job: Job<Value>| {
         let w = w1.clone();
