@@ -53,21 +53,57 @@ impl Args {
 }
 
 impl Args {
-    /// The queue options every fault process uses: keep every record (the
-    /// checker reads them) and `--response-timeout-ms` (default 1,000) for
-    /// both timeouts.
-    pub fn queue_options(&self) -> echomq::QueueOptions {
+    /// The client options every fault process uses: `--response-timeout-ms`
+    /// (default 1,000) for both the response and the connection timeout.
+    pub fn client_options(&self) -> echomq::ClientOptions {
         let timeout = self.response_timeout();
+        echomq::ClientOptions::new()
+            .response_timeout(timeout)
+            .connection_timeout(timeout)
+    }
+
+    /// The queue options every fault process uses: keep every record (the
+    /// checker reads them), and the limits of the jobs this handle
+    /// enqueues (they are fixed at enqueue): `--max-attempts` (default
+    /// 1,000), `--max-stalls` (default 1,000) and a fixed `--backoff-ms`
+    /// (default 20), so a fault run ends with every job completed rather
+    /// than failed for running out of attempts or stalls.
+    pub fn queue_options(&self) -> echomq::QueueOptions {
         echomq::QueueOptions::new()
             .keep_completed(echomq::Retention::All)
             .keep_failed(echomq::Retention::All)
-            .response_timeout(timeout)
-            .connection_timeout(timeout)
+            .max_attempts(self.get("max-attempts", 1000u32))
+            .max_stalls(self.get("max-stalls", 1000u32))
+            .backoff(echomq::Backoff::Fixed(std::time::Duration::from_millis(
+                self.get("backoff-ms", 20u64),
+            )))
     }
 
     /// `--response-timeout-ms` (default 1,000).
     pub fn response_timeout(&self) -> std::time::Duration {
         std::time::Duration::from_millis(self.get("response-timeout-ms", 1000u64))
+    }
+
+    /// Connects a queue handle (`--url`, `--queue`, the options above),
+    /// retrying for up to a minute while the server is down (a restart may
+    /// be under way).
+    pub async fn connect(&self, url: &str) -> echomq::Queue {
+        let name = self.req("queue");
+        let until = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        loop {
+            let res = match echomq::Client::connect_with(url, self.client_options()).await {
+                Ok(c) => c.queue_with(&name, self.queue_options()).await,
+                Err(e) => Err(e),
+            };
+            match res {
+                Ok(q) => return q,
+                Err(e) if std::time::Instant::now() < until => {
+                    eprintln!("connect: {e}; retrying");
+                    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                }
+                Err(e) => panic!("cannot connect to {url}: {e}"),
+            }
+        }
     }
 }
 

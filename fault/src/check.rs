@@ -3,9 +3,18 @@
 //!
 //! What each check can see, and so how strict it is:
 //!
+//! Attempts are keyed by their fencing token. Tokens come from a
+//! queue-wide counter: unique in the queue, and each claim of a job gets a
+//! higher one than the claim before, but they are not the delivery number
+//! (`Claimed` records that separately) and successive claims of a job need
+//! not have consecutive tokens. So "the highest token" is the newest
+//! claim, and the delivery after delivery `n` is the claim numbered
+//! `n + 1`, never "token + 1".
+//!
 //! - I1 (no acknowledged enqueue lost), I2 (no job never enqueued), I3
 //!   (states agree with sets; terminal or pending after a drain), I4 (one
-//!   terminal settlement, by the highest token), I8 (guarded effects once),
+//!   terminal settlement, by the highest token, which is the job's current
+//!   `tk`; and tokens rise with the delivery number), I8 (guarded effects once),
 //!   I10 (one job per dedup id at a time): **full**, from the final state
 //!   and the producers' histories.
 //! - I5 (a stale token changes nothing): every settlement the server
@@ -135,6 +144,8 @@ struct Attempt {
     src: Option<String>,
     /// (server_ms, deadline_ms) of the claim.
     claim: Option<(u64, u64)>,
+    /// The delivery number of the claim (1 for the first), when recorded.
+    delivery: Option<u64>,
     extends: Vec<u64>,
     lease_lost: Option<bool>,
     sent: Vec<String>,
@@ -246,12 +257,14 @@ pub fn check(records: &[Record], state: &ServerState, opts: &CheckOptions) -> Re
             Ev::Claimed {
                 id,
                 token,
+                attempt,
                 deadline_ms,
                 server_ms,
             } => {
                 let a = jobs.entry(id).or_default().attempts.entry(*token).or_default();
                 a.src = Some(src.to_owned());
                 a.claim = Some((*server_ms, *deadline_ms));
+                a.delivery = (*attempt > 0).then_some(*attempt);
             }
             Ev::Extended { id, token, deadline_ms } => {
                 let a = jobs.entry(id).or_default().attempts.entry(*token).or_default();
@@ -573,17 +586,50 @@ fn check_job(
         ));
     }
     for (t, op) in &terminal {
-        if *t != rec.attempts {
+        if *t != rec.token {
             v.push(format!(
-                "I4 job {id} was settled ({op}) with token {t}, but token {} was minted",
-                rec.attempts
+                "I4 job {id} was settled ({op}) with token {t}, but its last claim has token {}",
+                rec.token
             ));
         }
     }
-    if rec.state == "completed" && rec.last_op.as_deref() != Some(&format!("c:{}", rec.attempts)) {
+    if rec.state == "completed" && rec.last_op.as_deref() != Some(&format!("c:{}", rec.token)) {
         v.push(format!(
             "I4 job {id} is completed by {:?}, not by its highest token {}",
-            rec.last_op, rec.attempts
+            rec.last_op, rec.token
+        ));
+    }
+    // The highest token is the newest claim: no claim recorded above the
+    // job's current token, and tokens rise strictly with the delivery
+    // number (one claim per delivery number).
+    if let Some(t) = h.attempts.iter().filter(|(_, a)| a.claim.is_some()).map(|(t, _)| *t).max()
+        && t > rec.token
+    {
+        v.push(format!(
+            "I4 job {id}: token {t} was claimed, above the job's current token {}",
+            rec.token
+        ));
+    }
+    let mut deliveries: Vec<(u64, u64)> = h
+        .attempts
+        .iter()
+        .filter_map(|(t, a)| a.delivery.map(|d| (d, *t)))
+        .collect();
+    deliveries.sort();
+    for w in deliveries.windows(2) {
+        let ((d1, t1), (d2, t2)) = (w[0], w[1]);
+        if d1 == d2 || t2 <= t1 {
+            v.push(format!(
+                "I4 job {id}: delivery {d2} has token {t2}, not above delivery {d1}'s token {t1}"
+            ));
+        }
+    }
+    if let Some(&(d, _)) = deliveries.last()
+        && d > rec.attempts
+    {
+        v.push(format!(
+            "I4 job {id}: delivery {d} was claimed, but the job counts {} claims",
+            rec.attempts
         ));
     }
     for (t, a) in &h.attempts {
@@ -648,15 +694,18 @@ fn check_job(
                 }
             }
         }
-        if let Some(next) = h.attempts.get(&(t + 1))
+        // The next delivery: the claim numbered one more (its token is
+        // higher, but not necessarily t + 1).
+        if let Some(d) = a.delivery
+            && let Some((t2, next)) = h.attempts.iter().find(|(_, n)| n.delivery == Some(d + 1))
             && let Some((next_at, _)) = next.claim
             && !a.settled_back()
         {
             let last = a.last_deadline().unwrap_or(deadline);
             if next_at <= last {
                 v.push(format!(
-                    "I6 job {id}: token {} claimed at {next_at}, before token {t}'s lease ended at {last}",
-                    t + 1
+                    "I6 job {id}: token {t2} (delivery {}) claimed at {next_at}, before token {t}'s lease ended at {last}",
+                    d + 1
                 ));
             } else {
                 r.max_redelivery_gap_ms = r.max_redelivery_gap_ms.max(next_at - last);
@@ -799,7 +848,7 @@ fn end_reason(a: &Attempt, killed: bool) -> Option<&'static str> {
     if a.lease_lost.is_some() || a.settle_failed.iter().any(|(_, lost)| *lost) {
         return Some("lease lost");
     }
-    let failed = matches!(a.handler.as_deref(), Some("error" | "panicked"));
+    let failed = matches!(a.handler.as_deref(), Some("retry" | "fail" | "panicked"));
     if a.effect_unknown || failed || a.sent.iter().any(|o| o == "retry") {
         return Some("handler retried");
     }
@@ -819,6 +868,11 @@ fn end_reason(a: &Attempt, killed: bool) -> Option<&'static str> {
 mod tests {
     use super::*;
     use crate::state::JobRecord;
+
+    /// Tokens as the queue-wide counter mints them: large, and not
+    /// consecutive for one job (other jobs' claims come in between).
+    const T1: u64 = 1_764_590_000_000_001;
+    const T2: u64 = 1_764_590_000_000_038;
 
     fn rec(src: &str, ev: Ev) -> Record {
         Record {
@@ -840,12 +894,13 @@ mod tests {
         )
     }
 
-    fn claimed(src: &str, id: &str, token: u64, at: u64) -> Record {
+    fn claimed(src: &str, id: &str, token: u64, attempt: u64, at: u64) -> Record {
         rec(
             src,
             Ev::Claimed {
                 id: id.into(),
                 token,
+                attempt,
                 deadline_ms: at + 1000,
                 server_ms: at,
             },
@@ -941,18 +996,20 @@ mod tests {
             start("w2", "worker", 1000),
         ];
         h.extend(enqueued("j1", None, 3));
-        h.push(claimed("w1", "j1", 1, 1000));
-        h.extend(effect("w1", "j1", 1));
-        h.extend(completed("w1", "j1", 1, 1500));
+        h.push(claimed("w1", "j1", T1, 1, 1000));
+        h.extend(effect("w1", "j1", T1));
+        h.extend(completed("w1", "j1", T1, 1500));
         let mut st = ServerState::default();
         st.jobs.insert(
             "j1".into(),
             JobRecord {
                 state: "completed".into(),
                 attempts: 1,
+                token: T1,
                 created_ms: 900,
                 finished_ms: Some(1500),
-                last_op: Some("c:1".into()),
+                last_op: Some(format!("c:{T1}")),
+                settlements: vec![format!("c:{T1}")],
                 ..JobRecord::default()
             },
         );
@@ -973,11 +1030,13 @@ mod tests {
             h.push(kill("w1"));
         }
         h.push(reap("j1", 2100, 1));
-        h.push(claimed("w2", "j1", 2, 2200));
-        h.extend(effect("w2", "j1", 2));
-        h.extend(completed("w2", "j1", 2, 2300));
+        h.push(claimed("w2", "j1", T2, 2, 2200));
+        h.extend(effect("w2", "j1", T2));
+        h.extend(completed("w2", "j1", T2, 2300));
         let j = st.jobs.get_mut("j1").unwrap();
-        (j.attempts, j.stalls, j.last_op) = (2, 1, Some("c:2".into()));
+        (j.attempts, j.token, j.stalls) = (2, T2, 1);
+        j.last_op = Some(format!("c:{T2}"));
+        j.settlements = vec![format!("c:{T2}")];
         st.effects.insert("j1".into(), 2);
         (h, st)
     }
@@ -1043,7 +1102,45 @@ mod tests {
     fn i4_completed_by_a_stale_token() {
         let (h, mut st) = redelivered(true);
         assert!(violations(&h, &st).is_empty(), "{:?}", violations(&h, &st));
-        st.jobs.get_mut("j1").unwrap().last_op = Some("c:1".into());
+        st.jobs.get_mut("j1").unwrap().last_op = Some(format!("c:{T1}"));
+        assert_violates(&h, &st, "I4");
+    }
+
+    // I4: the highest token is the newest claim; a token that does not rise with the delivery number is a violation.
+    #[test]
+    fn i4_tokens_rise_with_deliveries() {
+        // The second delivery got a lower token than the first.
+        let (mut h, mut st) = redelivered(true);
+        let low = T1 - 5;
+        for r in &mut h {
+            match &mut r.ev {
+                Ev::Claimed { token, .. }
+                | Ev::EffectBegin { token, .. }
+                | Ev::EffectDone { token, .. }
+                | Ev::SettleSent { token, .. }
+                | Ev::Settled { token, .. }
+                    if *token == T2 =>
+                {
+                    *token = low
+                }
+                _ => {}
+            }
+        }
+        let j = st.jobs.get_mut("j1").unwrap();
+        j.token = low;
+        j.last_op = Some(format!("c:{low}"));
+        assert_violates(&h, &st, "I4");
+        // Two claims with one delivery number (a claim not counted).
+        let (mut h, st) = redelivered(true);
+        for r in &mut h {
+            if let Ev::Claimed { token: T2, attempt, .. } = &mut r.ev {
+                *attempt = 1;
+            }
+        }
+        assert_violates(&h, &st, "I4");
+        // A claim above the job's current token.
+        let (h, mut st) = redelivered(true);
+        st.jobs.get_mut("j1").unwrap().token = T1;
         assert_violates(&h, &st, "I4");
     }
 
@@ -1051,7 +1148,7 @@ mod tests {
     #[test]
     fn i5_stale_settle_applied() {
         let (mut h, st) = redelivered(true);
-        h.extend(completed("w1", "j1", 1, 2250));
+        h.extend(completed("w1", "j1", T1, 2250));
         assert_violates(&h, &st, "I5");
     }
 
@@ -1068,13 +1165,13 @@ mod tests {
         let (mut h, st) = redelivered(true);
         for r in &mut h {
             if let Ev::Claimed {
-                token: 2,
+                token: T2,
                 server_ms,
                 deadline_ms,
                 ..
             } = &mut r.ev
             {
-                (*server_ms, *deadline_ms) = (1900, 2900); // before token 1's deadline at 2000
+                (*server_ms, *deadline_ms) = (1900, 2900); // before the first delivery's deadline at 2000
             }
         }
         assert_violates(&h, &st, "I6");

@@ -49,8 +49,12 @@ pub struct WorkerOpts {
     pub prefetch: Option<usize>,
     /// Lease length.
     pub lease_ms: u64,
-    /// Heartbeat interval (default a third of the lease).
+    /// Heartbeat interval (default a third of the lease; must be shorter
+    /// than the lease).
     pub heartbeat_ms: Option<u64>,
+    /// No heartbeats at all (`Consumer::without_heartbeats`): the lease
+    /// runs out `lease_ms` after the claim whatever the handler does.
+    pub without_heartbeats: bool,
     /// Simulated work per job: a random sleep up to this.
     pub work_ms: u64,
     /// Run the guarded (effect-marker) effect too.
@@ -65,6 +69,11 @@ pub struct WorkerOpts {
     pub pause_job: Option<String>,
     /// Connect here instead of the run's URL (a proxy, say).
     pub url: Option<String>,
+    /// Run one raw attempt instead of a consumer (`fault-worker
+    /// --role=raw`): claim, effect, stop at `after_effect_before_ack`
+    /// until released, then send this call ("extend" or "complete") with
+    /// its token whatever the time.
+    pub stale_op: Option<&'static str>,
 }
 
 impl Default for WorkerOpts {
@@ -74,6 +83,7 @@ impl Default for WorkerOpts {
             prefetch: None,
             lease_ms: 1000,
             heartbeat_ms: None,
+            without_heartbeats: false,
             work_ms: 0,
             guarded: true,
             shutdown_timeout_ms: 2000,
@@ -81,6 +91,7 @@ impl Default for WorkerOpts {
             pause: None,
             pause_job: None,
             url: None,
+            stale_op: None,
         }
     }
 }
@@ -247,18 +258,27 @@ impl Run {
     pub fn worker(&mut self, o: &WorkerOpts) -> String {
         let mut args = vec![
             format!("--url={}", o.url.as_deref().unwrap_or(&self.client_url)),
-            "--role=worker".into(),
+            match o.stale_op {
+                Some(_) => "--role=raw".into(),
+                None => "--role=worker".into(),
+            },
             format!("--concurrency={}", o.concurrency),
             format!("--lease-ms={}", o.lease_ms),
             format!("--work-ms={}", o.work_ms),
             format!("--shutdown-timeout-ms={}", o.shutdown_timeout_ms),
             format!("--response-timeout-ms={}", o.response_timeout_ms),
         ];
+        if let Some(op) = o.stale_op {
+            args.push(format!("--stale-op={op}"));
+        }
         if o.guarded {
             args.push("--guarded".into());
         }
         if let Some(hb) = o.heartbeat_ms {
             args.push(format!("--heartbeat-ms={hb}"));
+        }
+        if o.without_heartbeats {
+            args.push("--no-heartbeats".into());
         }
         if let Some(n) = o.prefetch {
             args.push(format!("--prefetch={n}"));

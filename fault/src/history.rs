@@ -86,8 +86,14 @@ pub enum Ev {
     Claimed {
         /// The job.
         id: String,
-        /// Its fencing token.
+        /// Its fencing token: minted from the queue-wide counter, so
+        /// unique in the queue and higher for every later claim; not
+        /// related to the delivery number.
         token: u64,
+        /// The delivery number (1 on the first claim of the job); 0 when
+        /// not recorded.
+        #[serde(default)]
+        attempt: u64,
         /// The lease deadline.
         deadline_ms: u64,
         /// When the claim ran.
@@ -112,7 +118,8 @@ pub enum Ev {
         /// could not be confirmed in time.
         confirmed: bool,
     },
-    /// The handler ended ("ok", "error", "panicked", "lease_lost", "stopped").
+    /// The handler ended ("ok", "retry", "fail", "snooze", "panicked",
+    /// "lease_lost", "stopped").
     HandlerDone {
         /// The job.
         id: String,
@@ -121,7 +128,7 @@ pub enum Ev {
         /// How it ended.
         result: String,
     },
-    /// A settlement was sent (complete, retry, fail, release).
+    /// A settlement was sent (complete, retry, fail, release, snooze).
     SettleSent {
         /// The job.
         id: String,
@@ -138,7 +145,8 @@ pub enum Ev {
         token: u64,
         /// The operation.
         op: String,
-        /// "completed", "retrying", "failed", "released", "already_settled".
+        /// "completed", "retrying", "failed", "released", "snoozed",
+        /// "already_settled".
         outcome: String,
         /// When the script ran.
         server_ms: u64,
@@ -161,14 +169,14 @@ pub enum Ev {
     EffectBegin {
         /// The job.
         id: String,
-        /// The attempt.
+        /// The attempt's fencing token.
         token: u64,
     },
     /// The unguarded effect was applied; `count` is the counter after it.
     EffectDone {
         /// The job.
         id: String,
-        /// The attempt.
+        /// The attempt's fencing token.
         token: u64,
         /// The job's counter after this effect.
         count: i64,
@@ -177,7 +185,7 @@ pub enum Ev {
     EffectUnknown {
         /// The job.
         id: String,
-        /// The attempt.
+        /// The attempt's fencing token.
         token: u64,
         /// The error.
         error: String,
@@ -186,7 +194,7 @@ pub enum Ev {
     Guarded {
         /// The job.
         id: String,
-        /// The attempt.
+        /// The attempt's fencing token.
         token: u64,
         /// "ran", "skipped" (done by an earlier attempt), "orphan_found"
         /// (an earlier attempt's effect is visible, so not run again),
@@ -201,7 +209,7 @@ pub enum Ev {
     PausedAt {
         /// The job.
         id: String,
-        /// The attempt.
+        /// The attempt's fencing token.
         token: u64,
         /// "before_effect", "after_effect_before_ack" or "after_ack".
         point: String,
@@ -334,7 +342,8 @@ mod tests {
         let h = History::open(&path, "w1").unwrap();
         h.write(Ev::Claimed {
             id: "j1".into(),
-            token: 2,
+            token: 1_764_590_000_000_002,
+            attempt: 1,
             deadline_ms: 1500,
             server_ms: 500,
         });
@@ -355,7 +364,8 @@ mod tests {
             recs[0].ev,
             Ev::Claimed {
                 id: "j1".into(),
-                token: 2,
+                token: 1_764_590_000_000_002,
+                attempt: 1,
                 deadline_ms: 1500,
                 server_ms: 500
             }

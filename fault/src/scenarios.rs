@@ -286,19 +286,22 @@ pub fn ack_lost(ctx: &Ctx, how: AckLoss) -> Outcome {
     finish(run, drained, notes)
 }
 
-/// Which call of the paused worker [`paused_takeover`] watches.
+/// Which stale call the paused worker of [`paused_takeover`] sends.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Stale {
-    /// Its heartbeat, which runs first after the pause.
+    /// A heartbeat (`extend`).
     Heartbeat,
-    /// Its settlement (heartbeats off, so the handler's result is sent).
+    /// Its settlement (`complete`).
     Settle,
 }
 
 /// Worker A, paused by SIGSTOP after its effect past its lease, loses the
 /// job to worker B; resumed, A's heartbeat or settlement is refused and
-/// changes nothing. Notes: `unchanged` (the queue's keys are identical
-/// before A resumes and after it gave up), `a_event`.
+/// changes nothing. A is a raw attempt (`WorkerOpts::stale_op`), not a
+/// consumer: a consumer resumed past its lease gives up without sending
+/// anything, which is right but leaves the server's fence untested. Notes:
+/// `unchanged` (the queue's keys are identical before A resumes and after
+/// it gave up), `a_event`, `a_token` (A's fencing token).
 pub fn paused_takeover(ctx: &Ctx, what: Stale) -> Outcome {
     let server = ctx.server(false);
     let mut run = Run::new(&ctx.bins, &server.url(), "takeover");
@@ -307,8 +310,11 @@ pub fn paused_takeover(ctx: &Ctx, what: Stale) -> Outcome {
     let a = run.worker(&WorkerOpts {
         concurrency: 1,
         lease_ms: 1000,
-        heartbeat_ms: (what == Stale::Settle).then_some(3_600_000),
-        pause: Some(("after_effect_before_ack".into(), 1.0, 1)),
+        guarded: false,
+        stale_op: Some(match what {
+            Stale::Heartbeat => "extend",
+            Stale::Settle => "complete",
+        }),
         ..WorkerOpts::default()
     });
     let mut notes = BTreeMap::new();
@@ -316,6 +322,7 @@ pub fn paused_takeover(ctx: &Ctx, what: Stale) -> Outcome {
         wait_until(Duration::from_secs(20), || run.paused_at_point(&a)),
         "A never reached its kill point"
     );
+    notes.insert("a_token".into(), json!(paused_on(&mut run, &a).map(|(_, t)| t)));
     run.pause(&a);
     // B takes the job once the reaper returns it, and holds it (its lease is long).
     let b = run.worker(&WorkerOpts {
@@ -327,21 +334,13 @@ pub fn paused_takeover(ctx: &Ctx, what: Stale) -> Outcome {
     let b_holds = wait_until(Duration::from_secs(20), || run.paused_at_point(&b));
     notes.insert("b_holds".into(), json!(b_holds));
     let before = run.snapshot();
-    let a_event = match what {
-        Stale::Heartbeat => {
-            run.resume(&a);
-            let e = run.wait_event(&a, Duration::from_secs(10), |e| matches!(e, Ev::LeaseLost { .. }));
-            run.release(&a);
-            e
-        }
-        Stale::Settle => {
-            run.release(&a);
-            run.resume(&a);
-            run.wait_event(&a, Duration::from_secs(10), |e| {
-                matches!(e, Ev::SettleFailed { .. } | Ev::Settled { .. })
-            })
-        }
-    };
+    // Released while stopped, A sends its stale call as soon as it runs again.
+    run.release(&a);
+    run.resume(&a);
+    let a_event = run.wait_event(&a, Duration::from_secs(10), |e| match what {
+        Stale::Heartbeat => matches!(e, Ev::LeaseLost { .. } | Ev::Extended { .. }),
+        Stale::Settle => matches!(e, Ev::SettleFailed { .. } | Ev::Settled { .. }),
+    });
     // Whatever else A would do after that, give it the time to.
     std::thread::sleep(Duration::from_millis(500));
     let after = run.snapshot();
@@ -396,17 +395,24 @@ pub fn paused_alone(ctx: &Ctx, reaper: bool) -> Outcome {
     }
     let drained = run.drive(Duration::from_secs(30), |_| {});
     // The gap between the paused attempt's last deadline and its reap.
+    // The paused attempt is the first delivery; its token is whatever the
+    // queue's counter minted for it.
     let mut deadline = 0;
     let mut reaped = 0;
     let (records, _) = crate::history::read_dir(&run.dir).unwrap_or_default();
+    let first = records.iter().find_map(|r| match r.ev {
+        Ev::Claimed { token, attempt: 1, .. } => Some(token),
+        _ => None,
+    });
+    notes.insert("first_token".into(), json!(first));
     for r in records {
         match r.ev {
             Ev::Claimed {
-                token: 1, deadline_ms, ..
-            } => deadline = deadline.max(deadline_ms),
+                token, deadline_ms, ..
+            } if Some(token) == first => deadline = deadline.max(deadline_ms),
             Ev::Extended {
-                token: 1, deadline_ms, ..
-            } => deadline = deadline.max(deadline_ms),
+                token, deadline_ms, ..
+            } if Some(token) == first => deadline = deadline.max(deadline_ms),
             Ev::Reap { server_ms, .. } if reaped == 0 => reaped = server_ms,
             _ => {}
         }
@@ -425,7 +431,7 @@ pub fn racing_reapers(ctx: &Ctx, jobs: u64, reapers: usize) -> Outcome {
     let w = run.worker(&WorkerOpts {
         concurrency: jobs as usize,
         lease_ms: 1000,
-        heartbeat_ms: Some(3_600_000),
+        without_heartbeats: true,
         pause: Some(("before_effect".into(), 1.0, jobs as u32)),
         ..WorkerOpts::default()
     });

@@ -13,8 +13,11 @@ pub const SETS: [&str; 5] = ["pending", "active", "delayed", "completed", "faile
 pub struct JobRecord {
     /// `st`: pending, delayed, active, completed or failed.
     pub state: String,
-    /// `a`: claims so far (the last token minted).
+    /// `a`: claims so far (the last delivery number).
     pub attempts: u64,
+    /// `tk`: the fencing token of the last claim (0 before the first).
+    /// Minted from the queue-wide counter, so not related to `attempts`.
+    pub token: u64,
     /// `s`: expired leases.
     pub stalls: u64,
     /// `f`: handler failures.
@@ -23,8 +26,10 @@ pub struct JobRecord {
     pub created_ms: u64,
     /// `ft`: finished, server ms.
     pub finished_ms: Option<u64>,
-    /// `lo`: the last settlement, "OP:TOKEN".
+    /// The last settlement, "OP:TOKEN" (the newest entry of `lo`).
     pub last_op: Option<String>,
+    /// `lo`: the job's last settlements (at most 8), newest first.
+    pub settlements: Vec<String>,
     /// `dd`: the dedup id it was created with (markers without a TTL).
     pub dedup: Option<String>,
     /// `err`: the last error.
@@ -66,11 +71,16 @@ impl JobRecord {
         JobRecord {
             state: f.get("st").cloned().unwrap_or_default(),
             attempts: num(f.get("a")),
+            token: num(f.get("tk")),
             stalls: num(f.get("s")),
             failures: num(f.get("f")),
             created_ms: num(f.get("ct")),
             finished_ms: f.get("ft").and_then(|s| s.parse().ok()),
-            last_op: f.get("lo").cloned(),
+            last_op: f.get("lo").and_then(|lo| lo.split_whitespace().next()).map(str::to_owned),
+            settlements: f
+                .get("lo")
+                .map(|lo| lo.split_whitespace().map(str::to_owned).collect())
+                .unwrap_or_default(),
             dedup: f.get("dd").cloned(),
             error: f.get("err").cloned(),
         }

@@ -1,15 +1,22 @@
 //! Negative controls: the suite must notice a broken guarantee.
 //!
 //! The library has test-only breakages behind `--cfg echomq_faults` (see
-//! `src/scripts.rs`), selected at run time by `ECHOMQ_FAULT`:
+//! `src/faults.rs`), selected at run time by `ECHOMQ_FAULT`:
 //! `no-token-check`, `client-clock`, `two-step-reaper`,
-//! `no-stall-increment`. This test builds the fault binaries and the core
-//! tests once with that cfg (into `target/faults`, so the normal build is
-//! untouched; about a minute or two on 2 cores), then for each control runs
-//! the scenario that exposes it and asserts that the checker **fails**, and
-//! that the deterministic core test for the same guarantee **fails** too.
-//! Without a control, the same build passes both (so a failure is the
-//! control's doing, not the build's).
+//! `no-stall-increment`, `per-job-token`. This test builds the fault
+//! binaries and the core tests once each with that cfg (into
+//! `target/faults`, so the normal build is untouched; a few minutes on 2
+//! cores), then for each control runs the scenario that exposes it and
+//! asserts that the checker **fails**, and that the deterministic core
+//! test for the same guarantee **fails** too. Without a control, the same
+//! build passes both (so a failure is the control's doing, not the
+//! build's).
+//!
+//! `per-job-token` (0.1's tokens: the job's own attempt count, which
+//! starts again at 1 when a deleted job's id is enqueued again) is caught
+//! by the deterministic core test alone: a stale lease of the deleted job
+//! then carries the same token as the new job's lease, and its complete
+//! must still be refused.
 //!
 //! `client-clock` needs libfaketime (the server's clock an hour ahead, so
 //! a client clock is visibly wrong); `scripts/test` installs it, and the
@@ -23,7 +30,8 @@ use echomq_fault::harness::Bins;
 use echomq_fault::scenarios::{self, Ctx, Outcome, Stale};
 
 static SERIAL: Mutex<()> = Mutex::new(());
-static BUILT: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+static BINS_BUILT: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+static CORE_BUILT: OnceLock<Result<PathBuf, String>> = OnceLock::new();
 
 fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -62,29 +70,37 @@ fn cargo(args: &[&str], fault: Option<&str>) -> Command {
     c
 }
 
-/// Builds the fault binaries and the core tests with `--cfg echomq_faults`, once.
+/// Runs one `cargo` build with `--cfg echomq_faults`, once per `cell`.
+fn build_once(cell: &'static OnceLock<Result<PathBuf, String>>, what: &str, args: &[&str]) -> PathBuf {
+    cell.get_or_init(|| {
+        let t0 = std::time::Instant::now();
+        let out = cargo(args, None).output().map_err(|e| e.to_string())?;
+        if !out.status.success() {
+            return Err(format!(
+                "cargo {} failed:\n{}",
+                args.join(" "),
+                String::from_utf8_lossy(&out.stderr)
+            ));
+        }
+        println!("negative-control build of {what} took {:?}", t0.elapsed());
+        Ok(target().join("debug"))
+    })
+    .clone()
+    .unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// Builds the fault binaries with `--cfg echomq_faults`, once.
 fn faults_build() -> PathBuf {
-    BUILT
-        .get_or_init(|| {
-            let t0 = std::time::Instant::now();
-            for args in [
-                &["build", "-p", "echomq-fault", "--bins"][..],
-                &["test", "-p", "echomq", "--all-features", "--test", "core", "--no-run"][..],
-            ] {
-                let out = cargo(args, None).output().map_err(|e| e.to_string())?;
-                if !out.status.success() {
-                    return Err(format!(
-                        "cargo {} failed:\n{}",
-                        args.join(" "),
-                        String::from_utf8_lossy(&out.stderr)
-                    ));
-                }
-            }
-            println!("negative-control build took {:?}", t0.elapsed());
-            Ok(target().join("debug"))
-        })
-        .clone()
-        .unwrap_or_else(|e| panic!("{e}"))
+    build_once(&BINS_BUILT, "the fault binaries", &["build", "-p", "echomq-fault", "--bins"])
+}
+
+/// Builds the core tests with `--cfg echomq_faults`, once.
+fn core_build() {
+    build_once(
+        &CORE_BUILT,
+        "the core tests",
+        &["test", "-p", "echomq", "--all-features", "--test", "core", "--no-run"],
+    );
 }
 
 /// The faults build's binaries with `ECHOMQ_FAULT` set to `fault` (or unset).
@@ -105,7 +121,7 @@ fn ctx(fault: Option<&str>) -> Ctx {
 
 /// Runs one core test of the faults build; true when it passed.
 fn core_test(name: &str, fault: Option<&str>) -> bool {
-    faults_build();
+    core_build();
     let out = cargo(
         &[
             "test",
@@ -183,6 +199,7 @@ fn without_a_control_the_faults_build_passes() {
         "racing_reapers_reap_each_job_once",
         "unsettled_lease_is_redelivered",
         "skewed_server_clock_decides",
+        "reused_id_cannot_be_settled_by_a_stale_token",
     ] {
         assert!(core_test(t, None), "core test {t} fails without any control");
     }
@@ -233,4 +250,14 @@ fn client_clock_is_caught() {
     failed("client-clock", &out);
     assert!(out.check.violates("I6"));
     assert!(!core_test("skewed_server_clock_decides", Some("client-clock")));
+}
+
+// per-job-token: tokens restart at 1 for a reused id, so the deleted job's stale lease settles the new job; reused_id_cannot_be_settled_by_a_stale_token fails.
+#[test]
+fn per_job_token_is_caught() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    assert!(!core_test(
+        "reused_id_cannot_be_settled_by_a_stale_token",
+        Some("per-job-token")
+    ));
 }

@@ -5,10 +5,16 @@
 //! `--dedup-every`-th job carries a dedup id `g{k % groups}` (marker until
 //! the job finishes). Records invoke / ok / fail (definite or unknown).
 //!
+//! Limits belong to the job and are fixed here, at enqueue: the handle's
+//! defaults (`Args::queue_options`) give every job 1,000 attempts, 1,000
+//! stalls and a fixed 20 ms backoff unless `--max-attempts`,
+//! `--max-stalls` or `--backoff-ms` say otherwise.
+//!
 //! ```text
 //! fault-producer --url=U --queue=Q --history=p1.jsonl --src=p1 --from=0 --count=1000 \
 //!     [--prefix=j] [--concurrency=8] [--dedup-every=0] [--dedup-groups=5]
 //!     [--pace-ms=0] [--response-timeout-ms=1000]
+//!     [--max-attempts=1000] [--max-stalls=1000] [--backoff-ms=20]
 //! ```
 
 use std::sync::Arc;
@@ -33,18 +39,7 @@ async fn main() {
     let dedup_every: u64 = a.get("dedup-every", 0);
     let groups: u64 = a.get("dedup-groups", 5);
     let pace = Duration::from_millis(a.get("pace-ms", 0));
-    let opts = a.queue_options();
-    let until = Instant::now() + Duration::from_secs(60);
-    let queue = loop {
-        match Queue::connect_with(&url, &a.req("queue"), opts.clone()).await {
-            Ok(q) => break q,
-            Err(e) if Instant::now() < until => {
-                eprintln!("connect: {e}; retrying");
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
-            Err(e) => panic!("cannot connect: {e}"),
-        }
-    };
+    let queue = a.connect(&url).await;
     hist.write(Ev::Start {
         role: "producer".into(),
         pid: std::process::id(),
@@ -80,7 +75,7 @@ async fn main() {
 async fn enqueue(q: &Queue, h: &History, id: &str, n: u64, dedup: Option<String>) {
     let mut opts = EnqueueOptions::new().id(id);
     if let Some(d) = &dedup {
-        opts = opts.dedup(d.clone(), Duration::ZERO);
+        opts = opts.dedup(d.clone());
     }
     let payload = serde_json::json!({ "n": n });
     let give_up = Instant::now() + GIVE_UP;

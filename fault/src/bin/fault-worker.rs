@@ -3,7 +3,14 @@
 //! effect (HINCRBY of the job's counter in `fault:{Q}:fxu`) and, with
 //! `--guarded`, a guarded one (the same behind an `EffectMarker`, in
 //! `fault:{Q}:fxg`). With `--role=reaper` it runs reaper passes instead and
-//! records what each reaped.
+//! records what each reaped. Every event names the attempt by its fencing
+//! token (`Job::token`), the key the checker joins events on; `Claimed`
+//! also records the delivery number (`Job::attempt`).
+//!
+//! The consumer reaps nothing itself (`Consumer::reaper(false)`: its
+//! client's maintenance task leaves the queue alone), so every reap of a
+//! run is a recorded reaper pass. The jobs' limits (attempts, stalls,
+//! backoff) were fixed when the producer enqueued them.
 //!
 //! Kill points: `--pause-point=before_effect|after_effect_before_ack|after_ack`
 //! with `--pause-prob=P` (default 1) and `--pause-max=N` (default 1) makes it
@@ -13,12 +20,24 @@
 //! keeps its lease alive with heartbeats and gives up if cancelled.
 //! SIGTERM or Ctrl-C: graceful shutdown (`ConsumerHandle::shutdown`).
 //!
+//! `--role=raw --stale-op=extend|complete` is one attempt through the
+//! low-level calls instead of a `Consumer`: it claims one job, performs the
+//! unguarded effect, stops at the kill point `after_effect_before_ack`
+//! until released, then sends `extend` or `complete` with its token
+//! whatever the time. A `Consumer` fences itself: once its lease may have
+//! lapsed (say after a SIGSTOP) it settles nothing, so it cannot show that
+//! the *server* refuses a stale token. This is the client that paused
+//! between its own check and the send, so the server's fence is exercised
+//! every time.
+//!
 //! ```text
 //! fault-worker --url=redis://127.0.0.1:6379/ --queue=q --history=w1.jsonl --src=w1 \
-//!     [--role=worker|reaper] [--concurrency=8] [--prefetch=N] [--lease-ms=1000] [--heartbeat-ms=N]
+//!     [--role=worker|reaper] [--concurrency=8] [--prefetch=N] [--lease-ms=1000]
+//!     [--heartbeat-ms=N | --no-heartbeats]
 //!     [--work-ms=0] [--guarded] [--shutdown-timeout-ms=2000] [--response-timeout-ms=1000]
 //!     [--pause-point=P --pause-prob=1 --pause-max=1 --pause-job=ID]
-//!     reaper: [--interval-ms=100] [--batch=1000] [--max-stalls=1000] [--until-empty]
+//!     reaper: [--interval-ms=100] [--batch=1000] [--until-empty]
+//!     raw: --stale-op=extend|complete [--lease-ms=1000]
 //! ```
 
 use std::path::PathBuf;
@@ -27,8 +46,8 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 use echomq::{
-    Backoff, Consumer, EffectMarker, Error, Event, Job, MarkerState, Once, OnceError, Outcome, Queue, QueueOptions,
-    Reaper,
+    Consumer, EffectMarker, Error, Event, HandlerError, HandlerResult, Job, MarkerState, Once, OnceError, Outcome,
+    Queue, Reaper, SettleOp,
 };
 use echomq_fault::args::Args;
 use echomq_fault::history::{Ev, History};
@@ -94,7 +113,7 @@ impl Worker {
     }
 
     async fn handle(&self, job: Job<Value>) -> Result<(), String> {
-        let (id, token) = (job.id().to_owned(), job.attempt());
+        let (id, token) = (job.id().to_owned(), job.token());
         if self.work_ms > 0 {
             tokio::time::sleep(Duration::from_millis(fastrand::u64(0..=self.work_ms))).await;
         }
@@ -130,17 +149,17 @@ impl Worker {
     /// marker (an earlier attempt died inside the effect) is resolved by
     /// reading the counter, the "external system's own record".
     async fn guarded_effect(&self, job: &Job<Value>) -> Result<(), String> {
-        let (id, token) = (job.id().to_owned(), job.attempt());
+        let (id, token) = (job.id().to_owned(), job.token());
         let marker = EffectMarker::for_job(&self.queue, job, "fault").map_err(|e| e.to_string())?;
         let mut fx = self.fx.clone();
         let key = self.guarded_key.clone();
         let field = id.clone();
         let done = marker
             .once(|state| async move {
-                if let MarkerState::Orphaned { attempt } = state {
+                if let MarkerState::Orphaned { token } = state {
                     let seen: Option<i64> = fx.hget(&key, &field).await.map_err(|e| e.to_string())?;
                     if seen.unwrap_or(0) >= 1 {
-                        return Ok(format!("orphan_found (attempt {attempt})"));
+                        return Ok(format!("orphan_found (token {token})"));
                     }
                 }
                 let n: i64 = fx.hincr(&key, &field, 1).await.map_err(|e| e.to_string())?;
@@ -152,7 +171,7 @@ impl Worker {
                 let r = if what.starts_with("ran") { "ran" } else { "orphan_found" };
                 (r, what, true)
             }
-            Ok(Once::Skipped { attempt }) => ("skipped", format!("done by attempt {attempt}"), true),
+            Ok(Once::Skipped { token }) => ("skipped", format!("done by token {token}"), true),
             Ok(_) => ("other", String::new(), true),
             Err(OnceError::Claim(e)) => ("not_claimed", e.to_string(), false),
             Err(OnceError::Effect(e)) => ("effect_failed", e, false),
@@ -177,11 +196,13 @@ impl Worker {
             Event::Claimed {
                 id,
                 token,
+                attempt,
                 deadline_ms,
                 server_ms,
             } => Ev::Claimed {
                 id: id.into(),
                 token,
+                attempt,
                 deadline_ms,
                 server_ms,
             },
@@ -198,12 +219,12 @@ impl Worker {
             Event::HandlerDone { id, token, result } => Ev::HandlerDone {
                 id: id.into(),
                 token,
-                result: result.into(),
+                result: handler_result_name(result).into(),
             },
             Event::SettleSent { id, token, op } => Ev::SettleSent {
                 id: id.into(),
                 token,
-                op: op.into(),
+                op: op.as_str().into(),
             },
             Event::Settled {
                 id,
@@ -215,11 +236,11 @@ impl Worker {
                 self.hist.write(Ev::Settled {
                     id: id.into(),
                     token,
-                    op: op.into(),
+                    op: op.as_str().into(),
                     outcome: outcome_name(outcome).into(),
                     server_ms,
                 });
-                if op == "complete" && outcome == Outcome::Completed && self.pauses_at(id, "after_ack") {
+                if op == SettleOp::Complete && outcome == Outcome::Completed && self.pauses_at(id, "after_ack") {
                     self.hist.write(Ev::PausedAt {
                         id: id.into(),
                         token,
@@ -236,7 +257,7 @@ impl Worker {
             Event::SettleFailed { id, token, op, error } => Ev::SettleFailed {
                 id: id.into(),
                 token,
-                op: op.into(),
+                op: op.as_str().into(),
                 error: error.to_string(),
                 lease_lost: matches!(error, Error::LeaseLost { .. } | Error::JobNotFound(_)),
             },
@@ -252,7 +273,22 @@ fn outcome_name(o: Outcome) -> &'static str {
         Outcome::Retrying { .. } => "retrying",
         Outcome::Failed => "failed",
         Outcome::Released => "released",
+        Outcome::Snoozed { .. } => "snoozed",
         Outcome::AlreadySettled => "already_settled",
+        _ => "other",
+    }
+}
+
+/// How a handler ended, as the history records it.
+fn handler_result_name(r: HandlerResult) -> &'static str {
+    match r {
+        HandlerResult::Ok => "ok",
+        HandlerResult::Retry => "retry",
+        HandlerResult::Fail => "fail",
+        HandlerResult::Snooze => "snooze",
+        HandlerResult::Panicked => "panicked",
+        HandlerResult::LeaseLost => "lease_lost",
+        HandlerResult::Stopped => "stopped",
         _ => "other",
     }
 }
@@ -264,21 +300,6 @@ async fn terminated() {
     tokio::select! {
         _ = term.recv() => {}
         _ = int.recv() => {}
-    }
-}
-
-/// Connects, retrying while the server is down (a restart may be under way).
-async fn connect(url: &str, queue: &str, opts: QueueOptions) -> Queue {
-    let until = Instant::now() + Duration::from_secs(60);
-    loop {
-        match Queue::connect_with(url, queue, opts.clone()).await {
-            Ok(q) => return q,
-            Err(e) if Instant::now() < until => {
-                eprintln!("connect: {e}; retrying");
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
-            Err(e) => panic!("cannot connect to {url}: {e}"),
-        }
     }
 }
 
@@ -305,7 +326,8 @@ async fn run_reaper(a: &Args, hist: History, queue: Queue) {
     let interval = Duration::from_millis(a.get("interval-ms", 100u64));
     let batch: usize = a.get("batch", 1000);
     let until_empty = a.get("until-empty", false);
-    let reaper = Reaper::new(queue).batch(batch).max_stalls(a.get("max-stalls", 1000u32));
+    // Stalls are limited per job (fixed at enqueue); the reaper only reaps.
+    let reaper = Reaper::new(queue).interval(interval).batch(batch);
     let stop = terminated();
     tokio::pin!(stop);
     loop {
@@ -346,6 +368,79 @@ async fn run_reaper(a: &Args, hist: History, queue: Queue) {
     });
 }
 
+/// `--role=raw`: one attempt without self-fencing (see the file's docs).
+async fn run_raw(a: &Args, w: &Worker, lease: Duration) {
+    let op = a.req("stale-op");
+    assert!(op == "extend" || op == "complete", "--stale-op=extend|complete");
+    let mut lease = loop {
+        match w.queue.claim(1, lease).await {
+            Ok(mut ls) if !ls.is_empty() => break ls.remove(0),
+            Ok(_) => {}
+            Err(e) => eprintln!("claim: {e}; retrying"),
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    let (id, token) = (lease.id().to_owned(), lease.token());
+    w.hist.write(Ev::Claimed {
+        id: id.clone(),
+        token,
+        attempt: lease.attempt(),
+        deadline_ms: lease.deadline_ms(),
+        server_ms: lease.claimed_ms(),
+    });
+    w.hist.write(Ev::EffectBegin { id: id.clone(), token });
+    let mut fx = w.fx.clone();
+    let count: i64 = fx.hincr(&w.effect_key, &id, 1).await.expect("the effect");
+    w.hist.write(Ev::EffectDone {
+        id: id.clone(),
+        token,
+        count,
+    });
+    let point = "after_effect_before_ack";
+    w.hist.write(Ev::PausedAt {
+        id: id.clone(),
+        token,
+        point: point.into(),
+    });
+    let _ = std::fs::write(&w.paused_file, point);
+    while !w.go_file.exists() {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    if op == "extend" {
+        match w.queue.extend(&mut lease, Duration::from_millis(a.get("lease-ms", 1000))).await {
+            Ok(deadline_ms) => w.hist.write(Ev::Extended { id, token, deadline_ms }),
+            Err(Error::LeaseLost { .. } | Error::JobNotFound(_)) => w.hist.write(Ev::LeaseLost {
+                id,
+                token,
+                confirmed: true,
+            }),
+            Err(e) => eprintln!("extend: {e}"),
+        }
+        return;
+    }
+    w.hist.write(Ev::SettleSent {
+        id: id.clone(),
+        token,
+        op: "complete".into(),
+    });
+    match w.queue.complete(&lease).await {
+        Ok(done) => w.hist.write(Ev::Settled {
+            id,
+            token,
+            op: "complete".into(),
+            outcome: outcome_name(done.outcome).into(),
+            server_ms: done.server_ms,
+        }),
+        Err(e) => w.hist.write(Ev::SettleFailed {
+            id,
+            token,
+            op: "complete".into(),
+            error: e.to_string(),
+            lease_lost: matches!(e, Error::LeaseLost { .. } | Error::JobNotFound(_)),
+        }),
+    }
+}
+
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
     let a = Args::from_env();
@@ -357,12 +452,11 @@ async fn main() {
     let lease_ms: u64 = a.get("lease-ms", 1000);
     let guarded = a.get("guarded", false);
     let timeout = a.response_timeout();
-    let opts = a.queue_options();
-    let queue = connect(&url, &qname, opts).await;
+    let queue = a.connect(&url).await;
     hist.write(Ev::Start {
         role: role.clone(),
         pid: std::process::id(),
-        lease_ms: if role == "worker" { lease_ms } else { 0 },
+        lease_ms: if role == "reaper" { 0 } else { lease_ms },
         guarded: guarded && role == "worker",
     });
     if role == "reaper" {
@@ -385,30 +479,43 @@ async fn main() {
         go_file: PathBuf::from(format!("{}.go", history.display())),
         paused_file: PathBuf::from(format!("{}.paused", history.display())),
     });
+    if role == "raw" {
+        tokio::select! {
+            _ = run_raw(&a, &worker, Duration::from_millis(lease_ms)) => {}
+            _ = terminated() => {}
+        }
+        terminated().await;
+        worker.hist.write(Ev::Stop { reason: "signal".into() });
+        return;
+    }
     let (w1, w2) = (worker.clone(), worker.clone());
     let mut consumer = Consumer::new(queue, move |job: Job<Value>| {
         let w = w1.clone();
-        async move { w.handle(job).await }
+        async move { w.handle(job).await.map_err(HandlerError::from) }
     })
     .observer(move |e| w2.observe(e))
     .concurrency(a.get("concurrency", 8))
     .lease(Duration::from_millis(lease_ms))
-    .max_attempts(1000)
-    .backoff(Backoff::Fixed(Duration::from_millis(20)))
     .shutdown_timeout(Duration::from_millis(a.get("shutdown-timeout-ms", 2000)))
     .poll_interval(Duration::from_millis(200))
     .reaper(false);
     if let Some(hb) = a.opt("heartbeat-ms") {
         consumer = consumer.heartbeat(Duration::from_millis(hb.parse().expect("--heartbeat-ms")));
     }
+    if a.get("no-heartbeats", false) {
+        consumer = consumer.without_heartbeats();
+    }
     if let Some(n) = a.opt("prefetch") {
         consumer = consumer.prefetch(n.parse().expect("--prefetch"));
     }
-    let handle = consumer.spawn();
+    let handle = consumer.spawn().expect("valid consumer settings");
     terminated().await;
     let t0 = Instant::now();
-    handle.shutdown().await;
+    let res = handle.shutdown().await;
     worker.hist.write(Ev::Stop {
-        reason: format!("signal; shutdown took {} ms", t0.elapsed().as_millis()),
+        reason: match res {
+            Ok(()) => format!("signal; shutdown took {} ms", t0.elapsed().as_millis()),
+            Err(e) => format!("signal; shutdown took {} ms and failed: {e}", t0.elapsed().as_millis()),
+        },
     });
 }
