@@ -1,4 +1,4 @@
--- common.lua: helpers prepended to every echomq script (src/scripts.rs joins
+-- common.lua: helpers prepended to every echomq script (src/scripts/mod.rs joins
 -- them), so each state move and each reply code is written once.
 --
 -- Job hash fields (absent counters read as 0; short names keep small hashes
@@ -46,6 +46,21 @@ local MAX_DELAY_MS = 31536000000
 local function server_now()
   local t = rcall('TIME')
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+-- HMGET that answers nil for a key of another type (a foreign key in
+-- echomq's key space) instead of raising part-way through a script.
+local function hfields(key, ...)
+  local r = redis.pcall('HMGET', key, ...)
+  if r.err then return nil end
+  return r
+end
+
+-- GET that answers nil for a key of another type, as hfields.
+local function sget(key)
+  local r = redis.pcall('GET', key)
+  if type(r) == 'table' then return nil end
+  return r
 end
 
 -- A whole number as a decimal string (tostring would give "1.8e+15").
@@ -152,10 +167,10 @@ local function claim_jobs(k, prefix, now, lease, limit, promote, out)
   for i = 1, #popped, 2 do
     local id = popped[i]
     local jk = prefix .. 'job:' .. id
-    local job = rcall('HMGET', jk, 'p', 'f', 'a', 'lm')
+    local job = hfields(jk, 'p', 'f', 'a', 'lm')
     token = token + 1
-    -- a pending id without a hash (evicted, or a torn write) is dropped
-    if job[1] then
+    -- a pending id without a hash (evicted, a torn write, a foreign key) is dropped
+    if job and job[1] then
       local attempt = int_s((tonumber(job[3]) or 0) + 1)
       local token_s = int_s(token)
       -- one write for the attempt, the token and the state (the script is atomic)
@@ -180,8 +195,8 @@ end
 -- LO_KEEP settlements), {NOT_FOUND, now} for a missing job, {LEASE_LOST,
 -- now} for a lost lease.
 local function check_owner(jk, token, op, now)
-  local cur = rcall('HMGET', jk, 'st', 'tk', 'lo', 'dd')
-  if not cur[1] then return {CODE.NOT_FOUND, now} end
+  local cur = hfields(jk, 'st', 'tk', 'lo', 'dd')
+  if not cur or not cur[1] then return {CODE.NOT_FOUND, now} end
   if cur[1] == 'active' and cur[2] == token then return nil, {dd = cur[4], lo = cur[3]} end
   if op and cur[3] and string.find(' ' .. cur[3] .. ' ', ' ' .. op .. ':' .. token .. ' ', 1, true) then
     return {CODE.ALREADY, now}
@@ -216,7 +231,7 @@ end
 local function finish(moves, prefix, jk, id, state, now, keep, dd, fields)
   if dd then
     local mk = prefix .. 'de:' .. dd
-    if rcall('GET', mk) == id then rcall('DEL', mk) end
+    if sget(mk) == id then rcall('DEL', mk) end
   end
   local now_s = int_s(now)
   -- Written even when the record is about to be deleted, so a later item

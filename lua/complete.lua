@@ -1,10 +1,10 @@
 -- complete: settles a leased job as done, and applies the job's declared
--- effects in the same script (atomic completion, src/effect.rs): effect and
+-- effects in the same script (atomic completion, src/effect/atomic.rs): effect and
 -- acknowledgement commit together or not at all.
 --
 -- KEYS[1] job (hash)  KEYS[2] active (zset)  KEYS[3] completed (zset)
 -- KEYS[4..] effect targets (optional). Each carries the queue's hash tag
---           and lies outside echomq's own keys (checked in src/effect.rs).
+--           and lies outside echomq's own keys (checked in src/effect/atomic.rs: only the queue's user-key space).
 -- ARGV[1] prefix  key prefix "emq:{Q}:"
 -- ARGV[2] id      job id
 -- ARGV[3] token   fencing token

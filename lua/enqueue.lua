@@ -34,7 +34,8 @@ for j = 0, n - 1 do
   local mk
   if dedup ~= '' then
     mk = prefix .. 'de:' .. dedup
-    local holder = rcall('GET', mk)
+    -- (a marker key of another type is not echomq's: it is replaced)
+    local holder = sget(mk)
     if holder then status = CODE.DEDUPED; id = holder end
   end
   if status == CODE.OK and id ~= '' and rcall('EXISTS', prefix .. 'job:' .. id) == 1 then

@@ -1,5 +1,5 @@
 -- marker_abandon: the holder gives its effect marker back because the
--- effect certainly did not happen (EffectMarker::abandon in src/effect.rs;
+-- effect certainly did not happen (EffectMarker::abandon in src/effect/marker.rs;
 -- marker values as in marker_claim.lua). The next attempt then finds the
 -- marker fresh instead of orphaned.
 --

@@ -1,5 +1,5 @@
 -- marker_claim: claims a job's effect marker before the effect runs
--- (EffectMarker::claim in src/effect.rs). The marker records which attempt
+-- (EffectMarker::claim in src/effect/marker.rs). The marker records which attempt
 -- (by fencing token) holds the effect and whether it finished:
 --   "held:T:P"  the attempt with token T claimed it and has not finished
 --               (P: the token it took over from, 0 if none)

@@ -1,5 +1,5 @@
 -- marker_done: records that the holder's effect finished
--- (EffectMarker::done in src/effect.rs; marker values as in marker_claim.lua).
+-- (EffectMarker::done in src/effect/marker.rs; marker values as in marker_claim.lua).
 --
 -- KEYS[1] marker (string)
 -- ARGV[1] token  fencing token of the calling attempt

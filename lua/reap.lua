@@ -26,8 +26,8 @@ local back = 0
 for _, id in ipairs(expired) do
   moves.unlease[#moves.unlease + 1] = id
   local jk = prefix .. 'job:' .. id
-  local job = rcall('HMGET', jk, 'st', 'lm', 'dd')
-  if job[1] then
+  local job = hfields(jk, 'st', 'lm', 'dd')
+  if job and job[1] then
     local stalls = rcall('HINCRBY', jk, 's', '1')
     local _, max = limits(job[2])
     local outcome = CODE.OK

@@ -96,8 +96,9 @@ pub enum Error {
         /// What happened.
         detail: String,
     },
-    /// The queue was written by a newer, incompatible version of echomq.
-    #[error("queue {queue} has layout version {found}; this echomq understands up to {supported}")]
+    /// The queue was written by another, incompatible version of echomq
+    /// (0.1 wrote layout 1; drain such a queue with 0.1 first).
+    #[error("queue {queue} has layout version {found}; this echomq reads layout {supported} only")]
     LayoutMismatch {
         /// The queue.
         queue: String,

@@ -52,16 +52,15 @@ impl Backoff {
     /// whole milliseconds as the server computes it, never above
     /// [`MAX_DELAY`].
     pub fn delay(&self, failures: u64) -> Duration {
-        let d = match *self {
-            Backoff::Fixed(d) => d,
+        // Whole milliseconds, as the server computes it (lua/common.lua).
+        let ms = match *self {
+            Backoff::Fixed(d) => d.as_millis(),
             Backoff::Exponential { base, max } => {
                 let shift = failures.saturating_sub(1).min(62) as u32;
-                base.checked_mul(1u32.checked_shl(shift).unwrap_or(u32::MAX))
-                    .unwrap_or(max)
-                    .min(max)
+                base.as_millis().saturating_mul(1 << shift).min(max.as_millis())
             }
         };
-        Duration::from_millis(d.min(MAX_DELAY).as_millis() as u64)
+        Duration::from_millis(ms.min(MAX_DELAY.as_millis()) as u64)
     }
 
     fn check(&self) -> Result<()> {
@@ -219,5 +218,12 @@ mod tests {
         assert!(Backoff::Fixed(Duration::MAX).check().is_err());
         assert_eq!(DEFAULT_BACKOFF.delay(0), Duration::from_secs(1));
         assert_eq!(DEFAULT_BACKOFF.delay(11), Duration::from_secs(600));
+        // Past 2^32 and with sub-millisecond bases, as the server counts.
+        let fine = Backoff::Exponential {
+            base: Duration::from_micros(1500),
+            max: MAX_DELAY,
+        };
+        assert_eq!(fine.delay(3), Duration::from_millis(4));
+        assert_eq!(fine.delay(34), Duration::from_millis(1 << 33));
     }
 }

@@ -71,3 +71,66 @@ async fn many_queues_share_connections_and_maintenance() {
         c.shutdown().await.unwrap();
     }
 }
+
+// The maintenance task lives on the runtime of the consumer that started
+// it; when that runtime shuts down, the consumers of another runtime start
+// it again, and their queues are still reaped.
+#[test]
+fn maintenance_outlives_the_runtime_that_started_it() {
+    let server = LocalServer::start().unwrap();
+    let rt = |n| {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(n)
+            .enable_all()
+            .build()
+            .unwrap()
+    };
+    let (a, b) = (rt(1), rt(1));
+    let client = b.block_on(Client::connect(&server.url())).unwrap();
+    let qa = b.block_on(client.queue("rt-a")).unwrap();
+    let qb = b.block_on(client.queue("rt-b")).unwrap();
+    // A's consumer registers first, so the task runs on runtime A.
+    let _on_a = a.block_on(async {
+        Consumer::new(qa.clone(), |_job: Job<u32>| async { Ok(()) })
+            .spawn()
+            .unwrap()
+    });
+    // A worker leases a job of rt-b and vanishes.
+    let stale = b.block_on(async {
+        qb.enqueue(&1).await.unwrap();
+        qb.claim(1, Duration::from_millis(200)).await.unwrap().remove(0)
+    });
+    let on_b = b.block_on(async {
+        Consumer::new(qb.clone(), |_job: Job<u32>| async { Ok(()) })
+            .reap_interval(Duration::from_millis(20))
+            .poll_interval(Duration::from_millis(100))
+            .spawn()
+            .unwrap()
+    });
+    drop(a);
+    b.block_on(async {
+        common::past(&qb, stale.deadline_ms()).await;
+        let reaped = common::eventually(Duration::from_secs(5), || async {
+            qb.job(stale.id()).await.unwrap().stalls == 1
+        })
+        .await;
+        assert!(reaped, "queue rt-b was not reaped after runtime A shut down");
+        on_b.shutdown().await.unwrap();
+    });
+}
+
+// Dropping a running consumer's `run` future stops it: no job is claimed after.
+#[tokio::test]
+async fn dropping_run_stops_the_consumer() {
+    let (_s, q) = common::setup("drop-run").await;
+    let run = Consumer::new(q.clone(), |_job: Job<u32>| async { Ok(()) }).run(std::future::pending());
+    assert!(tokio::time::timeout(Duration::from_millis(200), run).await.is_err());
+    // Its settler and claim loop wind down; nothing claims what comes next.
+    let id = q.enqueue(&1).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert_eq!(
+        q.job(&id).await.unwrap().attempts,
+        0,
+        "a dropped consumer still claimed"
+    );
+}

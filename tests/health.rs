@@ -295,3 +295,63 @@ async fn refuses_a_user_without_scripts_at_connect() {
         }
     }
 }
+
+// Keys of another type inside the queue's key space (a job key that is not
+// a hash, a dedup marker that is not a string) never make a script raise
+// part-way: claim, settle, reap and enqueue answer for the good jobs and
+// skip the foreign keys.
+#[tokio::test]
+async fn foreign_keys_do_not_break_scripts() {
+    let (s, q) = setup("foreign").await;
+    let mut c = raw(&s).await;
+    let k = |x: &str| format!("emq:{{{}}}:{x}", q.name());
+    // A foreign "job" among the pending and active ids.
+    let _: () = redis::cmd("SET")
+        .arg(k("job:alien"))
+        .arg("x")
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    let _: () = redis::cmd("ZADD")
+        .arg(k("pending"))
+        .arg(0)
+        .arg("alien")
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    let _: () = redis::cmd("ZADD")
+        .arg(k("active"))
+        .arg(0)
+        .arg("alien")
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    // A dedup marker of another type.
+    let _: () = redis::cmd("SADD")
+        .arg(k("de:d1"))
+        .arg("x")
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    let d = q
+        .enqueue_with(&1, &echomq::EnqueueOptions::new().dedup("d1"))
+        .await
+        .unwrap();
+    assert_eq!(d.status, echomq::EnqueueStatus::Created);
+    let good = q.enqueue(&2).await.unwrap();
+    let leases = q.claim(10, Duration::from_secs(30)).await.unwrap();
+    assert_eq!(
+        leases.len(),
+        2,
+        "the foreign pending id is dropped, the jobs are leased"
+    );
+    for l in &leases {
+        q.complete(l).await.unwrap();
+    }
+    let rep = Reaper::new(q.clone()).run_once().await.unwrap();
+    assert!(rep.requeued.is_empty() && rep.failed.is_empty(), "{rep:?}");
+    assert_eq!(q.job(&good).await.unwrap().state, JobState::Completed);
+    // The foreign key itself is left alone.
+    let v: String = redis::cmd("GET").arg(k("job:alien")).query_async(&mut c).await.unwrap();
+    assert_eq!(v, "x");
+}

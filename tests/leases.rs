@@ -328,3 +328,66 @@ async fn a_panicking_observer_is_contained() {
         );
     }
 }
+
+// The same with heartbeats off: once the handler has returned, the lease
+// is renewed until the settlement is answered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_lease_is_kept_until_the_settlement_is_answered_without_heartbeats() {
+    let (_s, q) = setup("keepalive-nobeat").await;
+    let id = q.enqueue(&1).await.unwrap();
+    let lease = Duration::from_millis(300);
+    let handle = Consumer::new(q.clone(), |_job: Job<u32>| async { Ok(()) })
+        .lease(lease)
+        .without_heartbeats()
+        .reap_interval(Duration::from_millis(10))
+        .observer(move |e| {
+            if let echomq::Event::SettleSent { .. } = e {
+                std::thread::sleep(lease * 3);
+            }
+        })
+        .spawn()
+        .unwrap();
+    let done = eventually(Duration::from_secs(10), || async {
+        q.job(&id).await.unwrap().state == JobState::Completed
+    })
+    .await;
+    handle.shutdown().await.unwrap();
+    assert!(done);
+    let info = q.job(&id).await.unwrap();
+    assert_eq!(
+        (info.attempts, info.stalls),
+        (1, 0),
+        "the lease lapsed while the settlement waited"
+    );
+}
+
+// A handler whose `call` panics before it returns a future is a panicked
+// attempt like any other: retried with "panicked", not stranded.
+#[tokio::test]
+async fn a_handler_panicking_in_call_is_a_failed_attempt() {
+    struct Eager;
+    impl echomq::Handler<u32> for Eager {
+        type Future = std::future::Ready<Result<(), echomq::HandlerError>>;
+        fn call(&self, job: Job<u32>) -> Self::Future {
+            if job.attempt() == 1 {
+                panic!("eager handler bug");
+            }
+            std::future::ready(Ok(()))
+        }
+    }
+    let (_s, q) = common::setup_with(
+        "eager",
+        echomq::QueueOptions::new().backoff(echomq::Backoff::Fixed(Duration::ZERO)),
+    )
+    .await;
+    let id = q.enqueue(&1).await.unwrap();
+    let handle = Consumer::new(q.clone(), Eager).spawn().unwrap();
+    let done = eventually(Duration::from_secs(10), || async {
+        q.job(&id).await.unwrap().state == JobState::Completed
+    })
+    .await;
+    handle.shutdown().await.unwrap();
+    assert!(done);
+    let info = q.job(&id).await.unwrap();
+    assert_eq!((info.attempts, info.failures, info.stalls), (2, 1, 0));
+}

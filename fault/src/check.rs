@@ -602,7 +602,12 @@ fn check_job(
     // The highest token is the newest claim: no claim recorded above the
     // job's current token, and tokens rise strictly with the delivery
     // number (one claim per delivery number).
-    if let Some(t) = h.attempts.iter().filter(|(_, a)| a.claim.is_some()).map(|(t, _)| *t).max()
+    if let Some(t) = h
+        .attempts
+        .iter()
+        .filter(|(_, a)| a.claim.is_some())
+        .map(|(t, _)| *t)
+        .max()
         && t > rec.token
     {
         v.push(format!(

@@ -407,12 +407,8 @@ pub fn paused_alone(ctx: &Ctx, reaper: bool) -> Outcome {
     notes.insert("first_token".into(), json!(first));
     for r in records {
         match r.ev {
-            Ev::Claimed {
-                token, deadline_ms, ..
-            } if Some(token) == first => deadline = deadline.max(deadline_ms),
-            Ev::Extended {
-                token, deadline_ms, ..
-            } if Some(token) == first => deadline = deadline.max(deadline_ms),
+            Ev::Claimed { token, deadline_ms, .. } if Some(token) == first => deadline = deadline.max(deadline_ms),
+            Ev::Extended { token, deadline_ms, .. } if Some(token) == first => deadline = deadline.max(deadline_ms),
             Ev::Reap { server_ms, .. } if reaped == 0 => reaped = server_ms,
             _ => {}
         }

@@ -76,7 +76,10 @@ impl JobRecord {
             failures: num(f.get("f")),
             created_ms: num(f.get("ct")),
             finished_ms: f.get("ft").and_then(|s| s.parse().ok()),
-            last_op: f.get("lo").and_then(|lo| lo.split_whitespace().next()).map(str::to_owned),
+            last_op: f
+                .get("lo")
+                .and_then(|lo| lo.split_whitespace().next())
+                .map(str::to_owned),
             settlements: f
                 .get("lo")
                 .map(|lo| lo.split_whitespace().map(str::to_owned).collect())

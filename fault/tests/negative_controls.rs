@@ -91,7 +91,11 @@ fn build_once(cell: &'static OnceLock<Result<PathBuf, String>>, what: &str, args
 
 /// Builds the fault binaries with `--cfg echomq_faults`, once.
 fn faults_build() -> PathBuf {
-    build_once(&BINS_BUILT, "the fault binaries", &["build", "-p", "echomq-fault", "--bins"])
+    build_once(
+        &BINS_BUILT,
+        "the fault binaries",
+        &["build", "-p", "echomq-fault", "--bins"],
+    )
 }
 
 /// Builds the core tests with `--cfg echomq_faults`, once.

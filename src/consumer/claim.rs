@@ -39,6 +39,7 @@ where
             }
         }
         let sent = Instant::now();
+        ctx.queue.client().maintenance().ensure_running();
         match ctx.queue.claim(permits.len(), s.lease).await {
             Ok(leases) if leases.is_empty() => {
                 errors = 0;

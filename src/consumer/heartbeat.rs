@@ -85,6 +85,17 @@ impl Heartbeat {
         self.clock.clone()
     }
 
+    /// The handler has returned: from now on the lease is renewed until
+    /// the settlement is answered, with heartbeats off too (every third of
+    /// the safety window then), so a slow settle call cannot let it lapse.
+    pub(super) fn settling(&mut self) {
+        if self.every.is_none() {
+            let every = self.window / 3;
+            self.every = Some(every);
+            self.next = later(self.confirmed, every);
+        }
+    }
+
     /// The lease was renewed outside a beat (a job leased ahead, renewed
     /// before it starts), with the renewal sent at `sent`.
     pub(super) fn renewed(&mut self, sent: Instant) {
@@ -139,7 +150,9 @@ impl Heartbeat {
                 Beat::Alive
             }
             _ => {
-                warn!("lease not confirmed within the safety window; its result will not be settled");
+                if observers.is_some() {
+                    warn!("lease not confirmed within the safety window; its result will not be settled");
+                }
                 emit(Event::LeaseLost {
                     id: &lease.id,
                     token: lease.token,

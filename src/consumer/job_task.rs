@@ -227,7 +227,10 @@ where
             cancel: cancel.clone(),
         };
         let handler_started = Instant::now();
-        let mut handler = tokio::spawn(ctx.handler.call(job).in_current_span());
+        // `call` itself runs inside the spawned task, so a handler that
+        // panics before returning its future is a panicked attempt too.
+        let h = ctx.handler.clone();
+        let mut handler = tokio::spawn(async move { h.call(job).await }.in_current_span());
         // Set once the handler's task has been joined (its handle must not
         // be polled again).
         let mut joined = false;
@@ -298,6 +301,7 @@ where
         ctx.settle(lease.clone(), op, heart.clock(), Some(permit), Some(answered));
         // Keep the lease alive until the settlement is answered: a slow
         // settle call must not let it lapse and the job run again.
+        heart.settling();
         loop {
             tokio::select! {
                 _ = &mut answer => return,

@@ -265,8 +265,9 @@ where
     /// # Errors
     /// [`Error::InvalidOption`] for a setting out of range (before
     /// anything runs); [`Error::Internal`] when one of the consumer's own
-    /// tasks died: it then stopped claiming and settled or released what
-    /// it held.
+    /// tasks died: it then stopped claiming, and its job tasks settled or
+    /// released their jobs directly (a batch the dead settler held is left
+    /// to the reaper: a stall each).
     pub async fn run(self, shutdown: impl Future<Output = ()> + Send) -> Result<()> {
         self.settings.check()?;
         let maintained = self.settings.reaper.then(|| {
@@ -290,6 +291,10 @@ where
             settle_tx,
         });
         let all_settled = CancellationToken::new();
+        // Should this future be dropped before it finishes (a `select!` or a
+        // timeout around `run`), the consumer's tasks stop too: no new
+        // claims, handlers cancelled and their jobs released.
+        let _stop_on_drop = StopOnDrop(vec![ctx.stop.clone(), ctx.hard_stop.clone(), all_settled.clone()]);
         let mut settling = Some(tokio::spawn(settler::settler::<T, H>(
             ctx.clone(),
             settle_rx,
@@ -342,6 +347,17 @@ where
         drop(maintained);
         debug!(queue = ctx.queue.name(), "consumer stopped");
         failure.map_or(Ok(()), Err)
+    }
+}
+
+/// Cancels its tokens when dropped.
+struct StopOnDrop(Vec<CancellationToken>);
+
+impl Drop for StopOnDrop {
+    fn drop(&mut self) {
+        for t in &self.0 {
+            t.cancel();
+        }
     }
 }
 

@@ -55,9 +55,8 @@
 //! ```
 //!
 //! The server decides, fenced by the job's token: only the job's *current*
-//! attempt (the job is active and its attempts count equals the caller's
-//! token) may claim, so of two deliveries of one job the older one is
-//! refused with [`Error::LeaseLost`](crate::Error::LeaseLost) and performs nothing. A marker held by
+//! attempt (the job is active under the caller's token) may claim, so of
+//! two deliveries of one job the older one is refused with [`Error::LeaseLost`](crate::Error::LeaseLost) and performs nothing. A marker held by
 //! any other attempt belongs to one that is over (its lease was reaped, or
 //! it settled), and the current attempt takes it over. Only the holder's
 //! token can mark it done (a newer holder answers [`Error::MarkerLost`](crate::Error::MarkerLost)),

@@ -13,9 +13,11 @@
 //! dies (its own maintenance, while it lives, reaps on time).
 //!
 //! The same task runs the consistency sweep of each queue ([`sweep`]): one
-//! bounded step (about [`SWEEP_STEP`] keys) after each reap, from the start
-//! and then every [`SWEEP_INTERVAL`], so a sweep never delays reaping by
-//! more than one step.
+//! bounded step (about [`SWEEP_STEP`] keys) after each of its reaps, from
+//! the start and then every [`SWEEP_INTERVAL`], so a sweep delays reaping
+//! by at most one step and an idle queue sweeps at its idle pace. (The job
+//! phase SCANs the whole database, so on a large one a sweep takes many
+//! steps; it is a safety net for torn writes, not a hot path.)
 
 pub mod reaper;
 pub mod sweep;
@@ -37,8 +39,9 @@ use crate::queue::Queue;
 pub const IDLE_INTERVAL: Duration = Duration::from_secs(5);
 /// Time between the starts of two consistency sweeps of a queue.
 pub const SWEEP_INTERVAL: Duration = Duration::from_secs(600);
-/// Keys one sweep step looks at (a SCAN COUNT hint).
-pub const SWEEP_STEP: usize = 200;
+/// Keys one sweep step looks at (a SCAN COUNT hint: the job phase scans the
+/// whole database, the set phases only the queue's sets).
+pub const SWEEP_STEP: usize = 1_000;
 
 /// The queues a client's maintenance task keeps, and when each is due.
 #[derive(Default)]
@@ -70,6 +73,20 @@ struct Entry {
 impl Entry {
     fn interval(&self) -> Duration {
         self.intervals.iter().copied().min().unwrap_or(IDLE_INTERVAL)
+    }
+}
+
+/// Marks the task `running` as gone when dropped, however it ends (its
+/// runtime may shut down with queues still registered), unless a newer
+/// task has taken over.
+struct Running(Arc<Maintenance>, u64);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let mut st = self.0.lock();
+        if st.running == self.1 {
+            st.running = 0;
+        }
     }
 }
 
@@ -105,7 +122,7 @@ impl Maintenance {
     /// is dropped; starts the task on the current runtime if needed.
     pub(crate) fn register(self: &Arc<Self>, queue: &Queue, interval: Duration) -> Registration {
         let base = queue.base().clone();
-        let start = {
+        {
             let mut st = self.lock();
             let e = st.queues.entry(base.clone()).or_insert_with(|| Entry {
                 queue: queue.clone(),
@@ -116,24 +133,34 @@ impl Maintenance {
             });
             e.intervals.push(interval);
             e.next = Instant::now();
-            if st.running == 0 {
-                st.tasks += 1;
-                st.running = st.tasks;
-                Some(st.tasks)
-            } else {
-                None
-            }
-        };
-        if let Some(task) = start {
-            tokio::spawn(self.clone().run(task));
-        } else {
-            self.changed.notify_one();
         }
+        self.ensure_running();
+        self.changed.notify_one();
         Registration {
             maintenance: self.clone(),
             base,
             interval,
         }
+    }
+
+    /// Starts the task on the current runtime unless one runs. The task
+    /// lives on the runtime of the consumer that started it; should that
+    /// runtime shut down while other consumers still run, the next claim of
+    /// any of them starts it again on theirs.
+    pub(crate) fn ensure_running(self: &Arc<Self>) {
+        let task = {
+            let mut st = self.lock();
+            if st.running != 0 || st.queues.is_empty() {
+                return;
+            }
+            st.tasks += 1;
+            st.running = st.tasks;
+            st.tasks
+        };
+        // Made before the spawn, so a task dropped before its first poll
+        // still clears `running`.
+        let running = Running(self.clone(), task);
+        tokio::spawn(self.clone().run(running));
     }
 
     /// A consumer of this process leased from the queue: reap it at its
@@ -151,23 +178,12 @@ impl Maintenance {
     }
 
     /// The task: reaps each queue when due, until no queue is registered.
-    async fn run(self: Arc<Self>, task: u64) {
-        // However the task ends (its runtime may shut down with queues still
-        // registered), the next registration starts a new one.
-        struct Running(Arc<Maintenance>, u64);
-        impl Drop for Running {
-            fn drop(&mut self) {
-                let mut st = self.0.lock();
-                if st.running == self.1 {
-                    st.running = 0;
-                }
-            }
-        }
-        let _running = Running(self.clone(), task);
+    async fn run(self: Arc<Self>, _running: Running) {
         loop {
             let (due, wake_at) = {
                 let mut st = self.lock();
                 if st.queues.is_empty() {
+                    // Under the lock, so a registration from now on starts a new task.
                     st.running = 0;
                     return;
                 }
@@ -208,8 +224,6 @@ impl Maintenance {
                             e.next_sweep = Instant::now() + SWEEP_INTERVAL;
                         } else {
                             e.sweep = cursor;
-                            // A sweep under way goes on at the busy pace.
-                            e.next = e.next.min(Instant::now() + interval);
                         }
                     }
                 }

@@ -132,8 +132,8 @@ impl Queue {
     /// each ([`Queue::sweep_step`] until done): every job hash is checked
     /// against the set its state names (and put back where a torn write
     /// left it out), and every set member against its hash. Safe to run
-    /// beside live traffic; each step is one script. The
-    /// [`Reaper`](crate::Reaper) sweeps periodically.
+    /// beside live traffic; each step is one script. The maintenance task of
+    /// a [`Client`](crate::Client) sweeps the queues its consumers serve.
     ///
     /// # Errors
     /// Server errors (the sweep can simply be run again).

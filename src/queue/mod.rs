@@ -134,7 +134,7 @@ impl Queue {
             Ok(LAYOUT_VERSION) => Ok(()),
             _ => Err(Error::LayoutMismatch {
                 queue: self.inner.name.clone(),
-                found,
+                found: crate::error::excerpt(&found),
                 supported: LAYOUT_VERSION,
             }),
         }

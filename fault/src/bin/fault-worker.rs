@@ -407,7 +407,11 @@ async fn run_raw(a: &Args, w: &Worker, lease: Duration) {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     if op == "extend" {
-        match w.queue.extend(&mut lease, Duration::from_millis(a.get("lease-ms", 1000))).await {
+        match w
+            .queue
+            .extend(&mut lease, Duration::from_millis(a.get("lease-ms", 1000)))
+            .await
+        {
             Ok(deadline_ms) => w.hist.write(Ev::Extended { id, token, deadline_ms }),
             Err(Error::LeaseLost { .. } | Error::JobNotFound(_)) => w.hist.write(Ev::LeaseLost {
                 id,
@@ -485,7 +489,9 @@ async fn main() {
             _ = terminated() => {}
         }
         terminated().await;
-        worker.hist.write(Ev::Stop { reason: "signal".into() });
+        worker.hist.write(Ev::Stop {
+            reason: "signal".into(),
+        });
         return;
     }
     let (w1, w2) = (worker.clone(), worker.clone());
