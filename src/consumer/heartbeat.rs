@@ -81,6 +81,11 @@ impl Heartbeat {
         self.next
     }
 
+    /// The time between beats (the safety window with heartbeats off).
+    pub(super) fn interval(&self) -> Duration {
+        self.every.unwrap_or(self.window)
+    }
+
     pub(super) fn clock(&self) -> LeaseClock {
         self.clock.clone()
     }

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde::de::DeserializeOwned;
-use tokio::sync::{OwnedSemaphorePermit, oneshot};
+use tokio::sync::OwnedSemaphorePermit;
 use tokio::time::{Instant, sleep_until, timeout_at};
 use tracing::{Instrument, debug, info_span, warn};
 
@@ -99,32 +99,26 @@ impl<H> Ctx<H> {
     }
 
     /// Hands a finished job to the settler (with its slot, if it frees
-    /// one); `answered` is told when the settlement is answered.
-    fn settle(
-        &self,
-        lease: Arc<Lease>,
-        op: Settle,
-        clock: LeaseClock,
-        slot: Option<Slot>,
-        answered: Option<oneshot::Sender<()>>,
-    ) {
+    /// one). `kept`: the keeper renews the lease until the answer.
+    fn settle(&self, lease: Arc<Lease>, op: Settle, clock: LeaseClock, slot: Option<Slot>, kept: bool) {
         let pending = Pending {
             lease,
             op,
             clock,
             slot,
-            answered,
+            kept,
         };
         if let Err(tokio::sync::mpsc::error::SendError(p)) = self.settle_tx.send(pending) {
             // The settler died (it is library code, but a bug must not
             // strand the job until its lease lapses): settle directly.
             warn!(job_id = %p.lease.id, "settler gone; settling directly");
             let queue = self.queue.clone();
+            let keeper = self.keeper.clone();
             self.tasks.spawn(async move {
                 if let Err(e) = queue.settle_many(&[(&p.lease, &p.op)]).await {
                     warn!(job_id = %p.lease.id, error = %e, "direct settlement failed; the reaper will return the job");
                 }
-                drop(p);
+                keeper.release(p.lease.token);
             });
         }
     }
@@ -159,7 +153,7 @@ where
                     Settle::Fail { reason },
                     heart.clock(),
                     Some(permit),
-                    None,
+                    false,
                 );
                 return;
             }
@@ -189,14 +183,14 @@ where
                         };
                         debug!(%error, "could not renew a job leased ahead; releasing it unstarted");
                         drop(p);
-                        ctx.settle(lease, Settle::Release, heart.clock(), Some(permit), None);
+                        ctx.settle(lease, Settle::Release, heart.clock(), Some(permit), false);
                         return;
                     }
                 }
             }
             Turn::Stopping => {
                 debug!("shutdown: releasing a job leased ahead, unstarted");
-                ctx.settle(lease, Settle::Release, heart.clock(), Some(permit), None);
+                ctx.settle(lease, Settle::Release, heart.clock(), Some(permit), false);
                 return;
             }
             Turn::TooLong => {
@@ -205,7 +199,7 @@ where
                 // this consumer does not fill that slot again only to wait
                 // once more.
                 debug!("no handler free in time: releasing a job leased ahead, unstarted");
-                ctx.settle(lease, Settle::Release, heart.clock(), None, None);
+                ctx.settle(lease, Settle::Release, heart.clock(), None, false);
                 tokio::select! {
                     _ = ctx.stop.cancelled() => {}
                     _ = ctx.running.clone().acquire_owned() => {}
@@ -297,23 +291,12 @@ where
         };
         // The handler is done: a prefetched job may start while this settles.
         ctx.handler_ended(running, handler_started.elapsed());
-        let (answered, mut answer) = oneshot::channel();
-        ctx.settle(lease.clone(), op, heart.clock(), Some(permit), Some(answered));
-        // Keep the lease alive until the settlement is answered: a slow
-        // settle call must not let it lapse and the job run again.
+        // The keeper renews the lease until the settlement is answered: a
+        // slow settle call must not let it lapse and the job run again.
         heart.settling();
-        loop {
-            tokio::select! {
-                _ = &mut answer => return,
-                // A loss here is most likely the settlement itself landing
-                // first: nothing to report.
-                _ = sleep_until(heart.next()) => {
-                    if let Beat::Lost = heart.beat(q, &lease, None).await {
-                        return;
-                    }
-                }
-            }
-        }
+        let clock = heart.clock();
+        ctx.keeper.hold(lease.clone(), heart);
+        ctx.settle(lease, op, clock, Some(permit), true);
     }
     .instrument(span)
     .await

@@ -15,6 +15,7 @@ mod event;
 mod handler;
 mod heartbeat;
 mod job_task;
+mod keeper;
 mod prefetch;
 mod settings;
 mod settler;
@@ -289,12 +290,20 @@ where
             hard_stop: CancellationToken::new(),
             tasks: TaskTracker::new(),
             settle_tx,
+            keeper: Arc::default(),
         });
         let all_settled = CancellationToken::new();
         // Should this future be dropped before it finishes (a `select!` or a
         // timeout around `run`), the consumer's tasks stop too: no new
         // claims, handlers cancelled and their jobs released.
-        let _stop_on_drop = StopOnDrop(vec![ctx.stop.clone(), ctx.hard_stop.clone(), all_settled.clone()]);
+        let keeper_done = CancellationToken::new();
+        let _stop_on_drop = StopOnDrop(vec![
+            ctx.stop.clone(),
+            ctx.hard_stop.clone(),
+            all_settled.clone(),
+            keeper_done.clone(),
+        ]);
+        let keeping = tokio::spawn(ctx.keeper.clone().run(ctx.queue.clone(), keeper_done.clone()));
         let mut settling = Some(tokio::spawn(settler::settler::<T, H>(
             ctx.clone(),
             settle_rx,
@@ -344,6 +353,8 @@ where
                 detail: e.to_string(),
             });
         }
+        keeper_done.cancel();
+        let _ = keeping.await;
         drop(maintained);
         debug!(queue = ctx.queue.name(), "consumer stopped");
         failure.map_or(Ok(()), Err)
@@ -419,6 +430,8 @@ struct Ctx<H> {
     hard_stop: CancellationToken,
     /// Finished jobs go to the settler, which sends them in batches.
     settle_tx: mpsc::UnboundedSender<Pending>,
+    /// Renews finished jobs' leases until their settlements are answered.
+    keeper: Arc<keeper::Keeper>,
 }
 
 /// After the claim loop stops: waits for running jobs up to the grace

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde::de::DeserializeOwned;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::mpsc;
 use tokio::time::{Instant, sleep};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info_span, warn};
@@ -33,8 +33,8 @@ pub(super) struct Pending {
     /// settlement is answered.
     pub clock: LeaseClock,
     pub slot: Option<Slot>,
-    /// Told when the settlement is answered (applied or refused).
-    pub answered: Option<oneshot::Sender<()>>,
+    /// The keeper renews its lease until the settlement is answered.
+    pub kept: bool,
 }
 
 /// Sends settlements in batches: whatever finished while the previous call
@@ -80,7 +80,7 @@ where
                     lease: Arc::new(lease),
                     op: Settle::Release,
                     slot: Some(slot),
-                    answered: None,
+                    kept: false,
                 }),
                 Some(slot) => ctx.start::<T>(lease, sent, slot),
                 None => break,
@@ -110,8 +110,8 @@ fn report<H>(ctx: &Ctx<H>, p: Pending, result: std::result::Result<Settled, &Err
             s.observers.emit(Event::SettleFailed { id, token, op, error });
         }
     }
-    if let Some(tx) = p.answered {
-        let _ = tx.send(());
+    if p.kept {
+        ctx.keeper.release(token);
     }
     p.slot
 }

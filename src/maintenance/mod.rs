@@ -13,9 +13,11 @@
 //! dies (its own maintenance, while it lives, reaps on time).
 //!
 //! The same task runs the consistency sweep of each queue ([`sweep`]): one
-//! bounded step (about [`SWEEP_STEP`] keys) after each of its reaps, from
-//! the start and then every [`SWEEP_INTERVAL`], so a sweep delays reaping
-//! by at most one step and an idle queue sweeps at its idle pace. (The job
+//! bounded step (about [`SWEEP_STEP`] keys) after one of its reaps, at most
+//! every [`SWEEP_PACE`], starting [`SWEEP_INTERVAL`] after a queue is first
+//! registered and then every [`SWEEP_INTERVAL`],
+//! so a sweep delays reaping by at most one step and costs a busy server
+//! little; an idle queue sweeps at its idle pace. (The job
 //! phase SCANs the whole database, so on a large one a sweep takes many
 //! steps; it is a safety net for torn writes, not a hot path.)
 
@@ -41,7 +43,11 @@ pub const IDLE_INTERVAL: Duration = Duration::from_secs(5);
 pub const SWEEP_INTERVAL: Duration = Duration::from_secs(600);
 /// Keys one sweep step looks at (a SCAN COUNT hint: the job phase scans the
 /// whole database, the set phases only the queue's sets).
-pub const SWEEP_STEP: usize = 1_000;
+pub const SWEEP_STEP: usize = 500;
+/// The shortest time between two sweep steps of a queue, so a sweep costs
+/// a busy queue a small, steady share of the server (about 500 keys looked
+/// at per second).
+pub const SWEEP_PACE: Duration = Duration::from_secs(1);
 
 /// The queues a client's maintenance task keeps, and when each is due.
 #[derive(Default)]
@@ -129,7 +135,7 @@ impl Maintenance {
                 intervals: Vec::new(),
                 next: Instant::now(),
                 sweep: SweepCursor::default(),
-                next_sweep: Instant::now(),
+                next_sweep: Instant::now() + SWEEP_INTERVAL,
             });
             e.intervals.push(interval);
             e.next = Instant::now();
@@ -224,6 +230,7 @@ impl Maintenance {
                             e.next_sweep = Instant::now() + SWEEP_INTERVAL;
                         } else {
                             e.sweep = cursor;
+                            e.next_sweep = Instant::now() + SWEEP_PACE;
                         }
                     }
                 }
@@ -232,14 +239,27 @@ impl Maintenance {
     }
 }
 
-/// One sweep step of `queue` from `cursor`; the cursor to go on from (the
-/// same one after an error, to try again).
+/// One sweep step of `queue` from `cursor`: about [`SWEEP_STEP`] keys,
+/// going on into the next phases while each finishes in one call (so a
+/// small queue is swept in one pass). Returns the cursor to go on from
+/// (none after an error: the same step is tried again).
 async fn step(queue: &Queue, cursor: &SweepCursor) -> Option<SweepCursor> {
-    match queue.sweep_step(cursor, SWEEP_STEP).await {
-        Ok((next, _)) => Some(next),
-        Err(e) => {
-            warn!(queue = queue.name(), error = %e, "consistency sweep step failed; will retry");
-            None
+    let mut cursor = cursor.clone();
+    let mut checked = 0;
+    loop {
+        match queue.sweep_step(&cursor, SWEEP_STEP).await {
+            Ok((next, report)) => {
+                checked += report.checked;
+                let phase_done_at_once = next.is_phase_start();
+                cursor = next;
+                if cursor.is_done() || !phase_done_at_once || checked >= SWEEP_STEP as u64 {
+                    return Some(cursor);
+                }
+            }
+            Err(e) => {
+                warn!(queue = queue.name(), error = %e, "consistency sweep step failed; will retry");
+                return None;
+            }
         }
     }
 }

@@ -62,6 +62,11 @@ impl SweepCursor {
     pub fn is_done(&self) -> bool {
         self.phase >= SWEEP_PHASES.len()
     }
+
+    /// True at the start of a phase.
+    pub(crate) fn is_phase_start(&self) -> bool {
+        self.cursor.is_empty()
+    }
 }
 
 impl Queue {
