@@ -260,27 +260,28 @@ async fn heartbeats_off_still_cancel_at_the_lease() {
     assert_eq!(log.of(&id), ["claimed:1", "lease_lost:1:false", "done:1:lease_lost"]);
 }
 
-// A finished job's lease is renewed until its settlement is answered: a
-// settler held up for three leases still completes the job on its first
-// attempt (0.1 stopped renewing when the handler returned, so the job
-// lapsed, was reaped and ran again).
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn the_lease_is_kept_until_the_settlement_is_answered() {
-    let (_s, q) = setup("keepalive").await;
+/// Runs one job whose settler is held up for three leases (its observer
+/// blocks, as a slow settle call would) and returns (attempts, stalls).
+async fn settled_after_a_slow_settler(name: &str, heartbeats: bool) -> (u64, u64) {
+    let (_s, q) = setup(name).await;
     let id = q.enqueue(&1).await.unwrap();
     let lease = Duration::from_millis(300);
-    let handle = Consumer::new(q.clone(), |_job: Job<u32>| async { Ok(()) })
+    let consumer = Consumer::new(q.clone(), |_job: Job<u32>| async { Ok(()) })
         .lease(lease)
         .reap_interval(Duration::from_millis(10))
-        // The settler runs observers inline: this one holds it up, as a
-        // slow settle call would, before it sends the completion.
+        // The settler runs observers inline: this one holds it up before
+        // it sends the completion.
         .observer(move |e| {
             if let echomq::Event::SettleSent { .. } = e {
                 std::thread::sleep(lease * 3);
             }
-        })
-        .spawn()
-        .unwrap();
+        });
+    let consumer = if heartbeats {
+        consumer
+    } else {
+        consumer.without_heartbeats()
+    };
+    let handle = consumer.spawn().unwrap();
     let done = eventually(Duration::from_secs(10), || async {
         q.job(&id).await.unwrap().state == JobState::Completed
     })
@@ -288,11 +289,23 @@ async fn the_lease_is_kept_until_the_settlement_is_answered() {
     handle.shutdown().await.unwrap();
     assert!(done);
     let info = q.job(&id).await.unwrap();
-    assert_eq!(
-        (info.attempts, info.stalls),
-        (1, 0),
-        "the lease lapsed while the settlement waited"
-    );
+    (info.attempts, info.stalls)
+}
+
+// A finished job's lease is renewed until its settlement is answered: a
+// settler held up for three leases still completes the job on its first
+// attempt (0.1 stopped renewing when the handler returned, so the job
+// lapsed, was reaped and ran again).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_lease_is_kept_until_the_settlement_is_answered() {
+    assert_eq!(settled_after_a_slow_settler("keepalive", true).await, (1, 0));
+}
+
+// The same with heartbeats off: once the handler has returned, the lease
+// is renewed until the settlement is answered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_lease_is_kept_until_the_settlement_is_answered_without_heartbeats() {
+    assert_eq!(settled_after_a_slow_settler("keepalive-nobeat", false).await, (1, 0));
 }
 
 // A panicking observer does not take the settler down: every job is still
@@ -327,38 +340,6 @@ async fn a_panicking_observer_is_contained() {
             log.of(id)
         );
     }
-}
-
-// The same with heartbeats off: once the handler has returned, the lease
-// is renewed until the settlement is answered.
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn the_lease_is_kept_until_the_settlement_is_answered_without_heartbeats() {
-    let (_s, q) = setup("keepalive-nobeat").await;
-    let id = q.enqueue(&1).await.unwrap();
-    let lease = Duration::from_millis(300);
-    let handle = Consumer::new(q.clone(), |_job: Job<u32>| async { Ok(()) })
-        .lease(lease)
-        .without_heartbeats()
-        .reap_interval(Duration::from_millis(10))
-        .observer(move |e| {
-            if let echomq::Event::SettleSent { .. } = e {
-                std::thread::sleep(lease * 3);
-            }
-        })
-        .spawn()
-        .unwrap();
-    let done = eventually(Duration::from_secs(10), || async {
-        q.job(&id).await.unwrap().state == JobState::Completed
-    })
-    .await;
-    handle.shutdown().await.unwrap();
-    assert!(done);
-    let info = q.job(&id).await.unwrap();
-    assert_eq!(
-        (info.attempts, info.stalls),
-        (1, 0),
-        "the lease lapsed while the settlement waited"
-    );
 }
 
 // A handler whose `call` panics before it returns a future is a panicked

@@ -46,8 +46,8 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 use echomq::{
-    Consumer, EffectMarker, Error, Event, HandlerError, HandlerResult, Job, MarkerState, Once, OnceError, Outcome,
-    Queue, Reaper, SettleOp,
+    Consumer, EffectMarker, Error, Event, HandlerError, Job, MarkerState, Once, OnceError, Outcome, Queue, Reaper,
+    SettleOp,
 };
 use echomq_fault::args::Args;
 use echomq_fault::history::{Ev, History};
@@ -219,7 +219,7 @@ impl Worker {
             Event::HandlerDone { id, token, result } => Ev::HandlerDone {
                 id: id.into(),
                 token,
-                result: handler_result_name(result).into(),
+                result: result.as_str().into(),
             },
             Event::SettleSent { id, token, op } => Ev::SettleSent {
                 id: id.into(),
@@ -275,20 +275,6 @@ fn outcome_name(o: Outcome) -> &'static str {
         Outcome::Released => "released",
         Outcome::Snoozed { .. } => "snoozed",
         Outcome::AlreadySettled => "already_settled",
-        _ => "other",
-    }
-}
-
-/// How a handler ended, as the history records it.
-fn handler_result_name(r: HandlerResult) -> &'static str {
-    match r {
-        HandlerResult::Ok => "ok",
-        HandlerResult::Retry => "retry",
-        HandlerResult::Fail => "fail",
-        HandlerResult::Snooze => "snooze",
-        HandlerResult::Panicked => "panicked",
-        HandlerResult::LeaseLost => "lease_lost",
-        HandlerResult::Stopped => "stopped",
         _ => "other",
     }
 }
