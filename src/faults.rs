@@ -3,6 +3,8 @@
 //! comma-separated list of `no-token-check`, `client-clock`,
 //! `two-step-reaper`, `no-stall-increment` and `per-job-token`; each breaks
 //! one guarantee, so the suite can assert that its checks notice.
+//! `settler-panic` makes a consumer's settler panic on its first batch, so
+//! a test can check how the consumer survives one of its own tasks dying.
 
 pub(crate) fn active(name: &str) -> bool {
     std::env::var("ECHOMQ_FAULT").is_ok_and(|v| v.split(',').any(|f| f.trim() == name))

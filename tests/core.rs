@@ -796,3 +796,52 @@ async fn reused_id_cannot_be_settled_by_a_stale_token() {
     assert_eq!(q.job("order-1").await.unwrap().state, JobState::Active);
     assert_eq!(q.complete(&b).await.unwrap().outcome, Outcome::Completed);
 }
+
+// If one of a consumer's own tasks dies (the settler, made to panic in the
+// fault suite's build with ECHOMQ_FAULT=settler-panic), the consumer stops
+// claiming, its job tasks settle their jobs directly, the jobs the dead
+// settler held come back by the reaper, and shutdown reports
+// Error::Internal. In a normal build the same run simply completes.
+#[tokio::test]
+async fn a_dead_settler_stops_the_consumer_and_reports() {
+    let dying = std::env::var("ECHOMQ_FAULT").is_ok_and(|f| f.contains("settler-panic"));
+    let opts = QueueOptions::new().max_stalls(10);
+    let (_s, q) = setup_with("dead-settler", opts).await;
+    q.enqueue_bulk(&(0..10).map(email).collect::<Vec<_>>()).await.unwrap();
+    let handle = Consumer::new(q.clone(), |_job: Job<Email>| async { Ok(()) })
+        .concurrency(2)
+        .prefetch(0)
+        .lease(Duration::from_millis(300))
+        .reap_interval(Duration::from_millis(20))
+        .spawn()
+        .unwrap();
+    if !dying {
+        assert!(
+            eventually(Duration::from_secs(10), || async {
+                q.counts().await.unwrap().completed == 10
+            })
+            .await
+        );
+        handle.shutdown().await.unwrap();
+        return;
+    }
+    // The settler dies on its first batch; the consumer stops by itself.
+    assert!(
+        eventually(Duration::from_secs(10), || async { handle.is_finished() }).await,
+        "the consumer kept running"
+    );
+    let e = handle.shutdown().await.unwrap_err();
+    assert!(matches!(e, Error::Internal { task: "settler", .. }), "{e:?}");
+    // Nothing stays leased: what the dead settler held is reaped, the rest
+    // was settled directly or never claimed.
+    let reaper = Reaper::new(q.clone());
+    assert!(
+        eventually(Duration::from_secs(10), || async {
+            reaper.run_once().await.unwrap();
+            q.counts().await.unwrap().active == 0
+        })
+        .await
+    );
+    let c = q.counts().await.unwrap();
+    assert_eq!(c.pending + c.completed, 10, "{c:?}");
+}

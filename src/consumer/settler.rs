@@ -122,6 +122,10 @@ fn report<H>(ctx: &Ctx<H>, p: Pending, result: std::result::Result<Settled, &Err
 /// Empties `batch`; returns the new leases and the settled items' slots
 /// for them (dropping a slot frees it for the claim loop).
 async fn settle_batch<H>(ctx: &Ctx<H>, batch: &mut Vec<Pending>) -> (Vec<Lease>, Vec<Slot>) {
+    #[cfg(echomq_faults)]
+    if crate::faults::active("settler-panic") {
+        panic!("fault: settler-panic");
+    }
     let s = &ctx.settings;
     let mut pause = Duration::from_millis(10);
     let mut first_try = true;
