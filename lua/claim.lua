@@ -2,6 +2,7 @@
 --
 -- KEYS[1] pending (zset)  KEYS[2] active (zset)  KEYS[3] delayed (zset)
 -- KEYS[4] wake (list)  KEYS[5] token (the fencing-token counter)
+-- KEYS[6] meta (hash; a paused queue leases nothing)
 -- ARGV[1] prefix  key prefix "emq:{Q}:" (job keys are built from it, same slot)
 -- ARGV[2] lease   lease length in milliseconds (deadline = TIME + lease)
 -- ARGV[3] max     N, the most jobs to lease
@@ -11,7 +12,8 @@
 -- minted from the queue-wide counter (never repeated for the queue).
 -- Returns {now, deadline, id_1, token_1, attempt_1, failures_1, limits_1,
 -- payload_1, ...}.
-local k = {pending = KEYS[1], active = KEYS[2], delayed = KEYS[3], wake = KEYS[4], token = KEYS[5]}
+local k = {pending = KEYS[1], active = KEYS[2], delayed = KEYS[3], wake = KEYS[4], token = KEYS[5],
+  meta = KEYS[6]}
 local now = server_now()
 local out = {now}
 claim_jobs(k, ARGV[1], now, tonumber(ARGV[2]), tonumber(ARGV[3]), true, out)

@@ -147,13 +147,19 @@ end
 -- Leases up to `limit` pending jobs until now + lease, after promoting up
 -- to `limit` due delayed jobs when `promote` is set (a plain claim does;
 -- the settle path, hot under load, leaves promotion to the reaper and to
--- plain claims). `k` holds pending, active, delayed, wake, token.
+-- plain claims). Leases nothing while the queue is paused (pause.lua).
+-- `k` holds pending, active, delayed, wake, token, meta.
 -- Appends {deadline, id_1, token_1, attempt_1, failures_1, limits_1,
 -- payload_1, ...} to `out`.
 local function claim_jobs(k, prefix, now, lease, limit, promote, out)
   local deadline = now + lease
   out[#out + 1] = deadline
   if limit <= 0 then return end
+  if rcall('HEXISTS', k.meta, 'paused') == 1 then
+    -- Idle consumers sleep until resume wakes them.
+    rcall('DEL', k.wake)
+    return
+  end
   if promote then promote_due(k.delayed, k.pending, k.wake, prefix, now, limit) end
   local popped = rcall('ZPOPMIN', k.pending, limit)
   local n = #popped / 2

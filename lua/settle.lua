@@ -5,7 +5,7 @@
 -- fenced by its own token.
 --
 -- KEYS[1] active  KEYS[2] pending  KEYS[3] delayed  KEYS[4] completed
--- KEYS[5] failed  KEYS[6] wake  KEYS[7] token
+-- KEYS[5] failed  KEYS[6] wake  KEYS[7] token  KEYS[8] meta
 -- ARGV[1] prefix     key prefix "emq:{Q}:" (job keys are built from it, same slot)
 -- ARGV[2] keep_completed  retention of completed jobs: -1 all, 0 delete the record, n newest n
 -- ARGV[3] keep_failed     retention of failed jobs, as keep_completed
@@ -29,7 +29,7 @@
 -- sent claim.lua's {deadline, id, token, attempt, failures, limits,
 -- payload, ...} follows.
 local k = {active = KEYS[1], pending = KEYS[2], delayed = KEYS[3], completed = KEYS[4], failed = KEYS[5],
-  wake = KEYS[6], token = KEYS[7]}
+  wake = KEYS[6], token = KEYS[7], meta = KEYS[8]}
 local prefix = ARGV[1]
 local keep_completed, keep_failed = tonumber(ARGV[2]), tonumber(ARGV[3])
 local n = tonumber(ARGV[4])

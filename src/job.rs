@@ -400,4 +400,6 @@ pub struct Counts {
     pub completed: u64,
     /// Failed and still retained.
     pub failed: u64,
+    /// Whether the queue is paused ([`Queue::pause`](crate::Queue::pause)).
+    pub paused: bool,
 }

@@ -2,6 +2,8 @@
 //!
 //! # Modules
 //!
+//! - [`admin`]: operating a queue (pause and resume; the home of the
+//!   operator calls).
 //! - [`client`]: the [`Client`]: connections and maintenance shared by the
 //!   queues of a process.
 //! - [`queue`]: the [`Queue`] handle: enqueue, inspect, and the low-level
@@ -21,6 +23,7 @@
 //! - `server` (feature `local-server`): a private `valkey-server` for tests.
 #![forbid(unsafe_code)]
 
+pub mod admin;
 pub mod client;
 mod conn;
 pub mod consumer;

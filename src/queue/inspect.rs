@@ -86,13 +86,14 @@ impl Queue {
     /// Server errors.
     pub async fn counts(&self) -> Result<Counts> {
         let k = self.keys();
-        let (pending, delayed, active, completed, failed) = redis::pipe()
+        let (pending, delayed, active, completed, failed, paused) = redis::pipe()
             .atomic()
             .zcard(&k.pending)
             .zcard(&k.delayed)
             .zcard(&k.active)
             .zcard(&k.completed)
             .zcard(&k.failed)
+            .hexists(&k.meta, "paused")
             .query_async(&mut self.conn())
             .await
             .map_err(Error::from_redis)?;
@@ -102,6 +103,7 @@ impl Queue {
             active,
             completed,
             failed,
+            paused,
         })
     }
 

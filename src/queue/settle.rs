@@ -221,7 +221,8 @@ impl Queue {
             .key(&k.active)
             .key(&k.delayed)
             .key(&k.wake)
-            .key(&k.token);
+            .key(&k.token)
+            .key(&k.meta);
         call.arg(&k.base).arg(lease_ms).arg(max);
         #[cfg(echomq_faults)]
         call.arg(crate::faults::client_now_ms());
@@ -294,7 +295,8 @@ impl Queue {
             .key(&k.completed)
             .key(&k.failed)
             .key(&k.wake)
-            .key(&k.token);
+            .key(&k.token)
+            .key(&k.meta);
         let opts = self.options();
         call.arg(&k.base)
             .arg(opts.keep_completed.arg())

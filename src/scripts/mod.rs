@@ -78,11 +78,12 @@ pub(crate) struct Scripts {
     pub marker_done: Spec,
     pub marker_abandon: Spec,
     pub layout: Spec,
+    pub pause: Spec,
 }
 
 #[cfg(test)]
 impl Scripts {
-    fn all(&self) -> [(&Spec, &'static str); 11] {
+    fn all(&self) -> [(&Spec, &'static str); 12] {
         [
             (&self.enqueue, include_str!("../../lua/enqueue.lua")),
             (&self.claim, include_str!("../../lua/claim.lua")),
@@ -95,6 +96,7 @@ impl Scripts {
             (&self.marker_done, include_str!("../../lua/marker_done.lua")),
             (&self.marker_abandon, include_str!("../../lua/marker_abandon.lua")),
             (&self.layout, include_str!("../../lua/layout.lua")),
+            (&self.pause, include_str!("../../lua/pause.lua")),
         ]
     }
 }
@@ -110,14 +112,23 @@ pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
     claim: Spec::new(
         "claim",
         lua!("claim"),
-        &["pending", "active", "delayed", "wake", "token"],
+        &["pending", "active", "delayed", "wake", "token", "meta"],
         false,
         &["prefix", "lease", "max"],
     ),
     settle: Spec::new(
         "settle",
         lua!("settle"),
-        &["active", "pending", "delayed", "completed", "failed", "wake", "token"],
+        &[
+            "active",
+            "pending",
+            "delayed",
+            "completed",
+            "failed",
+            "wake",
+            "token",
+            "meta",
+        ],
         false,
         &["prefix", "keep_completed", "keep_failed", "items"],
     ),
@@ -165,6 +176,7 @@ pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
     ),
     marker_abandon: Spec::new("marker_abandon", lua!("marker_abandon"), &["marker"], false, &["token"]),
     layout: Spec::new("layout", lua!("layout"), &["meta"], false, &["version"]),
+    pause: Spec::new("pause", lua!("pause"), &["meta", "wake"], false, &["paused"]),
 });
 
 /// Builds a script. A build with `--cfg echomq_faults` (the fault suite's

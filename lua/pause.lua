@@ -1,0 +1,19 @@
+-- pause: pauses or resumes a queue. While the meta hash holds `paused`,
+-- every claim (claim.lua, and the leases settle.lua hands out) leases
+-- nothing, in every process: the check and the lease are one script, so
+-- once this call returns no claim is applied until the queue is resumed.
+-- Enqueue, settlement, reaping and promotion go on.
+--
+-- KEYS[1] meta (hash)  KEYS[2] wake (list)
+-- ARGV[1] paused  "1" to pause, "0" to resume
+--
+-- Returns {now, changed}: changed 1 when the queue was not already in
+-- that state. Resuming wakes the waiting consumers.
+local meta_key, wake_key = KEYS[1], KEYS[2]
+local now = server_now()
+if ARGV[1] == '1' then
+  return {now, rcall('HSET', meta_key, 'paused', '1')}
+end
+local changed = rcall('HDEL', meta_key, 'paused')
+if changed == 1 then wake(wake_key, WAKE_CAP) end
+return {now, changed}
