@@ -8,7 +8,9 @@
 --   id          "" to mint one from seq
 --   payload     JSON bytes
 --   priority    integer -128..127, higher runs first
---   delay       milliseconds, 0 for none (due = TIME + delay)
+--   delay       milliseconds, 0 for none (due = TIME + delay); or "@MS": due at
+--               MS, ms since the Unix epoch on the server's clock (a time
+--               already past is now)
 --   limits      the job's `lm` field ("" for the defaults; see common.lua)
 --   dedup       "" for none, else the dedup id
 --   dedup_ttl   milliseconds the dedup marker stands; 0 = until the job finishes
@@ -28,7 +30,15 @@ local PRIO_STEP = 35184372088832
 for j = 0, n - 1 do
   local b = 3 + j * 7
   local id, payload = ARGV[b], ARGV[b + 1]
-  local priority, delay = tonumber(ARGV[b + 2]), tonumber(ARGV[b + 3])
+  local priority, when = tonumber(ARGV[b + 2]), ARGV[b + 3]
+  -- The due time, or nil to be pending at once.
+  local due
+  if string.sub(when, 1, 1) == '@' then
+    due = tonumber(string.sub(when, 2))
+  elseif tonumber(when) > 0 then
+    due = now + tonumber(when)
+  end
+  if due and due <= now then due = nil end
   local lm, dedup, dedup_ttl = ARGV[b + 4], ARGV[b + 5], tonumber(ARGV[b + 6])
   local status = CODE.OK
   local mk
@@ -48,7 +58,7 @@ for j = 0, n - 1 do
     local jk = prefix .. 'job:' .. id
     local score = (127 - priority) * PRIO_STEP + seq
     local h = {'p', payload, 'sc', score, 'ct', now, 'st', 'pending'}
-    if delay > 0 then h[8] = 'delayed' end
+    if due then h[8] = 'delayed' end
     if lm ~= '' then h[#h + 1] = 'lm'; h[#h + 1] = lm end
     if mk then
       if dedup_ttl > 0 then
@@ -59,8 +69,8 @@ for j = 0, n - 1 do
       end
     end
     rcall('HSET', jk, unpack(h))
-    if delay > 0 then
-      rcall('ZADD', delayed_key, now + delay, id)
+    if due then
+      rcall('ZADD', delayed_key, due, id)
     else
       rcall('ZADD', pending_key, score, id)
       woken = woken + 1

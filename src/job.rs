@@ -75,6 +75,8 @@ impl JobState {
 pub struct EnqueueOptions {
     pub(crate) id: Option<String>,
     pub(crate) delay: Duration,
+    /// Run at this time (ms since the Unix epoch) instead of after `delay`.
+    pub(crate) run_at: Option<std::time::SystemTime>,
     pub(crate) priority: i8,
     pub(crate) max_attempts: Option<u32>,
     pub(crate) max_stalls: Option<u32>,
@@ -103,11 +105,26 @@ impl EnqueueOptions {
     }
 
     /// Run no earlier than `delay` from now, measured on the server's clock
-    /// (at most [`MAX_DELAY`]). (An absolute run-at time would come from
-    /// the caller's clock; compute the delay yourself if you need one,
-    /// knowing that.)
+    /// (at most [`MAX_DELAY`]).
     pub fn delay(mut self, delay: Duration) -> Self {
         self.delay = delay;
+        self
+    }
+
+    /// Run no earlier than `at`, compared with the server's clock: the job
+    /// is due when the server's `TIME` reaches `at` (a time already past
+    /// runs now). The time itself comes from the caller, so a caller
+    /// whose clock is off shifts it; [`delay`](Self::delay) is measured
+    /// on the server alone. At most [`MAX_DELAY`] after the Unix epoch's
+    /// present; not together with `delay`.
+    ///
+    /// ```
+    /// use std::time::{Duration, SystemTime};
+    /// let nine_tomorrow = SystemTime::now() + Duration::from_secs(86_400);
+    /// let opts = echomq::EnqueueOptions::new().run_at(nine_tomorrow);
+    /// ```
+    pub fn run_at(mut self, at: std::time::SystemTime) -> Self {
+        self.run_at = Some(at);
         self
     }
 
@@ -152,6 +169,32 @@ impl EnqueueOptions {
         self
     }
 
+    /// When the job is due, as enqueue.lua takes it: a delay in ms, or
+    /// "@MS" for a run-at time.
+    pub(crate) fn when(&self) -> Result<String> {
+        let Some(at) = self.run_at else {
+            return Ok(delay_ms("delay", self.delay)?.to_string());
+        };
+        if !self.delay.is_zero() {
+            return Err(Error::InvalidOption {
+                name: "run_at",
+                reason: "give either a delay or a run-at time, not both".into(),
+            });
+        }
+        let ms = at.duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis());
+        let latest = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis())
+            + MAX_DELAY.as_millis();
+        if ms > latest {
+            return Err(Error::InvalidOption {
+                name: "run_at",
+                reason: "more than MAX_DELAY (365 days) ahead".into(),
+            });
+        }
+        Ok(format!("@{ms}"))
+    }
+
     /// The job's limits: these options over the queue's.
     pub(crate) fn limits(&self, queue: &Limits) -> Limits {
         Limits {
@@ -173,6 +216,7 @@ impl EnqueueOptions {
             }
         }
         delay_ms("delay", self.delay)?;
+        self.when()?;
         if let Some(n) = self.max_attempts {
             Limits::check_attempts(n)?;
         }

@@ -845,3 +845,41 @@ async fn a_dead_settler_stops_the_consumer_and_reports() {
     let c = q.counts().await.unwrap();
     assert_eq!(c.pending + c.completed, 10, "{c:?}");
 }
+
+// run_at schedules on the server's clock: a time past runs now, a future
+// one is due exactly then, not before; with a delay it is refused.
+#[tokio::test]
+async fn run_at_is_due_on_the_server_clock() {
+    let (_s, q) = setup("run-at").await;
+    let server_now = q.server_time_ms().await.unwrap();
+    let at = |ms: u64| std::time::UNIX_EPOCH + Duration::from_millis(ms);
+    let overdue = q
+        .enqueue_with(&email(1), &EnqueueOptions::new().run_at(at(server_now - 60_000)))
+        .await
+        .unwrap()
+        .id;
+    assert_eq!(q.job(&overdue).await.unwrap().state, JobState::Pending);
+    let due = server_now + 400;
+    let later = q
+        .enqueue_with(&email(2), &EnqueueOptions::new().run_at(at(due)))
+        .await
+        .unwrap()
+        .id;
+    let info = q.job(&later).await.unwrap();
+    assert_eq!((info.state, info.deadline_ms), (JobState::Delayed, Some(due)));
+    assert_eq!(q.claim(10, LEASE).await.unwrap().len(), 1, "only the past one is due");
+    past(&q, due).await;
+    let l = q.claim(10, LEASE).await.unwrap();
+    assert_eq!(l.len(), 1);
+    assert_eq!(l[0].id(), later);
+    let both = EnqueueOptions::new().run_at(at(due)).delay(Duration::from_secs(1));
+    assert!(matches!(
+        q.enqueue_with(&email(3), &both).await,
+        Err(Error::InvalidOption { .. })
+    ));
+    let far = EnqueueOptions::new().run_at(at(server_now + 400 * 86_400_000));
+    assert!(matches!(
+        q.enqueue_with(&email(3), &far).await,
+        Err(Error::InvalidOption { .. })
+    ));
+}

@@ -9,7 +9,7 @@ use tokio::sync::{Semaphore, mpsc, oneshot};
 use super::{ENQUEUE_CHUNK, Queue};
 use crate::conn::Conn;
 use crate::error::{Error, Result};
-use crate::job::{EnqueueOptions, EnqueueStatus, Enqueued, delay_ms};
+use crate::job::{EnqueueOptions, EnqueueStatus, Enqueued};
 use crate::keys::Keys;
 use crate::scripts::{Code, SCRIPTS};
 
@@ -26,7 +26,8 @@ pub(super) struct Encoded {
     payload: Vec<u8>,
     id: String,
     priority: i8,
-    delay_ms: u64,
+    /// A delay in ms, or "@MS" for a run-at time (enqueue.lua).
+    when: String,
     limits: String,
     dedup: String,
     dedup_ttl_ms: u64,
@@ -108,7 +109,7 @@ async fn call_script(conn: &mut Conn, k: &Keys, jobs: &[&Encoded]) -> Result<Vec
         call.arg(&j.id)
             .arg(&j.payload)
             .arg(j.priority)
-            .arg(j.delay_ms)
+            .arg(&j.when)
             .arg(&j.limits)
             .arg(&j.dedup)
             .arg(j.dedup_ttl_ms);
@@ -148,7 +149,7 @@ impl Queue {
             payload: self.encode(payload)?,
             id: opts.id.clone().unwrap_or_default(),
             priority: opts.priority,
-            delay_ms: delay_ms("delay", opts.delay)?,
+            when: opts.when()?,
             limits: opts.limits(&self.options().limits).encode(),
             dedup,
             dedup_ttl_ms,
