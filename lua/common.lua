@@ -8,8 +8,9 @@
 --   f   failures                  s   stalls
 --   sc  pending score (priority, then mint order)      ct created (server ms)
 --   ft  finished (server ms)      err last error      dd dedup id (released at finish)
---   lm  limits "MAX_ATTEMPTS:MAX_STALLS:BACKOFF", absent for the defaults below;
---       BACKOFF is "fMS" (fixed) or "eBASE_MS:MAX_MS" (exponential)
+--   lm  limits "MAX_ATTEMPTS:MAX_STALLS:BACKOFF[;tTIMEOUT_MS]", absent for the
+--       defaults below; BACKOFF is "fMS" (fixed) or "eBASE_MS:MAX_MS"
+--       (exponential); the timeout is the consumer's to enforce
 --   lo  the last LO_KEEP settlements, newest first: "OP:TOKEN OP:TOKEN ..."
 --       (OP: c complete, r retry, f fail, l release, s snooze)
 local rcall = redis.call
@@ -79,7 +80,7 @@ end
 -- The job's limits from its `lm` field: max_attempts, max_stalls, backoff.
 local function limits(lm)
   if lm then
-    local ma, ms, bo = string.match(lm, '^(%d+):(%d+):(.+)$')
+    local ma, ms, bo = string.match(lm, '^(%d+):(%d+):([^;]+)')
     if ma then return tonumber(ma), tonumber(ms), bo end
   end
   return DEFAULT_MAX_ATTEMPTS, DEFAULT_MAX_STALLS, DEFAULT_BACKOFF

@@ -81,6 +81,7 @@ pub struct EnqueueOptions {
     pub(crate) max_attempts: Option<u32>,
     pub(crate) max_stalls: Option<u32>,
     pub(crate) backoff: Option<Backoff>,
+    pub(crate) timeout: Option<Duration>,
     /// The dedup id, and how long its marker stands (`None`: until the job finishes).
     pub(crate) dedup: Option<(String, Option<Duration>)>,
 }
@@ -154,6 +155,15 @@ impl EnqueueOptions {
         self
     }
 
+    /// The longest one attempt's handler may run (1 ms to
+    /// [`MAX_DELAY`]); at the timeout the handler is cancelled and the
+    /// attempt counts as a failure with error `"timeout"`. Default: the
+    /// queue's (none: only the lease bounds an attempt).
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = Some(timeout);
+        self
+    }
+
     /// Producer dedup: while a marker for `dedup_id` stands, another enqueue
     /// with it returns the holder's id instead of a new job. The marker
     /// stands until the job finishes.
@@ -201,6 +211,7 @@ impl EnqueueOptions {
             max_attempts: self.max_attempts.unwrap_or(queue.max_attempts),
             max_stalls: self.max_stalls.unwrap_or(queue.max_stalls),
             backoff: self.backoff.unwrap_or(queue.backoff),
+            timeout: self.timeout.or(queue.timeout),
         }
     }
 
@@ -223,13 +234,12 @@ impl EnqueueOptions {
         if let Some(n) = self.max_stalls {
             Limits::check_stalls(n)?;
         }
-        if let Some(b) = &self.backoff {
-            Limits {
-                backoff: *b,
-                ..Limits::default()
-            }
-            .check()?;
+        Limits {
+            backoff: self.backoff.unwrap_or(crate::limits::DEFAULT_BACKOFF),
+            timeout: self.timeout,
+            ..Limits::default()
         }
+        .check()?;
         if let Some((d, ttl)) = &self.dedup {
             validate_id("dedup id", d)?;
             if let Some(ttl) = ttl

@@ -109,6 +109,10 @@ pub struct Limits {
     pub max_stalls: u32,
     /// The delay before each retry.
     pub backoff: Backoff,
+    /// The longest one attempt's handler may run: at the timeout it is
+    /// cancelled and the attempt counts as a failure with error
+    /// `"timeout"`. `None` (the default): no limit but the lease.
+    pub timeout: Option<Duration>,
 }
 
 impl Default for Limits {
@@ -117,6 +121,7 @@ impl Default for Limits {
             max_attempts: DEFAULT_MAX_ATTEMPTS,
             max_stalls: DEFAULT_MAX_STALLS,
             backoff: DEFAULT_BACKOFF,
+            timeout: None,
         }
     }
 }
@@ -145,25 +150,39 @@ impl Limits {
     pub(crate) fn check(&self) -> Result<()> {
         Self::check_attempts(self.max_attempts)?;
         Self::check_stalls(self.max_stalls)?;
+        if let Some(t) = self.timeout {
+            crate::settings::duration("timeout", t, Duration::from_millis(1), MAX_DELAY)?;
+        }
         self.backoff.check()
     }
 
-    /// The job hash's `lm` field: empty for the defaults, which the
-    /// scripts know, so most jobs store nothing extra.
+    /// The job hash's `lm` field, `MAX_ATTEMPTS:MAX_STALLS:BACKOFF[;tMS]`:
+    /// empty for the defaults, which the scripts know, so most jobs store
+    /// nothing extra. (The scripts do not read the timeout; the consumer
+    /// enforces it.)
     pub(crate) fn encode(&self) -> String {
         if *self == Limits::default() {
             return String::new();
         }
-        format!("{}:{}:{}", self.max_attempts, self.max_stalls, self.backoff.encode())
+        let mut s = format!("{}:{}:{}", self.max_attempts, self.max_stalls, self.backoff.encode());
+        if let Some(t) = self.timeout {
+            s.push_str(&format!(";t{}", t.as_millis()));
+        }
+        s
     }
 
     pub(crate) fn decode(s: &[u8]) -> Limits {
         let parsed = std::str::from_utf8(s).ok().and_then(|s| {
-            let mut parts = s.splitn(3, ':');
+            let (limits, timeout) = match s.split_once(";t") {
+                Some((l, t)) => (l, Some(Duration::from_millis(t.parse().ok()?))),
+                None => (s, None),
+            };
+            let mut parts = limits.splitn(3, ':');
             Some(Limits {
                 max_attempts: parts.next()?.parse().ok()?,
                 max_stalls: parts.next()?.parse().ok()?,
                 backoff: Backoff::decode(parts.next()?)?,
+                timeout,
             })
         });
         parsed.unwrap_or_default()
@@ -183,6 +202,7 @@ mod tests {
             max_attempts: 7,
             max_stalls: 0,
             backoff: Backoff::Fixed(Duration::from_millis(250)),
+            timeout: None,
         };
         assert_eq!(Limits::decode(l.encode().as_bytes()), l);
         let e = Limits {
@@ -194,6 +214,12 @@ mod tests {
         };
         assert_eq!(e.encode(), "3:3:e10:5000");
         assert_eq!(Limits::decode(e.encode().as_bytes()), e);
+        let t = Limits {
+            timeout: Some(Duration::from_secs(2)),
+            ..Limits::default()
+        };
+        assert_eq!(t.encode(), "3:3:e1000:600000;t2000");
+        assert_eq!(Limits::decode(t.encode().as_bytes()), t);
     }
 
     // The Lua defaults agree with these constants.

@@ -261,3 +261,42 @@ async fn sizes_are_bounded() {
         e.to_string().len()
     );
 }
+
+// A job's timeout cancels its handler and counts a failed attempt with
+// error "timeout"; the retry that finishes in time completes.
+#[tokio::test]
+async fn a_job_timeout_is_a_failed_attempt() {
+    let (_s, q) = setup_with("timeout", QueueOptions::new().backoff(Backoff::Fixed(Duration::ZERO))).await;
+    let opts = EnqueueOptions::new().timeout(Duration::from_millis(200));
+    let id = q.enqueue_with(&1u32, &opts).await.unwrap().id;
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let handle = Consumer::new(q.clone(), move |job: Job<u32>| {
+        let tx = tx.clone();
+        async move {
+            assert_eq!(job.limits().timeout, Some(Duration::from_millis(200)));
+            if job.attempt() == 1 {
+                // Ignores its cancellation: the consumer stops it anyway.
+                tokio::time::sleep(Duration::from_secs(30)).await;
+                let _ = tx.send("ran past the timeout");
+            }
+            Ok(())
+        }
+    })
+    .spawn()
+    .unwrap();
+    let done = eventually(Duration::from_secs(10), || async {
+        q.job(&id).await.unwrap().state == JobState::Completed
+    })
+    .await;
+    handle.shutdown().await.unwrap();
+    assert!(done);
+    let info = q.job(&id).await.unwrap();
+    assert_eq!((info.attempts, info.failures, info.stalls), (2, 1, 0));
+    assert_eq!(info.last_error.as_deref(), Some("timeout"));
+    assert!(rx.try_recv().is_err(), "the timed-out handler was not stopped");
+    assert!(matches!(
+        q.enqueue_with(&1u32, &EnqueueOptions::new().timeout(Duration::ZERO))
+            .await,
+        Err(Error::InvalidOption { .. })
+    ));
+}

@@ -28,6 +28,9 @@ pub enum HandlerResult {
     LeaseLost,
     /// Shutdown's grace period ended: the handler was cancelled and the job released.
     Stopped,
+    /// It ran past the job's timeout: it was cancelled, and the job is
+    /// retried with error `"timeout"`.
+    TimedOut,
 }
 
 impl HandlerResult {
@@ -42,6 +45,7 @@ impl HandlerResult {
             HandlerResult::Panicked => "panicked",
             HandlerResult::LeaseLost => "lease_lost",
             HandlerResult::Stopped => "stopped",
+            HandlerResult::TimedOut => "timed_out",
         }
     }
 }

@@ -30,6 +30,8 @@ enum Ended {
     LeaseLost,
     /// Shutdown grace over: release the job.
     Stopped,
+    /// Past the job's timeout: a failed attempt.
+    TimedOut,
 }
 
 impl Ended {
@@ -44,6 +46,7 @@ impl Ended {
             Ended::Panicked => HandlerResult::Panicked,
             Ended::LeaseLost => HandlerResult::LeaseLost,
             Ended::Stopped => HandlerResult::Stopped,
+            Ended::TimedOut => HandlerResult::TimedOut,
         }
     }
 }
@@ -228,6 +231,9 @@ where
         // Set once the handler's task has been joined (its handle must not
         // be polled again).
         let mut joined = false;
+        // The job's timeout, if it has one (a beat that never comes otherwise).
+        let timeout = lease.limits.timeout;
+        let times_out = later(handler_started, timeout.unwrap_or_default());
         let ended = loop {
             tokio::select! {
                 r = &mut handler => {
@@ -246,6 +252,7 @@ where
                         break Ended::LeaseLost;
                     }
                 }
+                _ = sleep_until(times_out), if timeout.is_some() => break Ended::TimedOut,
                 _ = ctx.hard_stop.cancelled() => break Ended::Stopped,
             }
         };
@@ -287,6 +294,16 @@ where
                     let _ = (&mut handler).await;
                 }
                 Settle::Release
+            }
+            Ended::TimedOut => {
+                debug!("handler timed out");
+                cancel.cancel();
+                handler.abort();
+                let _ = (&mut handler).await;
+                Settle::Retry {
+                    delay: None,
+                    error: "timeout".to_owned(),
+                }
             }
         };
         // The handler is done: a prefetched job may start while this settles.

@@ -122,6 +122,13 @@ impl QueueOptions {
         self.limits.max_stalls = n;
         self
     }
+    /// The longest one attempt's handler may run, for jobs enqueued
+    /// through this handle without their own (default none; see
+    /// [`EnqueueOptions::timeout`](crate::EnqueueOptions::timeout)).
+    pub fn timeout(mut self, timeout: std::time::Duration) -> Self {
+        self.limits.timeout = Some(timeout);
+        self
+    }
     /// The delay before each retry, for jobs enqueued through this handle
     /// without their own (default [`DEFAULT_BACKOFF`](crate::limits::DEFAULT_BACKOFF)).
     pub fn backoff(mut self, b: Backoff) -> Self {
