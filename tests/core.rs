@@ -883,3 +883,45 @@ async fn run_at_is_due_on_the_server_clock() {
         Err(Error::InvalidOption { .. })
     ));
 }
+
+// A dedup marker with a TTL stands for its TTL whatever the job does, and
+// a later enqueue with the same dedup id makes a new job.
+#[tokio::test]
+async fn dedup_with_a_ttl_stands_for_the_ttl() {
+    let (s, q) = setup("dedup-ttl").await;
+    let opts = EnqueueOptions::new().dedup_for("report-7", Duration::from_millis(300));
+    let first = q.enqueue_with(&email(1), &opts).await.unwrap();
+    assert_eq!(first.status, EnqueueStatus::Created);
+    let again = q.enqueue_with(&email(2), &opts).await.unwrap();
+    assert_eq!(
+        (again.status, again.id.as_str()),
+        (EnqueueStatus::Deduplicated, first.id.as_str())
+    );
+    // Finishing the job does not release a TTL marker...
+    let l = q.claim(1, LEASE).await.unwrap().remove(0);
+    q.complete(&l).await.unwrap();
+    assert_eq!(
+        q.enqueue_with(&email(3), &opts).await.unwrap().status,
+        EnqueueStatus::Deduplicated
+    );
+    // ...its TTL does.
+    let mut c = raw(&s).await;
+    let marker = format!("emq:{{{}}}:de:report-7", q.name());
+    let ttl: i64 = redis::cmd("PTTL").arg(&marker).query_async(&mut c).await.unwrap();
+    assert!((1..=300).contains(&ttl), "{ttl}");
+    past(&q, q.server_time_ms().await.unwrap() + ttl as u64).await;
+    assert!(
+        eventually(Duration::from_secs(2), || async {
+            let e: i64 = redis::cmd("EXISTS")
+                .arg(&marker)
+                .query_async(&mut raw(&s).await)
+                .await
+                .unwrap();
+            e == 0
+        })
+        .await
+    );
+    let later = q.enqueue_with(&email(4), &opts).await.unwrap();
+    assert_eq!(later.status, EnqueueStatus::Created);
+    assert_ne!(later.id, first.id);
+}
