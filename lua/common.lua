@@ -27,6 +27,7 @@ local CODE = {
   MARKER_ORPHANED = 5, -- an attempt claimed the effect and ended without finishing it
   EXISTS = 6,          -- enqueue: a job with that id exists; nothing written
   DEDUPED = 7,         -- enqueue: the dedup marker is held by another job
+  BUSY = 8,            -- the job is active (leased): an operator call left it alone
   NOT_FOUND = -1,      -- no such job
   LEASE_LOST = -2,     -- not active under this token: nothing changed
   REFUSED = -3,        -- a declared effect was refused: nothing changed

@@ -67,6 +67,10 @@ pub enum Error {
     /// No job with this id exists (never enqueued, or removed by retention).
     #[error("job {0} not found")]
     JobNotFound(String),
+    /// An operator call left this job alone because it is active (leased
+    /// to a worker): wait for it to finish, or let its lease lapse.
+    #[error("job {0} is active (leased to a worker); it was left alone")]
+    JobActive(String),
     /// A lease, job or marker of one queue was handed to another queue's
     /// handle. Ids and tokens are per queue, so nothing was sent.
     #[error("job {id} was leased from queue {leased_from}, not from queue {queue}")]
@@ -269,7 +273,7 @@ impl Error {
             Error::PayloadTooLarge { .. } => 413,
             Error::NoPermission { .. } => 403,
             Error::JobNotFound(_) => 404,
-            Error::LeaseLost { .. } | Error::WrongQueue { .. } | Error::MarkerLost { .. } => 409,
+            Error::LeaseLost { .. } | Error::WrongQueue { .. } | Error::MarkerLost { .. } | Error::JobActive(_) => 409,
             _ => 500,
         }
     }

@@ -6,7 +6,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use common::{eventually, setup};
-use echomq::{Client, Consumer, Event, Job};
+use echomq::admin::Moved;
+use echomq::{Client, Consumer, Error, Event, Job};
 
 // Once pause returns, no consumer leases a job (four consumers on two
 // clients, each with its own connection, racing to claim): every claim
@@ -89,4 +90,89 @@ async fn pause_stops_every_claim_until_resume() {
     for c in consumers {
         c.shutdown().await.unwrap();
     }
+}
+
+// Failed jobs go back to pending by id or all at once, with their failures
+// and stalls reset (attempts kept), and run again; a job not failed is left.
+#[tokio::test]
+async fn failed_jobs_are_retried_by_hand() {
+    let (_s, q) = common::setup_with("retry-failed", echomq::QueueOptions::new().max_attempts(1)).await;
+    let ids = q.enqueue_bulk(&(0..5u32).collect::<Vec<_>>()).await.unwrap();
+    for l in q.claim(5, Duration::from_secs(30)).await.unwrap() {
+        q.retry(&l, None, "boom").await.unwrap();
+    }
+    assert_eq!(q.counts().await.unwrap().failed, 5);
+    let pending = q.enqueue(&9u32).await.unwrap();
+    let r = q.retry_failed(&[&ids[0], &pending, "nope"]).await.unwrap();
+    assert_eq!(
+        r,
+        vec![
+            (ids[0].clone(), Moved::Done),
+            (pending.clone(), Moved::WrongState),
+            ("nope".to_owned(), Moved::NotFound),
+        ]
+    );
+    let info = q.job(&ids[0]).await.unwrap();
+    assert_eq!(
+        (
+            info.state,
+            info.failures,
+            info.stalls,
+            info.attempts,
+            info.last_error.as_deref()
+        ),
+        (echomq::JobState::Pending, 0, 0, 1, Some("boom"))
+    );
+    assert_eq!(q.retry_all_failed().await.unwrap(), 4);
+    let c = q.counts().await.unwrap();
+    assert_eq!((c.failed, c.pending), (0, 6));
+    // They run again, with their full max_attempts.
+    assert!(common::complete_with_noop::<u32>(&q, 6).await);
+}
+
+// Jobs in any state but active are removed with their dedup markers; an
+// active job is refused; drain removes every pending and delayed job.
+#[tokio::test]
+async fn jobs_are_removed_and_queues_drained() {
+    let (_s, q) = setup("remove").await;
+    let opts = |d: &str| echomq::EnqueueOptions::new().dedup(d);
+    let a = q.enqueue_with(&1u32, &opts("a")).await.unwrap().id;
+    let b = q.enqueue(&2u32).await.unwrap();
+    let active = q.claim(1, Duration::from_secs(30)).await.unwrap().remove(0);
+    let later = q
+        .enqueue_with(&3u32, &echomq::EnqueueOptions::new().delay(Duration::from_secs(60)))
+        .await
+        .unwrap()
+        .id;
+    let r = q.remove(&[&b, &later, active.id(), "nope"]).await.unwrap();
+    assert!(matches!(r[0].1, Ok(Moved::Done)), "{r:?}");
+    assert!(matches!(r[1].1, Ok(Moved::Done)), "{r:?}");
+    assert!(
+        matches!(&r[2].1, Err(Error::JobActive(id)) if id == active.id()),
+        "{r:?}"
+    );
+    assert!(matches!(r[3].1, Ok(Moved::NotFound)), "{r:?}");
+    assert!(q.job(&b).await.is_err() && q.job(&later).await.is_err());
+    assert_eq!(active.id(), a);
+    // The active job finishes normally; removing it then frees its dedup id.
+    q.complete(&active).await.unwrap();
+    q.remove(&[&a]).await.unwrap();
+    assert_eq!(
+        q.enqueue_with(&4u32, &opts("a")).await.unwrap().status,
+        echomq::EnqueueStatus::Created
+    );
+
+    q.enqueue_bulk(&(0..2500u32).collect::<Vec<_>>()).await.unwrap();
+    q.enqueue_with(&5u32, &echomq::EnqueueOptions::new().delay(Duration::from_secs(60)))
+        .await
+        .unwrap();
+    let held = q.claim(1, Duration::from_secs(30)).await.unwrap().remove(0);
+    assert_eq!(q.drain().await.unwrap(), 2501);
+    let c = q.counts().await.unwrap();
+    assert_eq!((c.pending, c.delayed, c.active), (0, 0, 1));
+    q.complete(&held).await.unwrap();
+
+    // Bad input is a typed error.
+    assert!(matches!(q.remove(&[]).await, Err(Error::InvalidOption { .. })));
+    assert!(matches!(q.retry_failed(&[""]).await, Err(Error::InvalidId { .. })));
 }

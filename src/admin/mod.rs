@@ -6,5 +6,15 @@
 //! - `pause`: [`Queue::pause`](crate::Queue::pause),
 //!   [`Queue::resume`](crate::Queue::resume),
 //!   [`Queue::is_paused`](crate::Queue::is_paused).
+//! - `lifecycle`: [`Queue::retry_failed`](crate::Queue::retry_failed),
+//!   [`Queue::retry_all_failed`](crate::Queue::retry_all_failed),
+//!   [`Queue::remove`](crate::Queue::remove),
+//!   [`Queue::drain`](crate::Queue::drain).
 
+mod lifecycle;
 mod pause;
+
+pub use self::lifecycle::Moved;
+
+/// Most job ids one operator call takes.
+pub const MAX_IDS: usize = 1_000;

@@ -21,6 +21,8 @@ pub(crate) enum Code {
     Exists,
     /// Enqueue: the dedup marker is held by another job (7).
     Deduped,
+    /// The job is active (leased): an operator call left it alone (8).
+    Busy,
     /// No such job (-1).
     NotFound,
     /// Not active under this token: nothing changed (-2).
@@ -44,6 +46,7 @@ pub(crate) const CODES: &[(&str, i64, Code)] = &[
     ("MARKER_ORPHANED", 5, Code::MarkerOrphaned),
     ("EXISTS", 6, Code::Exists),
     ("DEDUPED", 7, Code::Deduped),
+    ("BUSY", 8, Code::Busy),
     ("NOT_FOUND", -1, Code::NotFound),
     ("LEASE_LOST", -2, Code::LeaseLost),
     ("REFUSED", -3, Code::Refused),

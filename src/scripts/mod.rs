@@ -79,11 +79,13 @@ pub(crate) struct Scripts {
     pub marker_abandon: Spec,
     pub layout: Spec,
     pub pause: Spec,
+    pub retry_failed: Spec,
+    pub remove: Spec,
 }
 
 #[cfg(test)]
 impl Scripts {
-    fn all(&self) -> [(&Spec, &'static str); 12] {
+    fn all(&self) -> [(&Spec, &'static str); 14] {
         [
             (&self.enqueue, include_str!("../../lua/enqueue.lua")),
             (&self.claim, include_str!("../../lua/claim.lua")),
@@ -97,6 +99,8 @@ impl Scripts {
             (&self.marker_abandon, include_str!("../../lua/marker_abandon.lua")),
             (&self.layout, include_str!("../../lua/layout.lua")),
             (&self.pause, include_str!("../../lua/pause.lua")),
+            (&self.retry_failed, include_str!("../../lua/retry_failed.lua")),
+            (&self.remove, include_str!("../../lua/remove.lua")),
         ]
     }
 }
@@ -177,6 +181,20 @@ pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
     marker_abandon: Spec::new("marker_abandon", lua!("marker_abandon"), &["marker"], false, &["token"]),
     layout: Spec::new("layout", lua!("layout"), &["meta"], false, &["version"]),
     pause: Spec::new("pause", lua!("pause"), &["meta", "wake"], false, &["paused"]),
+    retry_failed: Spec::new(
+        "retry_failed",
+        lua!("retry_failed"),
+        &["failed", "pending", "wake"],
+        false,
+        &["prefix", "limit"],
+    ),
+    remove: Spec::new(
+        "remove",
+        lua!("remove"),
+        &["pending", "delayed", "completed", "failed"],
+        false,
+        &["prefix", "limit"],
+    ),
 });
 
 /// Builds a script. A build with `--cfg echomq_faults` (the fault suite's

@@ -1,0 +1,58 @@
+-- remove: deletes jobs that are not active (pending, delayed, completed
+-- or failed), with their dedup markers; or, in drain mode, the oldest
+-- pending and delayed jobs. An active job is leased to a worker and is
+-- never removed here (cancel it, or wait for it to finish).
+--
+-- KEYS[1] pending  KEYS[2] delayed  KEYS[3] completed  KEYS[4] failed
+-- ARGV[1] prefix  key prefix "emq:{Q}:"
+-- ARGV[2] limit   drain mode (no ids): at most this many pending and
+--                 delayed jobs per call
+-- ARGV[3..] ids   the jobs to remove
+--
+-- Returns {now, removed, left, id_1, code_1, ...}: a code per id given (OK
+-- removed; NOT_FOUND no such job; BUSY active, not removed); in drain
+-- mode `left` is how many pending and delayed jobs remain.
+local prefix, limit = ARGV[1], tonumber(ARGV[2])
+local now = server_now()
+local sets = {pending = KEYS[1], delayed = KEYS[2], completed = KEYS[3], failed = KEYS[4]}
+local out = {now, 0, 0}
+local removed = 0
+
+-- Deletes job `id` in state `st`, releasing its dedup marker if it holds it.
+local function delete(id, st, dd)
+  local jk = prefix .. 'job:' .. id
+  if dd then
+    local mk = prefix .. 'de:' .. dd
+    if sget(mk) == id then rcall('DEL', mk) end
+  end
+  rcall('ZREM', sets[st], id)
+  rcall('DEL', jk)
+  removed = removed + 1
+end
+
+if #ARGV > 2 then
+  for i = 3, #ARGV do
+    local id = ARGV[i]
+    local job = hfields(prefix .. 'job:' .. id, 'st', 'dd')
+    local code = CODE.OK
+    if not job or not job[1] then code = CODE.NOT_FOUND
+    elseif job[1] == 'active' then code = CODE.BUSY
+    elseif sets[job[1]] then delete(id, job[1], job[2])
+    else code = CODE.NOT_FOUND end
+    out[#out + 1] = id
+    out[#out + 1] = code
+  end
+else
+  for _, st in ipairs({'pending', 'delayed'}) do
+    local room = limit - removed
+    if room > 0 then
+      for _, id in ipairs(rcall('ZRANGE', sets[st], 0, room - 1)) do
+        local job = hfields(prefix .. 'job:' .. id, 'dd')
+        delete(id, st, job and job[1])
+      end
+    end
+  end
+  out[3] = rcall('ZCARD', sets.pending) + rcall('ZCARD', sets.delayed)
+end
+out[2] = removed
+return out

@@ -1,0 +1,157 @@
+//! Moving jobs by hand: retry failed jobs, remove jobs, drain a queue.
+
+use super::MAX_IDS;
+use crate::error::{Error, Result};
+use crate::keys::validate_id;
+use crate::queue::{MAX_BATCH, Queue};
+use crate::scripts::{Code, Reply, SCRIPTS};
+
+/// What [`Queue::retry_failed`] or [`Queue::remove`] did to one job.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Moved {
+    /// Done.
+    Done,
+    /// No such job.
+    NotFound,
+    /// Not in a state this call moves (`retry_failed`: not failed).
+    WrongState,
+}
+
+/// Reads `id, code` pairs after the `now, count, left` head.
+fn per_id(script: &'static str, r: &mut Reply) -> Result<Vec<(String, Result<Moved>)>> {
+    let mut out = Vec::new();
+    while r.remaining() > 0 {
+        let id = r.string()?;
+        let moved = match r.code()? {
+            Code::Ok => Ok(Moved::Done),
+            Code::NotFound => Ok(Moved::NotFound),
+            Code::Refused => Ok(Moved::WrongState),
+            Code::Busy => Err(Error::JobActive(id.clone())),
+            other => {
+                return Err(Error::Protocol {
+                    script,
+                    detail: format!("unexpected status {other:?}"),
+                });
+            }
+        };
+        out.push((id, moved));
+    }
+    Ok(out)
+}
+
+fn check_ids(ids: &[&str]) -> Result<()> {
+    crate::settings::count("ids per call", ids.len(), 1, MAX_IDS)?;
+    ids.iter().try_for_each(|id| validate_id("job id", id))
+}
+
+impl Queue {
+    /// Moves failed jobs back to pending, to run again with their full
+    /// `max_attempts`: failures and stalls start again from 0, while
+    /// `attempts` (claims so far) and the last error are kept. Answers per
+    /// id, in order; a job that is not failed is left alone
+    /// ([`Moved::WrongState`]).
+    ///
+    /// ```no_run
+    /// # async fn demo(queue: echomq::Queue) -> echomq::Result<()> {
+    /// let moved = queue.retry_failed(&["order-17", "order-18"]).await?;
+    /// let all = queue.retry_all_failed().await?;
+    /// # let _ = (moved, all); Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::InvalidId`], [`Error::InvalidOption`] for no ids or more
+    /// than [`MAX_IDS`]; server errors.
+    pub async fn retry_failed(&self, ids: &[&str]) -> Result<Vec<(String, Moved)>> {
+        check_ids(ids)?;
+        let mut r = self.retry_failed_call(ids).await?;
+        let _ = (r.uint()?, r.uint()?, r.uint()?);
+        per_id("retry_failed", &mut r)?
+            .into_iter()
+            .map(|(id, m)| m.map(|m| (id, m)))
+            .collect()
+    }
+
+    /// Moves every failed job back to pending (as
+    /// [`retry_failed`](Self::retry_failed)), a thousand per script call, so
+    /// the server is never held for long. Returns how many moved. Jobs that
+    /// fail while this runs may be moved too.
+    ///
+    /// # Errors
+    /// Server errors (what moved before one stays moved).
+    pub async fn retry_all_failed(&self) -> Result<u64> {
+        let mut moved = 0;
+        loop {
+            let mut r = self.retry_failed_call(&[]).await?;
+            let (_now, n, left) = (r.uint()?, r.uint()?, r.uint()?);
+            moved += n;
+            if n == 0 || left == 0 {
+                return Ok(moved);
+            }
+        }
+    }
+
+    async fn retry_failed_call(&self, ids: &[&str]) -> Result<Reply> {
+        let k = self.keys();
+        let mut call = SCRIPTS.retry_failed.call();
+        call.key(&k.failed).key(&k.pending).key(&k.wake);
+        call.arg(&k.base).arg(MAX_BATCH);
+        for id in ids {
+            call.arg(*id);
+        }
+        call.run(&mut self.conn()).await
+    }
+
+    /// Removes jobs that are not active (pending, delayed, completed or
+    /// failed), with their records and dedup markers. Answers per id, in
+    /// order. An active job is leased to a worker and is left alone: its
+    /// entry is [`Error::JobActive`].
+    ///
+    /// ```no_run
+    /// # async fn demo(queue: echomq::Queue) -> echomq::Result<()> {
+    /// for (id, r) in queue.remove(&["order-17"]).await? {
+    ///     println!("{id}: {r:?}");
+    /// }
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// The outer error: [`Error::InvalidId`], [`Error::InvalidOption`] for
+    /// no ids or more than [`MAX_IDS`], server errors.
+    pub async fn remove(&self, ids: &[&str]) -> Result<Vec<(String, Result<Moved>)>> {
+        check_ids(ids)?;
+        let mut r = self.remove_call(ids).await?;
+        let _ = (r.uint()?, r.uint()?, r.uint()?);
+        per_id("remove", &mut r)
+    }
+
+    /// Removes every pending and delayed job (drains the queue), a
+    /// thousand per script call. Active jobs run on; finished records
+    /// stay. Returns how many were removed. Jobs enqueued while this runs
+    /// may be removed too.
+    ///
+    /// # Errors
+    /// Server errors (what was removed before one stays removed).
+    pub async fn drain(&self) -> Result<u64> {
+        let mut removed = 0;
+        loop {
+            let mut r = self.remove_call(&[]).await?;
+            let (_now, n, left) = (r.uint()?, r.uint()?, r.uint()?);
+            removed += n;
+            if n == 0 || left == 0 {
+                return Ok(removed);
+            }
+        }
+    }
+
+    async fn remove_call(&self, ids: &[&str]) -> Result<Reply> {
+        let k = self.keys();
+        let mut call = SCRIPTS.remove.call();
+        call.key(&k.pending).key(&k.delayed).key(&k.completed).key(&k.failed);
+        call.arg(&k.base).arg(MAX_BATCH);
+        for id in ids {
+            call.arg(*id);
+        }
+        call.run(&mut self.conn()).await
+    }
+}
