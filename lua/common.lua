@@ -11,6 +11,7 @@
 --   lm  limits "MAX_ATTEMPTS:MAX_STALLS:BACKOFF[;tTIMEOUT_MS]", absent for the
 --       defaults below; BACKOFF is "fMS" (fixed) or "eBASE_MS:MAX_MS"
 --       (exponential); the timeout is the consumer's to enforce
+--   pg  progress (JSON), as the handler last reported it
 --   lo  the last LO_KEEP settlements, newest first: "OP:TOKEN OP:TOKEN ..."
 --       (OP: c complete, r retry, f fail, l release, s snooze)
 local rcall = redis.call

@@ -311,6 +311,8 @@ pub(crate) fn idempotency_key(queue: &str, id: &str) -> String {
 /// A job handed to a [`Consumer`](crate::Consumer)'s handler.
 #[derive(Debug)]
 pub struct Job<T> {
+    /// The queue's handle, for the calls a handler makes (progress).
+    pub(crate) handle: crate::queue::Queue,
     pub(crate) id: String,
     pub(crate) queue: String,
     /// The queue's key base, which tells queues of different prefixes apart.
@@ -395,7 +397,50 @@ impl<T> Job<T> {
     pub fn is_cancelled(&self) -> bool {
         self.cancel.is_cancelled()
     }
+    /// Records this attempt's progress (any JSON value, at most
+    /// [`MAX_PROGRESS_BYTES`] encoded), shown by
+    /// [`Queue::job`](crate::Queue::job) as [`JobInfo::progress`] until the
+    /// next report, also after the job finishes. Fenced like a
+    /// settlement: an attempt that lost its lease records nothing.
+    ///
+    /// ```
+    /// # async fn demo(job: echomq::Job<()>) -> echomq::Result<()> {
+    /// job.progress(&serde_json::json!({"done": 40, "of": 100})).await?;
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::LeaseLost`], [`Error::JobNotFound`],
+    /// [`Error::PayloadTooLarge`], [`Error::Encode`], server errors.
+    pub async fn progress<P: serde::Serialize + ?Sized>(&self, value: &P) -> Result<()> {
+        let bytes = serde_json::to_vec(value).map_err(Error::Encode)?;
+        if bytes.len() > MAX_PROGRESS_BYTES {
+            return Err(Error::PayloadTooLarge {
+                size: bytes.len(),
+                limit: MAX_PROGRESS_BYTES,
+            });
+        }
+        let q = &self.handle;
+        let mut call = crate::scripts::SCRIPTS.progress.call();
+        call.key(q.keys().job(&self.id)).arg(self.token).arg(bytes);
+        let mut r = call.run(&mut q.conn()).await?;
+        match r.code()? {
+            crate::scripts::Code::Ok => Ok(()),
+            crate::scripts::Code::NotFound => Err(Error::JobNotFound(self.id.clone())),
+            crate::scripts::Code::LeaseLost => Err(Error::LeaseLost {
+                id: self.id.clone(),
+                token: self.token,
+            }),
+            other => Err(Error::Protocol {
+                script: "progress",
+                detail: format!("unexpected status {other:?}"),
+            }),
+        }
+    }
 }
+
+/// Largest progress value a handler may record, encoded: 64 KiB.
+pub const MAX_PROGRESS_BYTES: usize = 64 * 1024;
 
 /// A job's stored record, from [`Queue::job`](crate::Queue::job).
 #[derive(Debug, Clone)]
@@ -425,6 +470,8 @@ pub struct JobInfo {
     pub deadline_ms: Option<u64>,
     /// The job's limits, fixed at enqueue.
     pub limits: Limits,
+    /// The progress its handler last reported ([`Job::progress`]).
+    pub progress: Option<serde_json::Value>,
 }
 
 impl JobInfo {

@@ -300,3 +300,40 @@ async fn a_job_timeout_is_a_failed_attempt() {
         Err(Error::InvalidOption { .. })
     ));
 }
+
+// A handler's progress shows in the job's record while it runs, and the
+// last report stays after the job finishes.
+#[tokio::test]
+async fn progress_is_recorded_by_the_current_attempt() {
+    let (_s, q) = setup("progress").await;
+    let id = q.enqueue(&1u32).await.unwrap();
+    let (reported, mut seen) = tokio::sync::mpsc::unbounded_channel();
+    let (go, release) = tokio::sync::oneshot::channel::<()>();
+    let release = std::sync::Arc::new(tokio::sync::Mutex::new(Some(release)));
+    let handle = Consumer::new(q.clone(), move |job: Job<u32>| {
+        let (reported, release) = (reported.clone(), release.clone());
+        async move {
+            job.progress(&serde_json::json!({"done": 1, "of": 2})).await?;
+            let _ = reported.send(());
+            if let Some(r) = release.lock().await.take() {
+                let _ = r.await;
+            }
+            job.progress(&2).await?;
+            Ok(())
+        }
+    })
+    .spawn()
+    .unwrap();
+    seen.recv().await.unwrap();
+    let info = q.job(&id).await.unwrap();
+    assert_eq!(info.progress, Some(serde_json::json!({"done": 1, "of": 2})));
+    go.send(()).unwrap();
+    assert!(
+        eventually(Duration::from_secs(10), || async {
+            q.job(&id).await.unwrap().state == JobState::Completed
+        })
+        .await
+    );
+    handle.shutdown().await.unwrap();
+    assert_eq!(q.job(&id).await.unwrap().progress, Some(serde_json::json!(2)));
+}

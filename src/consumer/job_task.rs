@@ -213,6 +213,7 @@ where
         };
         let cancel = ctx.hard_stop.child_token();
         let job = Job {
+            handle: q.clone(),
             id: lease.id.clone(),
             queue: q.name().to_owned(),
             base: q.base().clone(),

@@ -49,6 +49,7 @@ impl Queue {
             deadline_ms: active.or(delayed).map(|s| s as u64),
             token: 0,
             limits: Limits::default(),
+            progress: None,
         };
         let num = |v: &[u8]| {
             std::str::from_utf8(v)
@@ -69,6 +70,7 @@ impl Queue {
                 "a" => info.attempts = num(&v),
                 "tk" => info.token = num(&v),
                 "lm" => info.limits = Limits::decode(&v),
+                "pg" => info.progress = serde_json::from_slice(&v).ok(),
                 "f" => info.failures = num(&v),
                 "s" => info.stalls = num(&v),
                 "err" => info.last_error = Some(String::from_utf8_lossy(&v).into_owned()),

@@ -81,11 +81,12 @@ pub(crate) struct Scripts {
     pub pause: Spec,
     pub retry_failed: Spec,
     pub remove: Spec,
+    pub progress: Spec,
 }
 
 #[cfg(test)]
 impl Scripts {
-    fn all(&self) -> [(&Spec, &'static str); 14] {
+    fn all(&self) -> [(&Spec, &'static str); 15] {
         [
             (&self.enqueue, include_str!("../../lua/enqueue.lua")),
             (&self.claim, include_str!("../../lua/claim.lua")),
@@ -101,6 +102,7 @@ impl Scripts {
             (&self.pause, include_str!("../../lua/pause.lua")),
             (&self.retry_failed, include_str!("../../lua/retry_failed.lua")),
             (&self.remove, include_str!("../../lua/remove.lua")),
+            (&self.progress, include_str!("../../lua/progress.lua")),
         ]
     }
 }
@@ -188,6 +190,7 @@ pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
         false,
         &["prefix", "limit"],
     ),
+    progress: Spec::new("progress", lua!("progress"), &["job"], false, &["token", "value"]),
     remove: Spec::new(
         "remove",
         lua!("remove"),

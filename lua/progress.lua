@@ -1,0 +1,14 @@
+-- progress: records a running job's progress (a JSON value), fenced like
+-- a settlement: only the attempt holding the lease may write it.
+--
+-- KEYS[1] job (hash)
+-- ARGV[1] token  fencing token of the calling attempt
+-- ARGV[2] value  the progress, JSON
+--
+-- Returns {code, now}: OK recorded; NOT_FOUND; LEASE_LOST (nothing changed).
+local jk = KEYS[1]
+local now = server_now()
+local refused = check_owner(jk, ARGV[1], nil, now)
+if refused then return refused end
+rcall('HSET', jk, 'pg', ARGV[2])
+return {CODE.OK, now}
