@@ -176,3 +176,68 @@ async fn jobs_are_removed_and_queues_drained() {
     assert!(matches!(q.remove(&[]).await, Err(Error::InvalidOption { .. })));
     assert!(matches!(q.retry_failed(&[""]).await, Err(Error::InvalidId { .. })));
 }
+
+// Listing walks a state page by page in its order; while jobs move, a
+// walk of pending shows each job at most once and every job that stayed;
+// completed jobs come newest first, delayed ones with their due time.
+#[tokio::test]
+async fn states_are_listed_page_by_page() {
+    let (_s, q) = setup("list").await;
+    let ids = q.enqueue_bulk(&(0..250u32).collect::<Vec<_>>()).await.unwrap();
+    let mut seen = Vec::new();
+    let mut after: Option<echomq::admin::ListCursor> = None;
+    let mut claimed = std::collections::HashSet::new();
+    loop {
+        let page = q.list(echomq::JobState::Pending, after.as_ref(), 100).await.unwrap();
+        seen.extend(page.jobs.iter().map(|j| j.id.clone()));
+        // Jobs move while the walk goes on: some are claimed, some enqueued.
+        for l in q.claim(30, Duration::from_secs(30)).await.unwrap() {
+            claimed.insert(l.id().to_owned());
+        }
+        q.enqueue(&0u32).await.unwrap();
+        // The cursor survives its text form.
+        after = page.next.map(|c| c.to_string().parse().unwrap());
+        if after.is_none() {
+            break;
+        }
+    }
+    let unique: std::collections::HashSet<&String> = seen.iter().collect();
+    assert_eq!(unique.len(), seen.len(), "a job was shown twice");
+    for id in &ids {
+        assert!(
+            seen.contains(id) || claimed.contains(id),
+            "job {id} stayed pending but was not shown"
+        );
+    }
+    // Claim order: the first page starts with the oldest job.
+    assert_eq!(seen[0], ids[0]);
+
+    let done = q.claim(3, Duration::from_secs(30)).await.unwrap();
+    for l in &done {
+        q.complete(l).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    let page = q.list(echomq::JobState::Completed, None, 10).await.unwrap();
+    let newest_first: Vec<&str> = done.iter().rev().map(|l| l.id()).collect();
+    assert_eq!(
+        page.jobs.iter().map(|j| j.id.as_str()).collect::<Vec<_>>(),
+        newest_first
+    );
+    assert!(page.next.is_none());
+
+    let later = q
+        .enqueue_with(&1u32, &echomq::EnqueueOptions::new().delay(Duration::from_secs(60)))
+        .await
+        .unwrap()
+        .id;
+    let delayed = q.list(echomq::JobState::Delayed, None, 10).await.unwrap();
+    assert_eq!(delayed.jobs.len(), 1);
+    assert_eq!(delayed.jobs[0].id, later);
+    assert_eq!(delayed.jobs[0].deadline_ms, q.job(&later).await.unwrap().deadline_ms);
+
+    assert!(matches!(
+        q.list(echomq::JobState::Pending, None, 0).await,
+        Err(Error::InvalidOption { .. })
+    ));
+    assert!("nonsense".parse::<echomq::admin::ListCursor>().is_err());
+}

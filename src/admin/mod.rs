@@ -6,15 +6,18 @@
 //! - `pause`: [`Queue::pause`](crate::Queue::pause),
 //!   [`Queue::resume`](crate::Queue::resume),
 //!   [`Queue::is_paused`](crate::Queue::is_paused).
+//! - `list`: [`Queue::list`](crate::Queue::list), a state's jobs page by page.
 //! - `lifecycle`: [`Queue::retry_failed`](crate::Queue::retry_failed),
 //!   [`Queue::retry_all_failed`](crate::Queue::retry_all_failed),
 //!   [`Queue::remove`](crate::Queue::remove),
 //!   [`Queue::drain`](crate::Queue::drain).
 
 mod lifecycle;
+mod list;
 mod pause;
 
 pub use self::lifecycle::Moved;
+pub use self::list::{ListCursor, Page};
 
 /// Most job ids one operator call takes.
 pub const MAX_IDS: usize = 1_000;

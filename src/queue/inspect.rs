@@ -6,7 +6,55 @@ use crate::job::{Counts, JobInfo, JobState};
 use crate::limits::Limits;
 
 /// A job hash as field/value pairs.
-type HashFields = Vec<(String, Vec<u8>)>;
+pub(crate) type HashFields = Vec<(String, Vec<u8>)>;
+
+/// A job's record from its hash fields and its deadline or due time.
+pub(crate) fn job_info(id: &str, fields: HashFields, deadline_ms: Option<u64>) -> Result<JobInfo> {
+    let mut info = JobInfo {
+        id: id.to_owned(),
+        state: JobState::Pending,
+        attempts: 0,
+        failures: 0,
+        stalls: 0,
+        payload: Vec::new(),
+        last_error: None,
+        created_ms: 0,
+        finished_ms: None,
+        deadline_ms,
+        token: 0,
+        limits: Limits::default(),
+        progress: None,
+    };
+    let num = |v: &[u8]| {
+        std::str::from_utf8(v)
+            .ok()
+            .and_then(|s| s.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    for (f, v) in fields {
+        match f.as_str() {
+            "p" => info.payload = v,
+            "st" => {
+                let s = String::from_utf8_lossy(&v);
+                info.state = JobState::parse(&s).ok_or_else(|| Error::Protocol {
+                    script: "job",
+                    detail: format!("unknown state {s:?}"),
+                })?;
+            }
+            "a" => info.attempts = num(&v),
+            "tk" => info.token = num(&v),
+            "lm" => info.limits = Limits::decode(&v),
+            "pg" => info.progress = serde_json::from_slice(&v).ok(),
+            "f" => info.failures = num(&v),
+            "s" => info.stalls = num(&v),
+            "err" => info.last_error = Some(String::from_utf8_lossy(&v).into_owned()),
+            "ct" => info.created_ms = num(&v),
+            "ft" => info.finished_ms = Some(num(&v)),
+            _ => {}
+        }
+    }
+    Ok(info)
+}
 
 impl Queue {
     /// Reads a job's record.
@@ -36,50 +84,7 @@ impl Queue {
         if fields.is_empty() {
             return Err(Error::JobNotFound(id.to_owned()));
         }
-        let mut info = JobInfo {
-            id: id.to_owned(),
-            state: JobState::Pending,
-            attempts: 0,
-            failures: 0,
-            stalls: 0,
-            payload: Vec::new(),
-            last_error: None,
-            created_ms: 0,
-            finished_ms: None,
-            deadline_ms: active.or(delayed).map(|s| s as u64),
-            token: 0,
-            limits: Limits::default(),
-            progress: None,
-        };
-        let num = |v: &[u8]| {
-            std::str::from_utf8(v)
-                .ok()
-                .and_then(|s| s.parse::<u64>().ok())
-                .unwrap_or(0)
-        };
-        for (f, v) in fields {
-            match f.as_str() {
-                "p" => info.payload = v,
-                "st" => {
-                    let s = String::from_utf8_lossy(&v);
-                    info.state = JobState::parse(&s).ok_or_else(|| Error::Protocol {
-                        script: "job",
-                        detail: format!("unknown state {s:?}"),
-                    })?;
-                }
-                "a" => info.attempts = num(&v),
-                "tk" => info.token = num(&v),
-                "lm" => info.limits = Limits::decode(&v),
-                "pg" => info.progress = serde_json::from_slice(&v).ok(),
-                "f" => info.failures = num(&v),
-                "s" => info.stalls = num(&v),
-                "err" => info.last_error = Some(String::from_utf8_lossy(&v).into_owned()),
-                "ct" => info.created_ms = num(&v),
-                "ft" => info.finished_ms = Some(num(&v)),
-                _ => {}
-            }
-        }
-        Ok(info)
+        job_info(id, fields, active.or(delayed).map(|s| s as u64))
     }
 
     /// Counts jobs per state, read in one atomic step.

@@ -7,7 +7,7 @@
 //! - `inspect`: a job's record, counts, the server clock.
 
 mod enqueue;
-mod inspect;
+pub(crate) mod inspect;
 mod options;
 mod settle;
 

@@ -82,11 +82,12 @@ pub(crate) struct Scripts {
     pub retry_failed: Spec,
     pub remove: Spec,
     pub progress: Spec,
+    pub list: Spec,
 }
 
 #[cfg(test)]
 impl Scripts {
-    fn all(&self) -> [(&Spec, &'static str); 15] {
+    fn all(&self) -> [(&Spec, &'static str); 16] {
         [
             (&self.enqueue, include_str!("../../lua/enqueue.lua")),
             (&self.claim, include_str!("../../lua/claim.lua")),
@@ -103,6 +104,7 @@ impl Scripts {
             (&self.retry_failed, include_str!("../../lua/retry_failed.lua")),
             (&self.remove, include_str!("../../lua/remove.lua")),
             (&self.progress, include_str!("../../lua/progress.lua")),
+            (&self.list, include_str!("../../lua/list.lua")),
         ]
     }
 }
@@ -189,6 +191,13 @@ pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
         &["failed", "pending", "wake"],
         false,
         &["prefix", "limit"],
+    ),
+    list: Spec::new(
+        "list",
+        lua!("list"),
+        &["set"],
+        false,
+        &["order", "limit", "score", "id"],
     ),
     progress: Spec::new("progress", lua!("progress"), &["job"], false, &["token", "value"]),
     remove: Spec::new(
