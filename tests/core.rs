@@ -925,3 +925,52 @@ async fn dedup_with_a_ttl_stands_for_the_ttl() {
     assert_eq!(later.status, EnqueueStatus::Created);
     assert_ne!(later.id, first.id);
 }
+
+// A bulk enqueue with per-job options stores each job as its options say
+// and answers in order, Existing for an id already there.
+#[tokio::test]
+async fn bulk_enqueue_with_per_job_options() {
+    let (_s, q) = setup("bulk-opts").await;
+    q.enqueue_with(&email(0), &EnqueueOptions::new().id("b-2"))
+        .await
+        .unwrap();
+    let jobs = vec![
+        (email(1), EnqueueOptions::new().id("b-1").priority(-1)),
+        (email(2), EnqueueOptions::new().id("b-2")),
+        (email(3), EnqueueOptions::new().delay(Duration::from_secs(60))),
+        (email(4), EnqueueOptions::new().max_attempts(9).priority(5)),
+    ];
+    let r = q.enqueue_bulk_with(&jobs).await.unwrap();
+    let statuses: Vec<EnqueueStatus> = r.iter().map(|e| e.status).collect();
+    assert_eq!(
+        statuses,
+        [
+            EnqueueStatus::Created,
+            EnqueueStatus::Existing,
+            EnqueueStatus::Created,
+            EnqueueStatus::Created
+        ]
+    );
+    assert_eq!((r[0].id.as_str(), r[1].id.as_str()), ("b-1", "b-2"));
+    assert_eq!(q.job(&r[2].id).await.unwrap().state, JobState::Delayed);
+    assert_eq!(q.job(&r[3].id).await.unwrap().limits.max_attempts, 9);
+    // Priority decides the claim order: the max_attempts(9) job, then b-2, then b-1.
+    let order: Vec<String> = q
+        .claim(10, LEASE)
+        .await
+        .unwrap()
+        .iter()
+        .map(|l| l.id().to_owned())
+        .collect();
+    assert_eq!(order, [r[3].id.clone(), "b-2".to_owned(), "b-1".to_owned()]);
+    let bad = vec![
+        (email(5), EnqueueOptions::new()),
+        (email(6), EnqueueOptions::new().id("")),
+    ];
+    assert!(matches!(q.enqueue_bulk_with(&bad).await, Err(Error::InvalidId { .. })));
+    assert_eq!(
+        q.counts().await.unwrap().pending,
+        0,
+        "nothing of a refused batch was stored"
+    );
+}

@@ -211,12 +211,44 @@ impl Queue {
             .iter()
             .map(|p| self.prepare(p, &opts))
             .collect::<Result<Vec<_>>>()?;
-        let mut ids = Vec::with_capacity(payloads.len());
+        Ok(self.send_bulk(&encoded).await?.into_iter().map(|e| e.id).collect())
+    }
+
+    /// Enqueues many jobs, each with its own options (id, delay, priority,
+    /// limits, dedup), a thousand per script call: each call is atomic
+    /// (all of its jobs are stored, or none), and the answers come in
+    /// order, one per job.
+    ///
+    /// ```no_run
+    /// # async fn demo(queue: echomq::Queue) -> echomq::Result<()> {
+    /// use echomq::EnqueueOptions;
+    /// let jobs = [
+    ///     ("a", EnqueueOptions::new().id("invoice-1")),
+    ///     ("b", EnqueueOptions::new().id("invoice-2").priority(5)),
+    /// ];
+    /// let answers = queue.enqueue_bulk_with(&jobs).await?;
+    /// # let _ = answers; Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// As [`enqueue_with`](Self::enqueue_with). Every job is checked
+    /// before anything is sent; if a later chunk fails, earlier chunks are
+    /// stored.
+    pub async fn enqueue_bulk_with<T: Serialize>(&self, jobs: &[(T, EnqueueOptions)]) -> Result<Vec<Enqueued>> {
+        let encoded = jobs
+            .iter()
+            .map(|(p, o)| self.prepare(p, o))
+            .collect::<Result<Vec<_>>>()?;
+        self.send_bulk(&encoded).await
+    }
+
+    /// Sends encoded jobs a chunk per script call.
+    async fn send_bulk(&self, encoded: &[Encoded]) -> Result<Vec<Enqueued>> {
+        let mut out = Vec::with_capacity(encoded.len());
         for chunk in encoded.chunks(ENQUEUE_CHUNK) {
             let jobs: Vec<&Encoded> = chunk.iter().collect();
-            let out = call_script(&mut self.conn(), self.keys(), &jobs).await?;
-            ids.extend(out.into_iter().map(|e| e.id));
+            out.extend(call_script(&mut self.conn(), self.keys(), &jobs).await?);
         }
-        Ok(ids)
+        Ok(out)
     }
 }
