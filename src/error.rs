@@ -71,6 +71,15 @@ pub enum Error {
     /// to a worker): wait for it to finish, or let its lease lapse.
     #[error("job {0} is active (leased to a worker); it was left alone")]
     JobActive(String),
+    /// [`Queue::obliterate`](crate::Queue::obliterate) refused: jobs of
+    /// the queue are leased to workers. Nothing was deleted.
+    #[error("queue {queue} has {active} active jobs; obliterate refused (force it to go on)")]
+    QueueActive {
+        /// The queue.
+        queue: String,
+        /// Jobs leased to workers.
+        active: u64,
+    },
     /// A lease, job or marker of one queue was handed to another queue's
     /// handle. Ids and tokens are per queue, so nothing was sent.
     #[error("job {id} was leased from queue {leased_from}, not from queue {queue}")]
@@ -273,7 +282,11 @@ impl Error {
             Error::PayloadTooLarge { .. } => 413,
             Error::NoPermission { .. } => 403,
             Error::JobNotFound(_) => 404,
-            Error::LeaseLost { .. } | Error::WrongQueue { .. } | Error::MarkerLost { .. } | Error::JobActive(_) => 409,
+            Error::LeaseLost { .. }
+            | Error::WrongQueue { .. }
+            | Error::MarkerLost { .. }
+            | Error::JobActive(_)
+            | Error::QueueActive { .. } => 409,
             _ => 500,
         }
     }

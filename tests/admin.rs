@@ -241,3 +241,57 @@ async fn states_are_listed_page_by_page() {
     ));
     assert!("nonsense".parse::<echomq::admin::ListCursor>().is_err());
 }
+
+// Obliterate deletes every key of the queue and nothing of another (whose
+// name the first one's matches as a glob pattern); it refuses while a job
+// is leased unless forced; the queue works again afterwards.
+#[tokio::test]
+async fn obliterate_deletes_the_queue_and_only_it() {
+    let (s, _) = setup("unused").await;
+    let client = Client::connect(&s.url()).await.unwrap();
+    let name = common::unique("ob?");
+    let q = client.queue(&name).await.unwrap();
+    let other = client.queue(&name.replace('?', "x")).await.unwrap();
+    q.enqueue_bulk(&(0..2500u32).collect::<Vec<_>>()).await.unwrap();
+    other.enqueue(&1u32).await.unwrap();
+    let held = q.claim(1, Duration::from_secs(30)).await.unwrap().remove(0);
+    let mut c = common::raw(&s).await;
+    let _: () = redis::cmd("SET")
+        .arg(q.user_key("mine").unwrap())
+        .arg(1)
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    let keys = |pattern: String| {
+        let mut c = c.clone();
+        async move {
+            let k: Vec<String> = redis::cmd("KEYS").arg(pattern).query_async(&mut c).await.unwrap();
+            k.len()
+        }
+    };
+    let mine = format!("emq:{{{}}}:*", name.replace('?', "\\?"));
+    let before = keys(mine.clone()).await;
+    assert!(matches!(
+        q.obliterate(false).await,
+        Err(Error::QueueActive { active: 1, .. })
+    ));
+    assert_eq!(
+        keys(mine.clone()).await,
+        before,
+        "a refused obliterate deleted something"
+    );
+
+    let deleted = q.obliterate(true).await.unwrap();
+    assert_eq!(deleted as usize, before);
+    assert_eq!(keys(mine).await, 0);
+    assert_eq!(other.counts().await.unwrap().pending, 1, "the other queue was touched");
+    // The stale lease is fenced; the queue starts again as new.
+    assert!(q.complete(&held).await.is_err());
+    q.enqueue(&7u32).await.unwrap();
+    let l = q.claim(1, Duration::from_secs(30)).await.unwrap().remove(0);
+    assert!(
+        l.token() > held.token(),
+        "tokens never repeat, not even after obliterate"
+    );
+    assert!(!q.counts().await.unwrap().paused);
+}

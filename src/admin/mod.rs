@@ -10,7 +10,8 @@
 //! - `lifecycle`: [`Queue::retry_failed`](crate::Queue::retry_failed),
 //!   [`Queue::retry_all_failed`](crate::Queue::retry_all_failed),
 //!   [`Queue::remove`](crate::Queue::remove),
-//!   [`Queue::drain`](crate::Queue::drain).
+//!   [`Queue::drain`](crate::Queue::drain),
+//!   [`Queue::obliterate`](crate::Queue::obliterate).
 
 mod lifecycle;
 mod list;

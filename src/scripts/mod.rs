@@ -83,11 +83,12 @@ pub(crate) struct Scripts {
     pub remove: Spec,
     pub progress: Spec,
     pub list: Spec,
+    pub obliterate: Spec,
 }
 
 #[cfg(test)]
 impl Scripts {
-    fn all(&self) -> [(&Spec, &'static str); 16] {
+    fn all(&self) -> [(&Spec, &'static str); 17] {
         [
             (&self.enqueue, include_str!("../../lua/enqueue.lua")),
             (&self.claim, include_str!("../../lua/claim.lua")),
@@ -105,6 +106,7 @@ impl Scripts {
             (&self.remove, include_str!("../../lua/remove.lua")),
             (&self.progress, include_str!("../../lua/progress.lua")),
             (&self.list, include_str!("../../lua/list.lua")),
+            (&self.obliterate, include_str!("../../lua/obliterate.lua")),
         ]
     }
 }
@@ -191,6 +193,13 @@ pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
         &["failed", "pending", "wake"],
         false,
         &["prefix", "limit"],
+    ),
+    obliterate: Spec::new(
+        "obliterate",
+        lua!("obliterate"),
+        &["active", "meta"],
+        false,
+        &["prefix", "cursor", "count", "force"],
     ),
     list: Spec::new(
         "list",
