@@ -234,9 +234,19 @@ local function new_moves()
   return {unlease = {}, completed = {}, failed = {}, delete = {}}
 end
 
+-- A retention setting as the scripts take it: "N" (-1 keep all, 0 delete
+-- the record at once, n keep the newest n) or "N/AGE_MS" (and delete
+-- records finished more than AGE_MS ago).
+local function retention(s)
+  local n, age = string.match(s, '^(%-?%d+)/(%d+)$')
+  if n then return {n = tonumber(n), age = tonumber(age)} end
+  return {n = tonumber(s), age = 0}
+end
+local KEEP_ALL = {n = -1, age = 0}
+
 -- Terminal move into state `state` (completed or failed) at `now`: releases
--- the job's dedup marker `dd` if it still holds it; with retention `keep` 0
--- the record is deleted, otherwise it is stamped with `fields`.
+-- the job's dedup marker `dd` if it still holds it; with retention `keep`
+-- of 0 records the record is deleted, otherwise it is stamped with `fields`.
 local function finish(moves, prefix, jk, id, state, now, keep, dd, fields)
   if dd then
     local mk = prefix .. 'de:' .. dd
@@ -246,7 +256,7 @@ local function finish(moves, prefix, jk, id, state, now, keep, dd, fields)
   -- Written even when the record is about to be deleted, so a later item
   -- of the same call sees the job settled (check_owner reads the hash).
   rcall('HSET', jk, 'st', state, 'ft', now_s, unpack(fields))
-  if keep == 0 then
+  if keep.n == 0 then
     moves.delete[#moves.delete + 1] = jk
     return
   end
@@ -255,32 +265,42 @@ local function finish(moves, prefix, jk, id, state, now, keep, dd, fields)
   into[#into + 1] = id
 end
 
--- Deletes the oldest records of `set_key` beyond the newest `keep` (-1:
+-- Deletes the oldest records of `set_key` beyond the newest `keep.n` (-1:
 -- keep all) once they exceed it by TRIM_SLACK, so a steady stream of
--- completions trims every few dozen calls, not every call; at most 1,000
--- per call so the work stays bounded.
+-- completions trims every few dozen calls, not every call, and those that
+-- finished more than `keep.age` ms before `now`; at most 1,000 of each per
+-- call so the work stays bounded.
 local TRIM_SLACK = 64
-local function trim(set_key, prefix, keep)
-  if keep <= 0 then return end
-  local over = rcall('ZCARD', set_key) - keep
-  if over < TRIM_SLACK then return end
-  if over > 1000 then over = 1000 end
-  local old = rcall('ZPOPMIN', set_key, over)
+local function trim(set_key, prefix, keep, now)
   local doomed = {}
-  for i = 1, #old, 2 do doomed[#doomed + 1] = prefix .. 'job:' .. old[i] end
-  rcall('DEL', unpack(doomed))
+  if keep.age > 0 then
+    local old = rcall('ZRANGEBYSCORE', set_key, '-inf', '(' .. int_s(now - keep.age), 'LIMIT', 0, 1000)
+    if #old > 0 then
+      rcall('ZREM', set_key, unpack(old))
+      for _, id in ipairs(old) do doomed[#doomed + 1] = prefix .. 'job:' .. id end
+    end
+  end
+  if keep.n > 0 then
+    local over = rcall('ZCARD', set_key) - keep.n
+    if over >= TRIM_SLACK then
+      if over > 1000 then over = 1000 end
+      local old = rcall('ZPOPMIN', set_key, over)
+      for i = 1, #old, 2 do doomed[#doomed + 1] = prefix .. 'job:' .. old[i] end
+    end
+  end
+  if #doomed > 0 then rcall('DEL', unpack(doomed)) end
 end
 
 -- `k` holds active, completed and failed; `keep` holds their retention.
-local function apply_moves(moves, k, prefix, keep_completed, keep_failed)
+local function apply_moves(moves, k, prefix, keep_completed, keep_failed, now)
   if #moves.unlease > 0 then rcall('ZREM', k.active, unpack(moves.unlease)) end
   if #moves.completed > 0 then
     rcall('ZADD', k.completed, unpack(moves.completed))
-    trim(k.completed, prefix, keep_completed)
+    trim(k.completed, prefix, keep_completed, now)
   end
   if #moves.failed > 0 then
     rcall('ZADD', k.failed, unpack(moves.failed))
-    trim(k.failed, prefix, keep_failed)
+    trim(k.failed, prefix, keep_failed, now)
   end
   if #moves.delete > 0 then rcall('DEL', unpack(moves.delete)) end
 end

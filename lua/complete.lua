@@ -8,7 +8,7 @@
 -- ARGV[1] prefix  key prefix "emq:{Q}:"
 -- ARGV[2] id      job id
 -- ARGV[3] token   fencing token
--- ARGV[4] keep_completed  retention: -1 keep all, 0 delete the record, n keep the newest n
+-- ARGV[4] keep_completed  retention, as in settle.lua
 -- ARGV[5] effects number of effects E (optional; absent = 0), then 4 fields each:
 --   op   incrby | hincrby | hset | sadd
 --   key  the target's index in KEYS (4 or more)
@@ -28,7 +28,7 @@
 -- it): nothing changed. {REFUSED, now, i, reason}: effect i (1-based)
 -- refused: nothing changed, the job is still leased to the caller.
 local jk, active_key, completed_key = KEYS[1], KEYS[2], KEYS[3]
-local prefix, id, token, keep = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4])
+local prefix, id, token, keep = ARGV[1], ARGV[2], ARGV[3], retention(ARGV[4])
 local n_effects = tonumber(ARGV[5] or '0')
 local now = server_now()
 local refused, owner = check_owner(jk, token, 'c', now)
@@ -109,5 +109,5 @@ end
 
 local moves = new_moves()
 local r = settle_complete(moves, prefix, jk, id, token, now, keep, owner)
-apply_moves(moves, {active = active_key, completed = completed_key}, prefix, keep, -1)
+apply_moves(moves, {active = active_key, completed = completed_key}, prefix, keep, KEEP_ALL, now)
 return {r[1], now}

@@ -16,7 +16,7 @@
 -- queue less often.
 local active_key, pending_key, delayed_key, failed_key, wake_key =
   KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
-local prefix, limit, keep = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
+local prefix, limit, keep = ARGV[1], tonumber(ARGV[2]), retention(ARGV[3])
 local now = server_now()
 local out = {now, 0, 0, 0}
 
@@ -43,7 +43,7 @@ for _, id in ipairs(expired) do
     out[#out + 1] = stalls
   end
 end
-apply_moves(moves, {active = active_key, failed = failed_key}, prefix, -1, keep)
+apply_moves(moves, {active = active_key, failed = failed_key}, prefix, KEEP_ALL, keep, now)
 if back > 0 then wake(wake_key, back) end
 out[2] = promote_due(delayed_key, pending_key, wake_key, prefix, now, limit)
 out[3] = rcall('ZCARD', active_key)

@@ -7,7 +7,8 @@
 -- KEYS[1] active  KEYS[2] pending  KEYS[3] delayed  KEYS[4] completed
 -- KEYS[5] failed  KEYS[6] wake  KEYS[7] token  KEYS[8] meta
 -- ARGV[1] prefix     key prefix "emq:{Q}:" (job keys are built from it, same slot)
--- ARGV[2] keep_completed  retention of completed jobs: -1 all, 0 delete the record, n newest n
+-- ARGV[2] keep_completed  retention of completed jobs: "N" (-1 all, 0 delete the record, n newest n)
+--                         or "N/AGE_MS" (and none finished more than AGE_MS ago)
 -- ARGV[3] keep_failed     retention of failed jobs, as keep_completed
 -- ARGV[4] items      number of items N, then 5 fields per item:
 --   op     c complete | r retry | f fail | l release | s snooze
@@ -31,7 +32,7 @@
 local k = {active = KEYS[1], pending = KEYS[2], delayed = KEYS[3], completed = KEYS[4], failed = KEYS[5],
   wake = KEYS[6], token = KEYS[7], meta = KEYS[8]}
 local prefix = ARGV[1]
-local keep_completed, keep_failed = tonumber(ARGV[2]), tonumber(ARGV[3])
+local keep_completed, keep_failed = retention(ARGV[2]), retention(ARGV[3])
 local n = tonumber(ARGV[4])
 local now = server_now()
 local out = {now}
@@ -52,7 +53,7 @@ for i = 0, n - 1 do
   out[#out + 1] = r[1]
   out[#out + 1] = r[2] or 0
 end
-apply_moves(moves, k, prefix, keep_completed, keep_failed)
+apply_moves(moves, k, prefix, keep_completed, keep_failed, now)
 local c = 5 + n * 5
 if ARGV[c + 1] then
   claim_jobs(k, prefix, now, tonumber(ARGV[c]), tonumber(ARGV[c + 1]), false, out)

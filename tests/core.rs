@@ -974,3 +974,54 @@ async fn bulk_enqueue_with_per_job_options() {
         "nothing of a refused batch was stored"
     );
 }
+
+// Retention by age deletes the records of jobs finished longer ago than
+// the age as later jobs finish (at most a thousand per call), so records
+// stay bounded over a long run.
+#[tokio::test]
+async fn retention_by_age_keeps_records_bounded() {
+    let keep = Retention::Within(Duration::from_millis(100));
+    let (s, q) = setup_with("keep-age", QueueOptions::new().keep_completed(keep)).await;
+    // Completes `n` jobs in batches; returns the server time of the last.
+    let complete = |n: u32| {
+        let q = q.clone();
+        async move {
+            q.enqueue_bulk(&(0..n).map(email).collect::<Vec<_>>()).await.unwrap();
+            let mut last = 0;
+            loop {
+                let leases = q.claim(1000, LEASE).await.unwrap();
+                if leases.is_empty() {
+                    return last;
+                }
+                let items: Vec<(&echomq::Lease, &Settle)> = leases.iter().map(|l| (l, &Settle::Complete)).collect();
+                for r in q.settle_many(&items).await.unwrap() {
+                    last = r.unwrap().server_ms;
+                }
+            }
+        }
+    };
+    let done = complete(2500).await;
+    // (Batches that finished more than the age after the first ones have
+    // trimmed those already, so fewer than 2,500 may be left.)
+    let c1 = q.counts().await.unwrap().completed;
+    assert!(c1 > 0 && c1 <= 2500, "{c1}");
+    past(&q, done + 100).await;
+    // Every record left is now older than the age: one more completion
+    // deletes at most a thousand of them, the next ones the rest.
+    complete(1).await;
+    let c2 = q.counts().await.unwrap().completed;
+    assert_eq!(c2, c1 + 1 - c1.min(1000));
+    complete(1).await;
+    complete(1).await;
+    complete(1).await;
+    let c3 = q.counts().await.unwrap().completed;
+    assert!(c3 <= 4, "{c3} records left, all but the newest expired");
+    // Bad settings are refused.
+    for bad in [
+        Retention::Within(Duration::ZERO),
+        Retention::NewestWithin(0, Duration::from_secs(1)),
+    ] {
+        let e = Queue::connect_with(&s.url(), "x", QueueOptions::new().keep_failed(bad)).await;
+        assert!(matches!(e, Err(Error::InvalidOption { .. })), "{bad:?}");
+    }
+}

@@ -1,5 +1,7 @@
 //! [`QueueOptions`] and [`Retention`]: what a queue handle is set up with.
 
+use std::time::Duration;
+
 use crate::error::{Error, Result};
 use crate::keys::DEFAULT_PREFIX;
 use crate::limits::{Backoff, Limits};
@@ -26,25 +28,37 @@ pub enum Retention {
     /// Keep the newest `n` records (`n` at least 1); older ones are
     /// deleted by the settles once there are 64 more than `n`.
     Newest(u32),
+    /// Keep the records of jobs finished within this long (1 ms to
+    /// [`MAX_DELAY`](crate::limits::MAX_DELAY)); older ones are deleted as
+    /// later jobs finish, at most a thousand per settle call.
+    Within(Duration),
+    /// Both: the newest `n`, and none finished longer ago than the duration.
+    NewestWithin(u32, Duration),
 }
 
 impl Retention {
-    pub(crate) fn arg(self) -> i64 {
+    /// As the scripts take it: "N" or "N/AGE_MS" (lua/common.lua).
+    pub(crate) fn arg(self) -> String {
         match self {
-            Retention::All => -1,
-            Retention::None => 0,
-            Retention::Newest(n) => i64::from(n),
+            Retention::All => "-1".into(),
+            Retention::None => "0".into(),
+            Retention::Newest(n) => n.to_string(),
+            Retention::Within(d) => format!("-1/{}", d.as_millis()),
+            Retention::NewestWithin(n, d) => format!("{n}/{}", d.as_millis()),
         }
     }
 
     fn check(self, name: &'static str) -> Result<()> {
-        if self == Retention::Newest(0) {
-            return Err(Error::InvalidOption {
+        match self {
+            Retention::Newest(0) | Retention::NewestWithin(0, _) => Err(Error::InvalidOption {
                 name,
-                reason: "Newest(0) keeps nothing: say Retention::None".into(),
-            });
+                reason: "keeping the newest 0 keeps nothing: say Retention::None".into(),
+            }),
+            Retention::Within(d) | Retention::NewestWithin(_, d) => {
+                crate::settings::duration(name, d, Duration::from_millis(1), crate::limits::MAX_DELAY).map(drop)
+            }
+            _ => Ok(()),
         }
-        Ok(())
     }
 }
 
