@@ -337,3 +337,25 @@ async fn progress_is_recorded_by_the_current_attempt() {
     handle.shutdown().await.unwrap();
     assert_eq!(q.job(&id).await.unwrap().progress, Some(serde_json::json!(2)));
 }
+
+// A producer waits for a job to finish and gets its record; a wait that
+// runs out answers Timeout.
+#[tokio::test]
+async fn producers_wait_for_jobs() {
+    let (_s, q) = setup("wait").await;
+    let id = q.enqueue(&1u32).await.unwrap();
+    assert!(matches!(
+        q.wait(&id, Duration::from_millis(50)).await,
+        Err(Error::Timeout(_))
+    ));
+    let handle = Consumer::new(q.clone(), |_job: Job<u32>| async { Ok(()) })
+        .spawn()
+        .unwrap();
+    let done = q.wait(&id, Duration::from_secs(10)).await.unwrap();
+    assert_eq!(done.state, JobState::Completed);
+    handle.shutdown().await.unwrap();
+    assert!(matches!(
+        q.wait("nope", Duration::from_secs(1)).await,
+        Err(Error::JobNotFound(_))
+    ));
+}

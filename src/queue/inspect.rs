@@ -127,3 +127,41 @@ impl Queue {
         Ok(s * 1000 + us / 1000)
     }
 }
+
+/// The longest pause between two looks of [`Queue::wait`].
+const WAIT_POLL_MAX: std::time::Duration = std::time::Duration::from_millis(250);
+
+impl Queue {
+    /// Waits until job `id` has finished (completed or failed) and returns
+    /// its record, or gives up after `timeout` ([`Error::Timeout`]). It
+    /// looks at the record with a growing pause (5 ms doubling to 250 ms),
+    /// so a long wait costs the server about four reads a second.
+    ///
+    /// ```no_run
+    /// # async fn demo(queue: echomq::Queue, id: &str) -> echomq::Result<()> {
+    /// use std::time::Duration;
+    /// let done = queue.wait(id, Duration::from_secs(30)).await?;
+    /// println!("{:?}", done.state);
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::Timeout`]; [`Error::JobNotFound`] (never enqueued, or its
+    /// record deleted by retention as it finished); server errors.
+    pub async fn wait(&self, id: &str, timeout: std::time::Duration) -> Result<JobInfo> {
+        let until = crate::settings::later(tokio::time::Instant::now(), timeout);
+        let mut pause = std::time::Duration::from_millis(5);
+        loop {
+            let info = self.job(id).await?;
+            if info.state.is_terminal() {
+                return Ok(info);
+            }
+            let now = tokio::time::Instant::now();
+            if now >= until {
+                return Err(Error::Timeout(timeout));
+            }
+            tokio::time::sleep(pause.min(until - now)).await;
+            pause = (pause * 2).min(WAIT_POLL_MAX);
+        }
+    }
+}
