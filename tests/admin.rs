@@ -295,3 +295,105 @@ async fn obliterate_deletes_the_queue_and_only_it() {
     );
     assert!(!q.counts().await.unwrap().paused);
 }
+
+// Remove racing claims over the same jobs: every job ends either removed
+// (no record, never leased) or leased (active, and `remove` refused it),
+// never both; the sets agree with the records afterwards.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn remove_races_claims() {
+    let (_s, q) = setup("remove-race").await;
+    let ids = q.enqueue_bulk(&(0..2000u32).collect::<Vec<_>>()).await.unwrap();
+    let claimer = {
+        let q = q.clone();
+        tokio::spawn(async move {
+            let mut leased = Vec::new();
+            loop {
+                let got = q.claim(16, Duration::from_secs(60)).await.unwrap();
+                if got.is_empty() {
+                    return leased;
+                }
+                leased.extend(got.into_iter().map(|l| l.id().to_owned()));
+            }
+        })
+    };
+    let remover = {
+        let (q, ids) = (q.clone(), ids.clone());
+        tokio::spawn(async move {
+            let mut removed = Vec::new();
+            for chunk in ids.chunks(16).rev() {
+                let refs: Vec<&str> = chunk.iter().map(String::as_str).collect();
+                for (id, r) in q.remove(&refs).await.unwrap() {
+                    match r {
+                        Ok(Moved::Done) => removed.push(id),
+                        Err(Error::JobActive(_)) | Ok(Moved::NotFound) => {}
+                        other => panic!("{id}: {other:?}"),
+                    }
+                }
+            }
+            removed
+        })
+    };
+    let (leased, removed) = (claimer.await.unwrap(), remover.await.unwrap());
+    let leased: std::collections::HashSet<String> = leased.into_iter().collect();
+    for id in &removed {
+        assert!(!leased.contains(id), "job {id} was removed and leased");
+        assert!(q.job(id).await.is_err());
+    }
+    assert_eq!(
+        leased.len() + removed.len(),
+        2000,
+        "a job was neither leased nor removed"
+    );
+    assert_eq!(q.counts().await.unwrap().active as usize, leased.len());
+    assert_eq!(
+        q.sweep(1000).await.unwrap().repaired,
+        0,
+        "the sets disagree with the records"
+    );
+}
+
+// Failed jobs retried by hand while reapers run: every job ends in exactly
+// one state, agreeing with its set, and the retried ones run again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failed_jobs_retried_while_reapers_run() {
+    let opts = echomq::QueueOptions::new().max_attempts(1).max_stalls(100);
+    let (_s, q) = common::setup_with("retry-race", opts).await;
+    q.enqueue_bulk(&(0..1000u32).collect::<Vec<_>>()).await.unwrap();
+    let stop = tokio_util::sync::CancellationToken::new();
+    let reapers: Vec<_> = (0..3)
+        .map(|_| {
+            let (q, stop) = (q.clone(), stop.clone());
+            tokio::spawn(async move {
+                let r = echomq::Reaper::new(q);
+                while !stop.is_cancelled() {
+                    r.run_once().await.unwrap();
+                }
+            })
+        })
+        .collect();
+    // Half fail at once, half are leased briefly and left to stall.
+    for l in q.claim(500, Duration::from_secs(60)).await.unwrap() {
+        q.fail(&l, "no").await.unwrap();
+    }
+    assert_eq!(q.claim(500, Duration::from_millis(30)).await.unwrap().len(), 500);
+    let mut moved = 0;
+    while moved < 500 {
+        moved += q.retry_all_failed().await.unwrap();
+    }
+    stop.cancel();
+    for r in reapers {
+        r.await.unwrap();
+    }
+    let c = q.counts().await.unwrap();
+    assert_eq!(c.pending + c.active + c.failed + c.delayed + c.completed, 1000, "{c:?}");
+    assert_eq!(
+        q.sweep(1000).await.unwrap().repaired,
+        0,
+        "the sets disagree with the records"
+    );
+    assert!(
+        common::complete_with_noop::<u32>(&q, 1000).await,
+        "{:?}",
+        q.counts().await.unwrap()
+    );
+}
