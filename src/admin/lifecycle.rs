@@ -40,6 +40,24 @@ fn per_id(script: &'static str, r: &mut Reply) -> Result<Vec<(String, Result<Mov
     Ok(out)
 }
 
+/// Runs a bounded step (a script answering `now, moved, left`) until it
+/// moves nothing more or nothing is left; returns how many moved in all.
+async fn in_steps<F, Fut>(mut step: F) -> Result<u64>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<Reply>>,
+{
+    let mut total = 0;
+    loop {
+        let mut r = step().await?;
+        let (_now, n, left) = (r.uint()?, r.uint()?, r.uint()?);
+        total += n;
+        if n == 0 || left == 0 {
+            return Ok(total);
+        }
+    }
+}
+
 fn check_ids(ids: &[&str]) -> Result<()> {
     crate::settings::count("ids per call", ids.len(), 1, MAX_IDS)?;
     ids.iter().try_for_each(|id| validate_id("job id", id))
@@ -80,15 +98,7 @@ impl Queue {
     /// # Errors
     /// Server errors (what moved before one stays moved).
     pub async fn retry_all_failed(&self) -> Result<u64> {
-        let mut moved = 0;
-        loop {
-            let mut r = self.retry_failed_call(&[]).await?;
-            let (_now, n, left) = (r.uint()?, r.uint()?, r.uint()?);
-            moved += n;
-            if n == 0 || left == 0 {
-                return Ok(moved);
-            }
-        }
+        in_steps(|| self.retry_failed_call(&[])).await
     }
 
     async fn retry_failed_call(&self, ids: &[&str]) -> Result<Reply> {
@@ -133,15 +143,7 @@ impl Queue {
     /// # Errors
     /// Server errors (what was removed before one stays removed).
     pub async fn drain(&self) -> Result<u64> {
-        let mut removed = 0;
-        loop {
-            let mut r = self.remove_call(&[]).await?;
-            let (_now, n, left) = (r.uint()?, r.uint()?, r.uint()?);
-            removed += n;
-            if n == 0 || left == 0 {
-                return Ok(removed);
-            }
-        }
+        in_steps(|| self.remove_call(&[])).await
     }
 
     async fn remove_call(&self, ids: &[&str]) -> Result<Reply> {
