@@ -12,11 +12,14 @@
 --       defaults below; BACKOFF is "fMS" (fixed) or "eBASE_MS:MAX_MS"
 --       (exponential); the timeout is the consumer's to enforce
 --   pg  progress (JSON), as the handler last reported it
+--   fs  first started: when the first claim leased it (server ms)
+--   eh  the last ERRORS_KEEP errors, newest first (JSON [{"at": ms, "e": text}])
 --   lo  the last LO_KEEP settlements, newest first: "OP:TOKEN OP:TOKEN ..."
 --       (OP: c complete, r retry, f fail, l release, s snooze)
 local rcall = redis.call
 local WAKE_CAP = 64
 local LO_KEEP = 8
+local ERRORS_KEEP = 5
 
 -- Reply codes: one meaning each, in every script (src/scripts/codes.rs
 -- decodes them; a test checks that the two tables agree).
@@ -183,7 +186,11 @@ local function claim_jobs(k, prefix, now, lease, limit, promote, out)
       local attempt = int_s((tonumber(job[3]) or 0) + 1)
       local token_s = int_s(token)
       -- one write for the attempt, the token and the state (the script is atomic)
-      rcall('HSET', jk, 'a', attempt, 'tk', token_s, 'st', 'active')
+      if attempt == '1' then
+        rcall('HSET', jk, 'a', attempt, 'tk', token_s, 'st', 'active', 'fs', int_s(now))
+      else
+        rcall('HSET', jk, 'a', attempt, 'tk', token_s, 'st', 'active')
+      end
       zargs[#zargs + 1] = deadline_s
       zargs[#zargs + 1] = id
       out[#out + 1] = id
@@ -331,16 +338,32 @@ end
 -- failures += 1; at the job's max_attempts the job fails for good (code
 -- FAILED); else it is due again after `delay` ms, or after the job's
 -- backoff when `delay` is negative.
+-- The `eh` field with error `err` at `now` added: the last ERRORS_KEEP.
+local function errors_with(jk, now, err)
+  local list = {}
+  local old = rcall('HGET', jk, 'eh')
+  if old then
+    local ok, decoded = pcall(cjson.decode, old)
+    if ok and type(decoded) == 'table' then list = decoded end
+  end
+  local out = {{at = now, e = err}}
+  for i = 1, ERRORS_KEEP - 1 do
+    if list[i] then out[#out + 1] = list[i] end
+  end
+  return cjson.encode(out)
+end
+
 local function settle_retry(moves, k, prefix, jk, id, token, now, delay, err, keep, owner)
   moves.unlease[#moves.unlease + 1] = id
   local failures = rcall('HINCRBY', jk, 'f', '1')
   local max, _, bo = limits(rcall('HGET', jk, 'lm'))
   local lo = remember(owner, 'r', token)
+  local eh = errors_with(jk, now, err)
   if failures >= max then
-    finish(moves, prefix, jk, id, 'failed', now, keep, owner.dd, {'err', err, 'lo', lo})
+    finish(moves, prefix, jk, id, 'failed', now, keep, owner.dd, {'err', err, 'eh', eh, 'lo', lo})
     return {CODE.FAILED, 0}
   end
-  rcall('HSET', jk, 'err', err, 'lo', lo)
+  rcall('HSET', jk, 'err', err, 'eh', eh, 'lo', lo)
   if delay < 0 then delay = backoff_ms(bo, failures) end
   return {CODE.OK, requeue(k, jk, id, now, delay)}
 end
@@ -349,7 +372,8 @@ end
 local function settle_fail(moves, prefix, jk, id, token, now, reason, keep, owner)
   moves.unlease[#moves.unlease + 1] = id
   rcall('HINCRBY', jk, 'f', '1')
-  finish(moves, prefix, jk, id, 'failed', now, keep, owner.dd, {'err', reason, 'lo', remember(owner, 'f', token)})
+  local eh = errors_with(jk, now, reason)
+  finish(moves, prefix, jk, id, 'failed', now, keep, owner.dd, {'err', reason, 'eh', eh, 'lo', remember(owner, 'f', token)})
   return {CODE.OK, 0}
 end
 

@@ -472,6 +472,26 @@ pub struct JobInfo {
     pub limits: Limits,
     /// The progress its handler last reported ([`Job::progress`]).
     pub progress: Option<serde_json::Value>,
+    /// When its first claim leased it (server ms).
+    pub first_started_ms: Option<u64>,
+    /// Its last [`ERRORS_KEPT`] errors (handler errors and fail reasons),
+    /// newest first.
+    pub errors: Vec<JobError>,
+}
+
+/// How many of a job's errors its record keeps ([`JobInfo::errors`]).
+pub const ERRORS_KEPT: usize = 5;
+
+/// One error in a job's record.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Deserialize)]
+#[non_exhaustive]
+pub struct JobError {
+    /// When it was recorded (server ms).
+    #[serde(rename = "at")]
+    pub at_ms: u64,
+    /// The error text (at most 4 KiB).
+    #[serde(rename = "e")]
+    pub message: String,
 }
 
 impl JobInfo {

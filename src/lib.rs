@@ -48,7 +48,7 @@ pub use consumer::{Consumer, ConsumerHandle, Event, Handler, HandlerError, Handl
 pub use effect::{EffectMarker, Effects, MarkerState, Once, OnceError};
 pub use error::{Error, Result};
 pub use health::ServerReport;
-pub use job::{Counts, EnqueueOptions, EnqueueStatus, Enqueued, Job, JobInfo, JobState};
+pub use job::{Counts, EnqueueOptions, EnqueueStatus, Enqueued, Job, JobError, JobInfo, JobState};
 pub use lease::Lease;
 pub use limits::{Backoff, Limits};
 pub use maintenance::{ReapReport, Reaper, ReaperHandle, SweepCursor, SweepReport};

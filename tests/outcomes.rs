@@ -359,3 +359,25 @@ async fn producers_wait_for_jobs() {
         Err(Error::JobNotFound(_))
     ));
 }
+
+// A job's record keeps when it first started and its last five errors,
+// newest first.
+#[tokio::test]
+async fn the_record_keeps_first_start_and_recent_errors() {
+    let (_s, q) = setup_with("record", QueueOptions::new().max_attempts(7)).await;
+    let id = q.enqueue(&1u32).await.unwrap();
+    assert_eq!(q.job(&id).await.unwrap().first_started_ms, None);
+    let t0 = q.server_time_ms().await.unwrap();
+    for n in 1..=7 {
+        let l = q.claim(1, Duration::from_secs(30)).await.unwrap().remove(0);
+        q.retry(&l, Some(Duration::ZERO), &format!("error {n}")).await.unwrap();
+    }
+    let info = q.job(&id).await.unwrap();
+    assert_eq!(info.state, JobState::Failed);
+    let started = info.first_started_ms.unwrap();
+    assert!(started >= t0 && started <= info.finished_ms.unwrap());
+    let messages: Vec<&str> = info.errors.iter().map(|e| e.message.as_str()).collect();
+    assert_eq!(messages, ["error 7", "error 6", "error 5", "error 4", "error 3"]);
+    assert!(info.errors.windows(2).all(|w| w[0].at_ms >= w[1].at_ms));
+    assert_eq!(info.errors.len(), echomq::job::ERRORS_KEPT);
+}

@@ -24,6 +24,8 @@ pub(crate) fn job_info(id: &str, fields: HashFields, deadline_ms: Option<u64>) -
         token: 0,
         limits: Limits::default(),
         progress: None,
+        first_started_ms: None,
+        errors: Vec::new(),
     };
     let num = |v: &[u8]| {
         std::str::from_utf8(v)
@@ -45,6 +47,8 @@ pub(crate) fn job_info(id: &str, fields: HashFields, deadline_ms: Option<u64>) -
             "tk" => info.token = num(&v),
             "lm" => info.limits = Limits::decode(&v),
             "pg" => info.progress = serde_json::from_slice(&v).ok(),
+            "fs" => info.first_started_ms = Some(num(&v)),
+            "eh" => info.errors = serde_json::from_slice(&v).unwrap_or_default(),
             "f" => info.failures = num(&v),
             "s" => info.stalls = num(&v),
             "err" => info.last_error = Some(String::from_utf8_lossy(&v).into_owned()),
