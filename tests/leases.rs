@@ -26,12 +26,7 @@ async fn heartbeats_keep_long_handlers() {
     .observer(log.observer())
     .spawn()
     .unwrap();
-    assert!(
-        eventually(Duration::from_secs(10), || async {
-            q.job(&id).await.unwrap().state == JobState::Completed
-        })
-        .await
-    );
+    assert!(common::completes(&q, &id).await);
     handle.shutdown().await.unwrap();
     let info = q.job(&id).await.unwrap();
     assert_eq!((info.attempts, info.stalls), (1, 0));
@@ -212,10 +207,7 @@ async fn heartbeat_near_the_lease_is_capped() {
     .reap_interval(Duration::from_millis(50))
     .spawn()
     .unwrap();
-    let done = eventually(Duration::from_secs(10), || async {
-        q.job(&id).await.unwrap().state == JobState::Completed
-    })
-    .await;
+    let done = common::completes(&q, &id).await;
     handle.shutdown().await.unwrap();
     assert!(done);
     let info = q.job(&id).await.unwrap();
@@ -282,10 +274,7 @@ async fn settled_after_a_slow_settler(name: &str, heartbeats: bool) -> (u64, u64
         consumer.without_heartbeats()
     };
     let handle = consumer.spawn().unwrap();
-    let done = eventually(Duration::from_secs(10), || async {
-        q.job(&id).await.unwrap().state == JobState::Completed
-    })
-    .await;
+    let done = common::completes(&q, &id).await;
     handle.shutdown().await.unwrap();
     assert!(done);
     let info = q.job(&id).await.unwrap();
@@ -363,10 +352,7 @@ async fn a_handler_panicking_in_call_is_a_failed_attempt() {
     .await;
     let id = q.enqueue(&1).await.unwrap();
     let handle = Consumer::new(q.clone(), Eager).spawn().unwrap();
-    let done = eventually(Duration::from_secs(10), || async {
-        q.job(&id).await.unwrap().state == JobState::Completed
-    })
-    .await;
+    let done = common::completes(&q, &id).await;
     handle.shutdown().await.unwrap();
     assert!(done);
     let info = q.job(&id).await.unwrap();

@@ -284,10 +284,7 @@ async fn a_job_timeout_is_a_failed_attempt() {
     })
     .spawn()
     .unwrap();
-    let done = eventually(Duration::from_secs(10), || async {
-        q.job(&id).await.unwrap().state == JobState::Completed
-    })
-    .await;
+    let done = common::completes(&q, &id).await;
     handle.shutdown().await.unwrap();
     assert!(done);
     let info = q.job(&id).await.unwrap();
@@ -328,12 +325,7 @@ async fn progress_is_recorded_by_the_current_attempt() {
     let info = q.job(&id).await.unwrap();
     assert_eq!(info.progress, Some(serde_json::json!({"done": 1, "of": 2})));
     go.send(()).unwrap();
-    assert!(
-        eventually(Duration::from_secs(10), || async {
-            q.job(&id).await.unwrap().state == JobState::Completed
-        })
-        .await
-    );
+    assert!(common::completes(&q, &id).await);
     handle.shutdown().await.unwrap();
     assert_eq!(q.job(&id).await.unwrap().progress, Some(serde_json::json!(2)));
 }

@@ -43,6 +43,14 @@ where
     }
 }
 
+/// True once job `id` of `queue` is completed (waits at most 10 s).
+pub async fn completes(queue: &echomq::Queue, id: &str) -> bool {
+    eventually(Duration::from_secs(10), || async {
+        queue.job(id).await.unwrap().state == echomq::JobState::Completed
+    })
+    .await
+}
+
 /// Returns once the server's clock is past `deadline_ms` (a lease deadline
 /// or due time): sleeps for the difference, then checks the server's TIME.
 pub async fn past(queue: &echomq::Queue, deadline_ms: u64) {
