@@ -1,7 +1,7 @@
 //! echomq in a web application: an axum app whose `POST /signup` enqueues
 //! a welcome job (the request's `Idempotency-Key` header makes a repeated
 //! request one job) and answers 202 with the job id, whose
-//! `GET /jobs/{id}` answers the job's state and progress as JSON, and
+//! `GET /jobs/{id}` answers the job's state, progress and result as JSON, and
 //! whose graceful shutdown stops the consumer too.
 //!
 //! Run: `cargo run --features local-server --example web` (it starts a
@@ -62,16 +62,25 @@ async fn job(State(queue): State<Queue>, Path(id): Path<String>) -> Result<impl 
         "state": job.state.as_str(),
         "attempts": job.attempts,
         "progress": job.progress,
+        "result": job.result,
         "last_error": job.last_error,
     })))
 }
 
-async fn welcome(job: Job<Signup>) -> Result<(), HandlerError> {
+/// What the welcome job returns, kept with the completed job.
+#[derive(Serialize)]
+struct Sent {
+    to: String,
+}
+
+async fn welcome(job: Job<Signup>) -> Result<Sent, HandlerError> {
     job.progress(&serde_json::json!({"step": "rendering"})).await?;
     tokio::time::sleep(Duration::from_millis(20)).await;
     println!("welcome mail to {}", job.payload().email);
     job.progress(&serde_json::json!({"step": "sent"})).await?;
-    Ok(())
+    Ok(Sent {
+        to: job.payload().email.clone(),
+    })
 }
 
 #[tokio::main]

@@ -6,6 +6,7 @@
 -- ARGV[1] prefix  key prefix "emq:{Q}:" (job keys are built from it, same slot)
 -- ARGV[2] lease   lease length in milliseconds (deadline = TIME + lease)
 -- ARGV[3] max     N, the most jobs to lease
+-- ARGV[4] holder  the claiming consumer's name (kept as the job's `hd`)
 --
 -- First promotes up to N due delayed jobs, so delayed work does not wait
 -- for a reaper. Each leased job gets attempts += 1 and a fencing token
@@ -16,5 +17,5 @@ local k = {pending = KEYS[1], active = KEYS[2], delayed = KEYS[3], wake = KEYS[4
   meta = KEYS[6]}
 local now = server_now()
 local out = {now}
-claim_jobs(k, ARGV[1], now, tonumber(ARGV[2]), tonumber(ARGV[3]), true, out)
+claim_jobs(k, ARGV[1], now, tonumber(ARGV[2]), tonumber(ARGV[3]), true, ARGV[4], out)
 return out

@@ -3,7 +3,7 @@
 --
 -- Job hash fields (absent counters read as 0; short names keep small hashes
 -- in listpack encoding):
---   p   payload (JSON)            st  state: pending|delayed|active|completed|failed
+--   p   payload (JSON)            st  state: pending|delayed|active|completed|failed|cancelled
 --   a   attempts (claims so far)  tk  fencing token of the current claim
 --   f   failures                  s   stalls
 --   sc  pending score (priority, then mint order)      ct created (server ms)
@@ -15,7 +15,11 @@
 --   fs  first started: when the first claim leased it (server ms)
 --   eh  the last ERRORS_KEEP errors, newest first (JSON [{"at": ms, "e": text}])
 --   lo  the last LO_KEEP settlements, newest first: "OP:TOKEN OP:TOKEN ..."
---       (OP: c complete, r retry, f fail, l release, s snooze)
+--       (OP: c complete, r retry, f fail, l release, s snooze, x cancel)
+--   rs  result (JSON) a completing handler returned
+--   hd  holder: the consumer that made the latest claim
+--   cx  cancel requested (server ms): the job ends cancelled unless its
+--       running attempt completes it (cancel.lua)
 local rcall = redis.call
 local WAKE_CAP = 64
 local LO_KEEP = 8
@@ -32,6 +36,9 @@ local CODE = {
   EXISTS = 6,          -- enqueue: a job with that id exists; nothing written
   DEDUPED = 7,         -- enqueue: the dedup marker is held by another job
   BUSY = 8,            -- the job is active (leased): an operator call left it alone
+  REQUESTED = 10,      -- cancel: the job is active; the request is recorded for its holder
+  CANCELLED = 11,      -- the job is cancelled (at once, or by a settlement or a reap after a request)
+  FINISHED = 12,       -- cancel: the job had already finished; nothing changed
   NOT_FOUND = -1,      -- no such job
   LEASE_LOST = -2,     -- not active under this token: nothing changed
   REFUSED = -3,        -- a declared effect was refused: nothing changed
@@ -154,10 +161,11 @@ end
 -- to `limit` due delayed jobs when `promote` is set (a plain claim does;
 -- the settle path, hot under load, leaves promotion to the reaper and to
 -- plain claims). Leases nothing while the queue is paused (pause.lua).
--- `k` holds pending, active, delayed, wake, token, meta.
+-- `k` holds pending, active, delayed, wake, token, meta; `holder` names
+-- the claiming consumer (stored as `hd`).
 -- Appends {deadline, id_1, token_1, attempt_1, failures_1, limits_1,
 -- payload_1, ...} to `out`.
-local function claim_jobs(k, prefix, now, lease, limit, promote, out)
+local function claim_jobs(k, prefix, now, lease, limit, promote, holder, out)
   local deadline = now + lease
   out[#out + 1] = deadline
   if limit <= 0 then return end
@@ -187,9 +195,9 @@ local function claim_jobs(k, prefix, now, lease, limit, promote, out)
       local token_s = int_s(token)
       -- one write for the attempt, the token and the state (the script is atomic)
       if attempt == '1' then
-        rcall('HSET', jk, 'a', attempt, 'tk', token_s, 'st', 'active', 'fs', int_s(now))
+        rcall('HSET', jk, 'a', attempt, 'tk', token_s, 'st', 'active', 'hd', holder, 'fs', int_s(now))
       else
-        rcall('HSET', jk, 'a', attempt, 'tk', token_s, 'st', 'active')
+        rcall('HSET', jk, 'a', attempt, 'tk', token_s, 'st', 'active', 'hd', holder)
       end
       zargs[#zargs + 1] = deadline_s
       zargs[#zargs + 1] = id
@@ -205,15 +213,15 @@ local function claim_jobs(k, prefix, now, lease, limit, promote, out)
 end
 
 -- Checks that the caller still owns job `jk` with `token` (a string, as
--- sent). Returns nil and the job's owner fields {dd, lo} when it does, or
+-- sent). Returns nil and the job's owner fields {dd, lo, cx} when it does, or
 -- the reply to send: {ALREADY, now} when settlement `op` already happened
 -- with this token (its reply was lost; remembered for the job's last
 -- LO_KEEP settlements), {NOT_FOUND, now} for a missing job, {LEASE_LOST,
 -- now} for a lost lease.
 local function check_owner(jk, token, op, now)
-  local cur = hfields(jk, 'st', 'tk', 'lo', 'dd')
+  local cur = hfields(jk, 'st', 'tk', 'lo', 'dd', 'cx')
   if not cur or not cur[1] then return {CODE.NOT_FOUND, now} end
-  if cur[1] == 'active' and cur[2] == token then return nil, {dd = cur[4], lo = cur[3]} end
+  if cur[1] == 'active' and cur[2] == token then return nil, {dd = cur[4], lo = cur[3], cx = cur[5]} end
   if op and cur[3] and string.find(' ' .. cur[3] .. ' ', ' ' .. op .. ':' .. token .. ' ', 1, true) then
     return {CODE.ALREADY, now}
   end
@@ -238,7 +246,7 @@ end
 -- commands per job instead of eight. Hash writes are not deferred, so a
 -- later check in the same call sees every earlier settlement.
 local function new_moves()
-  return {unlease = {}, completed = {}, failed = {}, delete = {}}
+  return {unlease = {}, completed = {}, failed = {}, cancelled = {}, delete = {}}
 end
 
 -- A retention setting as the scripts take it: "N" (-1 keep all, 0 delete
@@ -251,7 +259,7 @@ local function retention(s)
 end
 local KEEP_ALL = {n = -1, age = 0}
 
--- Terminal move into state `state` (completed or failed) at `now`: releases
+-- Terminal move into state `state` (completed, failed or cancelled) at `now`: releases
 -- the job's dedup marker `dd` if it still holds it; with retention `keep`
 -- of 0 records the record is deleted, otherwise it is stamped with `fields`.
 local function finish(moves, prefix, jk, id, state, now, keep, dd, fields)
@@ -298,16 +306,16 @@ local function trim(set_key, prefix, keep, now)
   if #doomed > 0 then rcall('DEL', unpack(doomed)) end
 end
 
--- `k` holds active, completed and failed; `keep` holds their retention.
+-- `k` holds active and the finished sets moves may go to (completed,
+-- failed, cancelled); cancelled jobs are kept as failed ones are.
 local function apply_moves(moves, k, prefix, keep_completed, keep_failed, now)
   if #moves.unlease > 0 then rcall('ZREM', k.active, unpack(moves.unlease)) end
-  if #moves.completed > 0 then
-    rcall('ZADD', k.completed, unpack(moves.completed))
-    trim(k.completed, prefix, keep_completed, now)
-  end
-  if #moves.failed > 0 then
-    rcall('ZADD', k.failed, unpack(moves.failed))
-    trim(k.failed, prefix, keep_failed, now)
+  for _, m in ipairs({{'completed', keep_completed}, {'failed', keep_failed}, {'cancelled', keep_failed}}) do
+    local into = moves[m[1]]
+    if #into > 0 then
+      rcall('ZADD', k[m[1]], unpack(into))
+      trim(k[m[1]], prefix, m[2], now)
+    end
   end
   if #moves.delete > 0 then rcall('DEL', unpack(moves.delete)) end
 end
@@ -317,9 +325,15 @@ end
 -- moves in `moves`. `k` holds the queue's keys: active, pending, delayed,
 -- completed, failed, wake. Each returns {code, due}.
 
-local function settle_complete(moves, prefix, jk, id, token, now, keep, owner)
+-- `result`: the handler's result (JSON) to keep, or nil / "" for none.
+local function settle_complete(moves, prefix, jk, id, token, now, keep, owner, result)
   moves.unlease[#moves.unlease + 1] = id
-  finish(moves, prefix, jk, id, 'completed', now, keep, owner.dd, {'lo', remember(owner, 'c', token)})
+  local fields = {'lo', remember(owner, 'c', token)}
+  if result and result ~= '' then
+    fields[3] = 'rs'
+    fields[4] = result
+  end
+  finish(moves, prefix, jk, id, 'completed', now, keep, owner.dd, fields)
   return {CODE.OK, 0}
 end
 
@@ -375,6 +389,22 @@ local function settle_fail(moves, prefix, jk, id, token, now, reason, keep, owne
   local eh = errors_with(jk, now, reason)
   finish(moves, prefix, jk, id, 'failed', now, keep, owner.dd, {'err', reason, 'eh', eh, 'lo', remember(owner, 'f', token)})
   return {CODE.OK, 0}
+end
+
+-- Ends the job cancelled (op x, or any settlement but complete of a job
+-- whose cancel was requested: it must not run again). `text` is the
+-- reason (op x; "cancelled" when empty) or the error a retry or fail
+-- carried, kept in the error history.
+local function settle_cancel(moves, prefix, jk, id, token, now, op, text, keep, owner)
+  moves.unlease[#moves.unlease + 1] = id
+  local fields = {'err', 'cancelled', 'lo', remember(owner, op, token)}
+  if text and text ~= '' then
+    if op == 'x' then fields[2] = text end
+    fields[5] = 'eh'
+    fields[6] = errors_with(jk, now, text)
+  end
+  finish(moves, prefix, jk, id, 'cancelled', now, keep, owner.dd, fields)
+  return {CODE.CANCELLED, 0}
 end
 
 -- Release (op l, graceful shutdown) and snooze (op s, run later): back to

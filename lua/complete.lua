@@ -108,6 +108,6 @@ if n_effects > 0 then
 end
 
 local moves = new_moves()
-local r = settle_complete(moves, prefix, jk, id, token, now, keep, owner)
+local r = settle_complete(moves, prefix, jk, id, token, now, keep, owner, nil)
 apply_moves(moves, {active = active_key, completed = completed_key}, prefix, keep, KEEP_ALL, now)
 return {r[1], now}

@@ -5,14 +5,17 @@
 -- ARGV[2] token  fencing token
 -- ARGV[3] lease  milliseconds
 --
--- Returns {code, now, deadline}: OK, extended to deadline = TIME + lease;
--- NOT_FOUND; LEASE_LOST (nothing changed). Extending is naturally
+-- Returns {code, now, deadline, cancel}: OK, extended to deadline = TIME +
+-- lease, with cancel 1 when an operator asked to cancel the job (cancel.lua),
+-- else 0; NOT_FOUND; LEASE_LOST (nothing changed). Extending is naturally
 -- idempotent, so there is no ALREADY answer.
 local jk, active_key = KEYS[1], KEYS[2]
 local id, token, lease = ARGV[1], ARGV[2], tonumber(ARGV[3])
 local now = server_now()
-local refused = check_owner(jk, token, nil, now)
+local refused, owner = check_owner(jk, token, nil, now)
 if refused then return refused end
 local deadline = now + lease
 rcall('ZADD', active_key, 'XX', deadline, id)
-return {CODE.OK, now, deadline}
+local cancel = 0
+if owner.cx then cancel = 1 end
+return {CODE.OK, now, deadline, cancel}

@@ -2,20 +2,22 @@
 -- One script, so racing reapers each see a lease expire exactly once.
 --
 -- KEYS[1] active  KEYS[2] pending  KEYS[3] delayed  KEYS[4] failed
--- KEYS[5] wake
+-- KEYS[5] wake  KEYS[6] cancelled
 -- ARGV[1] prefix       key prefix "emq:{Q}:"
 -- ARGV[2] limit        the most jobs to reap (and, separately, to promote) in this call
 -- ARGV[3] keep_failed  retention of failed jobs (as in settle.lua)
 --
 -- An expired lease (deadline < TIME) counts a stall; a job past its own
--- max_stalls fails for good with reason "stalled".
+-- max_stalls fails for good with reason "stalled"; one whose cancel was
+-- requested ends cancelled instead of running again.
 -- Returns {now, promoted, active, next_due, id_1, outcome_1, stalls_1, ...};
--- outcome OK back to pending, FAILED failed as stalled; `active` is the
+-- outcome OK back to pending, FAILED failed as stalled, CANCELLED
+-- cancelled; `active` is the
 -- number of leases still held and `next_due` the earliest due time of a
 -- delayed job (server ms, 0 for none): the maintenance task reaps an idle
 -- queue less often.
-local active_key, pending_key, delayed_key, failed_key, wake_key =
-  KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local active_key, pending_key, delayed_key, failed_key, wake_key, cancelled_key =
+  KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local prefix, limit, keep = ARGV[1], tonumber(ARGV[2]), retention(ARGV[3])
 local now = server_now()
 local out = {now, 0, 0, 0}
@@ -26,12 +28,15 @@ local back = 0
 for _, id in ipairs(expired) do
   moves.unlease[#moves.unlease + 1] = id
   local jk = prefix .. 'job:' .. id
-  local job = hfields(jk, 'st', 'lm', 'dd')
+  local job = hfields(jk, 'st', 'lm', 'dd', 'cx')
   if job and job[1] then
     local stalls = rcall('HINCRBY', jk, 's', '1')
     local _, max = limits(job[2])
     local outcome = CODE.OK
-    if stalls > max then
+    if job[4] then
+      outcome = CODE.CANCELLED
+      finish(moves, prefix, jk, id, 'cancelled', now, keep, job[3], {'err', 'cancelled'})
+    elseif stalls > max then
       outcome = CODE.FAILED
       finish(moves, prefix, jk, id, 'failed', now, keep, job[3], {'err', 'stalled'})
     else
@@ -43,7 +48,8 @@ for _, id in ipairs(expired) do
     out[#out + 1] = stalls
   end
 end
-apply_moves(moves, {active = active_key, failed = failed_key}, prefix, KEEP_ALL, keep, now)
+apply_moves(moves, {active = active_key, failed = failed_key, cancelled = cancelled_key}, prefix, KEEP_ALL, keep,
+  now)
 if back > 0 then wake(wake_key, back) end
 out[2] = promote_due(delayed_key, pending_key, wake_key, prefix, now, limit)
 out[3] = rcall('ZCARD', active_key)

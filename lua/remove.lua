@@ -1,9 +1,10 @@
--- remove: deletes jobs that are not active (pending, delayed, completed
--- or failed), with their dedup markers; or, in drain mode, the oldest
+-- remove: deletes jobs that are not active (pending, delayed, completed,
+-- failed or cancelled), with their dedup markers; or, in drain mode, the oldest
 -- pending and delayed jobs. An active job is leased to a worker and is
 -- never removed here (cancel it, or wait for it to finish).
 --
 -- KEYS[1] pending  KEYS[2] delayed  KEYS[3] completed  KEYS[4] failed
+-- KEYS[5] cancelled
 -- ARGV[1] prefix  key prefix "emq:{Q}:"
 -- ARGV[2] limit   drain mode (no ids): at most this many pending and
 --                 delayed jobs per call
@@ -14,7 +15,7 @@
 -- mode `left` is how many pending and delayed jobs remain.
 local prefix, limit = ARGV[1], tonumber(ARGV[2])
 local now = server_now()
-local sets = {pending = KEYS[1], delayed = KEYS[2], completed = KEYS[3], failed = KEYS[4]}
+local sets = {pending = KEYS[1], delayed = KEYS[2], completed = KEYS[3], failed = KEYS[4], cancelled = KEYS[5]}
 local out = {now, 0, 0}
 local removed = 0
 

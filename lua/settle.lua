@@ -5,32 +5,36 @@
 -- fenced by its own token.
 --
 -- KEYS[1] active  KEYS[2] pending  KEYS[3] delayed  KEYS[4] completed
--- KEYS[5] failed  KEYS[6] wake  KEYS[7] token  KEYS[8] meta
+-- KEYS[5] failed  KEYS[6] wake  KEYS[7] token  KEYS[8] meta  KEYS[9] cancelled
 -- ARGV[1] prefix     key prefix "emq:{Q}:" (job keys are built from it, same slot)
 -- ARGV[2] keep_completed  retention of completed jobs: "N" (-1 all, 0 delete the record, n newest n)
 --                         or "N/AGE_MS" (and none finished more than AGE_MS ago)
 -- ARGV[3] keep_failed     retention of failed jobs, as keep_completed
 -- ARGV[4] items      number of items N, then 5 fields per item:
---   op     c complete | r retry | f fail | l release | s snooze
+--   op     c complete | r retry | f fail | l release | s snooze | x cancel
 --   id     job id        token  fencing token
 --   delay  milliseconds: retry "" for the job's backoff; snooze the delay;
 --          "0" otherwise
---   text   retry error text or fail reason ("" otherwise)
--- then (optional) lease length in milliseconds and M, the most jobs to
--- lease after settling (as claim.lua, but without promoting due delayed
--- jobs: that costs a command per call on the hot path, and the reaper and
--- plain claims do it).
+--   text   complete: the result (JSON) to keep, "" for none; retry: error
+--          text; fail, cancel: reason ("" otherwise)
+-- then (optional) lease length in milliseconds, M, the most jobs to lease
+-- after settling, and the holder's name (as claim.lua, but without
+-- promoting due delayed jobs: that costs a command per call on the hot
+-- path, and the reaper and plain claims do it).
 --
 -- A retry counts a failure and fails the job for good at its own
 -- max_attempts; a snooze and a release count neither a failure nor a stall.
+-- A job whose cancel was requested ends cancelled on any settlement but a
+-- complete.
 -- Returns {now, code_1, due_1, ..., code_N, due_N} with codes OK, FAILED
--- (a retry failed the job for good), ALREADY (this settlement already
+-- (a retry failed the job for good), CANCELLED (the job ended cancelled),
+-- ALREADY (this settlement already
 -- happened with this token), NOT_FOUND, LEASE_LOST (nothing changed);
 -- due is the delayed job's due time (server ms), 0 otherwise. When M was
 -- sent claim.lua's {deadline, id, token, attempt, failures, limits,
 -- payload, ...} follows.
 local k = {active = KEYS[1], pending = KEYS[2], delayed = KEYS[3], completed = KEYS[4], failed = KEYS[5],
-  wake = KEYS[6], token = KEYS[7], meta = KEYS[8]}
+  wake = KEYS[6], token = KEYS[7], meta = KEYS[8], cancelled = KEYS[9]}
 local prefix = ARGV[1]
 local keep_completed, keep_failed = retention(ARGV[2]), retention(ARGV[3])
 local n = tonumber(ARGV[4])
@@ -43,7 +47,9 @@ for i = 0, n - 1 do
   local jk = prefix .. 'job:' .. id
   local r, owner = check_owner(jk, token, op, now)
   if not r then
-    if op == 'c' then r = settle_complete(moves, prefix, jk, id, token, now, keep_completed, owner)
+    if op == 'c' then r = settle_complete(moves, prefix, jk, id, token, now, keep_completed, owner, ARGV[b + 4])
+    elseif op == 'x' or owner.cx then
+      r = settle_cancel(moves, prefix, jk, id, token, now, op, ARGV[b + 4], keep_failed, owner)
     elseif op == 'r' then
       r = settle_retry(moves, k, prefix, jk, id, token, now, tonumber(ARGV[b + 3]) or -1, ARGV[b + 4],
         keep_failed, owner)
@@ -56,6 +62,6 @@ end
 apply_moves(moves, k, prefix, keep_completed, keep_failed, now)
 local c = 5 + n * 5
 if ARGV[c + 1] then
-  claim_jobs(k, prefix, now, tonumber(ARGV[c]), tonumber(ARGV[c + 1]), false, out)
+  claim_jobs(k, prefix, now, tonumber(ARGV[c]), tonumber(ARGV[c + 1]), false, ARGV[c + 2], out)
 end
 return out

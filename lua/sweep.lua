@@ -4,9 +4,10 @@
 -- a torn AOF tail) or a lost key left behind.
 --
 -- KEYS[1] pending  KEYS[2] active  KEYS[3] delayed  KEYS[4] completed
--- KEYS[5] failed   KEYS[6] seq (mint counter, for a job that lost its score)
+-- KEYS[5] failed   KEYS[6] cancelled
+-- KEYS[7] seq (mint counter, for a job that lost its score)
 -- ARGV[1] prefix  key prefix "emq:{Q}:"
--- ARGV[2] phase   "jobs" or a set's KEYS index 1..5
+-- ARGV[2] phase   "jobs" or a set's KEYS index 1..6
 -- ARGV[3] cursor  "0" to start
 -- ARGV[4] count   COUNT hint per step
 --
@@ -17,20 +18,21 @@
 -- with an unknown state becomes pending; one without a valid score `sc`
 -- gets a fresh one (priority 0, the next mint number, as enqueue.lua
 -- computes it), since every later move back to pending ZADDs at `sc`. A
--- non-numeric finish time `ft` counts as now. Phase 1..5 ZSCANs that set:
+-- non-numeric finish time `ft` counts as now. Phase 1..6 ZSCANs that set:
 -- members whose job key is missing, or is not a hash, are removed.
 --
 -- The sweep repairs or skips, and never raises on malformed data (a raise
 -- would recur at the same cursor on every run and wedge the sweep there).
 -- Skipped, never deleted (they may be someone's data), and counted: a key
 -- under the job pattern that is not a hash; a job whose set key, or the
--- seq key, holds another type; in phase 1..5, a set key of another type.
+-- seq key, holds another type; in phase 1..6, a set key of another type.
 --
 -- Returns {next_cursor, checked, repaired, skipped}.
 local prefix, phase, cursor, count = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
-local seq_key = KEYS[6]
+local seq_key = KEYS[7]
 local now = server_now()
-local sets = {pending = 1, active = 2, delayed = 3, completed = 4, failed = 5}
+local sets = {pending = 1, active = 2, delayed = 3, completed = 4, failed = 5, cancelled = 6}
+local NSETS = 6
 local checked, repaired, skipped = 0, 0, 0
 -- Scores: (127 - priority) * 2^45 + seq, as in enqueue.lua.
 local PRIO_STEP = 35184372088832
@@ -63,7 +65,7 @@ local function check_job(jk, usable)
   local f = rcall('HMGET', jk, 'p', 'st', 'sc', 'ft')
   if not f[1] then
     rcall('DEL', jk)
-    for i = 1, 5 do
+    for i = 1, NSETS do
       if usable[i] then rcall('ZREM', KEYS[i], id) end
     end
     repaired = repaired + 1
@@ -95,18 +97,18 @@ local function check_job(jk, usable)
   if not rcall('ZSCORE', KEYS[want], id) then
     local score = now
     if st == 'pending' then score = sc
-    elseif st == 'completed' or st == 'failed' then score = score_of(f[4]) or now end
+    elseif st == 'completed' or st == 'failed' or st == 'cancelled' then score = score_of(f[4]) or now end
     rcall('ZADD', KEYS[want], score, id)
     repaired = repaired + 1
   end
-  for i = 1, 5 do
+  for i = 1, NSETS do
     if i ~= want and usable[i] and rcall('ZREM', KEYS[i], id) == 1 then repaired = repaired + 1 end
   end
 end
 
 if phase == 'jobs' then
   local usable = {}
-  for i = 1, 5 do usable[i] = zset_or_none(KEYS[i]) end
+  for i = 1, NSETS do usable[i] = zset_or_none(KEYS[i]) end
   -- The prefix holds the queue name, which may contain glob characters:
   -- escape them, and still compare each key's prefix as a plain string.
   local mine = prefix .. 'job:'

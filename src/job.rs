@@ -13,8 +13,10 @@ use crate::limits::{Backoff, Limits, MAX_DELAY};
 /// (or delayed until due); a claim makes one active until its lease
 /// deadline; completing it makes it completed; a retry makes it pending or
 /// delayed again, or failed once its failures reach `max_attempts`; an
-/// expired lease returns it to pending, or fails it past `max_stalls`. A job
-/// is in exactly one state at every instant.
+/// expired lease returns it to pending, or fails it past `max_stalls`; a
+/// cancel ([`Queue::cancel`](crate::Queue::cancel)) makes a waiting job
+/// cancelled at once, and an active one once its attempt ends without
+/// completing it. A job is in exactly one state at every instant.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum JobState {
@@ -28,6 +30,8 @@ pub enum JobState {
     Completed,
     /// Failed for good (attempts used up, failed by the handler, or stalled too often).
     Failed,
+    /// Cancelled by an operator ([`Queue::cancel`](crate::Queue::cancel)); it does not run again.
+    Cancelled,
 }
 
 impl JobState {
@@ -38,6 +42,7 @@ impl JobState {
             "active" => JobState::Active,
             "completed" => JobState::Completed,
             "failed" => JobState::Failed,
+            "cancelled" => JobState::Cancelled,
             _ => return None,
         })
     }
@@ -50,13 +55,24 @@ impl JobState {
             JobState::Active => "active",
             JobState::Completed => "completed",
             JobState::Failed => "failed",
+            JobState::Cancelled => "cancelled",
         }
     }
 
-    /// True for `Completed` and `Failed`.
+    /// True for the finished states: `Completed`, `Failed` and `Cancelled`.
     pub fn is_terminal(self) -> bool {
-        matches!(self, JobState::Completed | JobState::Failed)
+        matches!(self, JobState::Completed | JobState::Failed | JobState::Cancelled)
     }
+
+    /// Every state, in the order a job goes through them.
+    pub const ALL: [JobState; 6] = [
+        JobState::Pending,
+        JobState::Delayed,
+        JobState::Active,
+        JobState::Completed,
+        JobState::Failed,
+        JobState::Cancelled,
+    ];
 }
 
 /// Options for one enqueue. Build with [`EnqueueOptions::new`] and chain
@@ -323,6 +339,8 @@ pub struct Job<T> {
     pub(crate) limits: Limits,
     pub(crate) payload: T,
     pub(crate) cancel: CancellationToken,
+    /// Set when an operator asked to cancel the job (seen at a lease renewal).
+    pub(crate) cancel_requested: std::sync::Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl<T> Job<T> {
@@ -388,10 +406,20 @@ impl<T> Job<T> {
         idempotency_key(&self.queue, &self.id)
     }
     /// Cancelled when this attempt must stop: its lease was lost or could
-    /// not be renewed in time, or the consumer is shutting down past its
-    /// grace period. A cancelled attempt's result is not settled.
+    /// not be renewed in time, the consumer is shutting down past its
+    /// grace period, or an operator cancelled the job
+    /// ([`Queue::cancel`](crate::Queue::cancel);
+    /// [`cancel_requested`](Self::cancel_requested) tells this case). After
+    /// a cancel request, whatever the handler returns but `Ok` ends the job
+    /// cancelled; `Ok` completes it (the work was done).
     pub fn cancellation(&self) -> &CancellationToken {
         &self.cancel
+    }
+    /// True once an operator has asked to cancel this job and the consumer
+    /// has seen the request (at a lease renewal, so within one heartbeat
+    /// interval).
+    pub fn cancel_requested(&self) -> bool {
+        self.cancel_requested.load(std::sync::atomic::Ordering::Relaxed)
     }
     /// True once [`cancellation`](Self::cancellation) has fired.
     pub fn is_cancelled(&self) -> bool {
@@ -477,6 +505,15 @@ pub struct JobInfo {
     /// Its last [`ERRORS_KEPT`] errors (handler errors and fail reasons),
     /// newest first.
     pub errors: Vec<JobError>,
+    /// The value its handler returned when it completed, if any (see
+    /// [`Handler`](crate::Handler)); [`result_as`](Self::result_as) decodes it.
+    pub result: Option<serde_json::Value>,
+    /// The consumer that holds it while active, or last held it: its
+    /// [`Consumer::name`](crate::Consumer::name) (or the claiming handle's
+    /// [`Queue::holder`](crate::Queue::holder)).
+    pub holder: Option<String>,
+    /// When an operator asked to cancel it while it ran (server ms).
+    pub cancel_requested_ms: Option<u64>,
 }
 
 /// How many of a job's errors its record keeps ([`JobInfo::errors`]).
@@ -495,6 +532,22 @@ pub struct JobError {
 }
 
 impl JobInfo {
+    /// Decodes the result its handler returned; `Ok(None)` when it has none.
+    ///
+    /// # Errors
+    /// [`Error::Decode`] when it does not decode into `R`.
+    pub fn result_as<R: DeserializeOwned>(&self) -> Result<Option<R>> {
+        self.result
+            .as_ref()
+            .map(|v| {
+                R::deserialize(v).map_err(|source| Error::Decode {
+                    id: self.id.clone(),
+                    source,
+                })
+            })
+            .transpose()
+    }
+
     /// Decodes the payload.
     ///
     /// # Errors
@@ -521,6 +574,8 @@ pub struct Counts {
     pub completed: u64,
     /// Failed and still retained.
     pub failed: u64,
+    /// Cancelled and still retained (kept as failed jobs are).
+    pub cancelled: u64,
     /// Whether the queue is paused ([`Queue::pause`](crate::Queue::pause)).
     pub paused: bool,
 }

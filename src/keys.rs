@@ -24,6 +24,7 @@ pub(crate) struct Keys {
     pub delayed: String,
     pub completed: String,
     pub failed: String,
+    pub cancelled: String,
     pub seq: String,
     /// The fencing-token counter (tokens never repeat for a queue).
     pub token: String,
@@ -51,6 +52,7 @@ impl Keys {
             delayed: k("delayed"),
             completed: k("completed"),
             failed: k("failed"),
+            cancelled: k("cancelled"),
             seq: k("seq"),
             token: k("token"),
             meta: k("meta"),
@@ -120,6 +122,7 @@ mod tests {
             &k.delayed,
             &k.completed,
             &k.failed,
+            &k.cancelled,
             &k.seq,
             &k.token,
             &k.meta,

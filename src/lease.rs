@@ -24,6 +24,9 @@ pub struct Lease {
     pub(crate) payload: Vec<u8>,
     pub(crate) deadline_ms: u64,
     pub(crate) claimed_ms: u64,
+    /// Set by [`Queue::extend`](crate::Queue::extend) when an operator
+    /// asked to cancel the job.
+    pub(crate) cancel_requested: bool,
 }
 
 /// Shows the payload's size, not its bytes: payloads may hold personal data.
@@ -80,6 +83,14 @@ impl Lease {
     /// The lease deadline on the server's clock (ms since the Unix epoch).
     pub fn deadline_ms(&self) -> u64 {
         self.deadline_ms
+    }
+    /// True once a renewal ([`Queue::extend`](crate::Queue::extend)) found
+    /// that an operator asked to cancel the job
+    /// ([`Queue::cancel`](crate::Queue::cancel)): stop, and settle it any
+    /// way but complete (it then ends cancelled), or with
+    /// [`Settle::Cancel`](crate::Settle::Cancel).
+    pub fn cancel_requested(&self) -> bool {
+        self.cancel_requested
     }
     /// When the claim ran, on the server's clock.
     pub fn claimed_ms(&self) -> u64 {

@@ -337,6 +337,7 @@ async fn a_panicking_observer_is_contained() {
 async fn a_handler_panicking_in_call_is_a_failed_attempt() {
     struct Eager;
     impl echomq::Handler<u32> for Eager {
+        type Output = ();
         type Future = std::future::Ready<Result<(), echomq::HandlerError>>;
         fn call(&self, job: Job<u32>) -> Self::Future {
             if job.attempt() == 1 {

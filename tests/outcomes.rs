@@ -373,3 +373,92 @@ async fn the_record_keeps_first_start_and_recent_errors() {
     assert!(info.errors.windows(2).all(|w| w[0].at_ms >= w[1].at_ms));
     assert_eq!(info.errors.len(), echomq::job::ERRORS_KEPT);
 }
+
+// What a handler returns is kept with the completed job (`()` keeps
+// nothing); a producer waits for it; a result too large to keep does not
+// undo the work: the job completes without it.
+#[tokio::test]
+async fn handler_results_are_kept_with_the_job() {
+    #[derive(serde::Serialize, serde::Deserialize, Debug, PartialEq)]
+    struct Receipt {
+        total: u64,
+        lines: Vec<String>,
+    }
+    let (_s, q) = setup("results").await;
+    let receipt = q.enqueue(&"receipt").await.unwrap();
+    let unit = q.enqueue(&"unit").await.unwrap();
+    let huge = q.enqueue(&"huge").await.unwrap();
+    let handle = Consumer::new(q.clone(), |job: Job<String>| async move {
+        Ok(match job.payload().as_str() {
+            "receipt" => serde_json::json!({"total": 42, "lines": ["tea", "cake"]}),
+            "huge" => serde_json::json!("x".repeat(echomq::queue::MAX_RESULT_BYTES)),
+            _ => serde_json::Value::Null,
+        })
+    })
+    .spawn()
+    .unwrap();
+    let done = q.wait(&receipt, Duration::from_secs(10)).await.unwrap();
+    assert_eq!(done.state, JobState::Completed);
+    assert_eq!(
+        done.result_as::<Receipt>().unwrap(),
+        Some(Receipt {
+            total: 42,
+            lines: vec!["tea".into(), "cake".into()],
+        })
+    );
+    assert!(matches!(done.result_as::<u32>(), Err(Error::Decode { .. })));
+    let unit = q.wait(&unit, Duration::from_secs(10)).await.unwrap();
+    assert_eq!((unit.state, unit.result), (JobState::Completed, None));
+    let huge = q.wait(&huge, Duration::from_secs(10)).await.unwrap();
+    assert_eq!((huge.state, huge.result), (JobState::Completed, None));
+    handle.shutdown().await.unwrap();
+
+    // A plain `()` handler still compiles and keeps nothing.
+    let id = q.enqueue(&"plain").await.unwrap();
+    let plain = Consumer::new(q.clone(), |_job: Job<String>| async { Ok(()) })
+        .spawn()
+        .unwrap();
+    assert_eq!(q.wait(&id, Duration::from_secs(10)).await.unwrap().result, None);
+    plain.shutdown().await.unwrap();
+}
+
+// Low level: complete_with_result keeps a result; a bad one is refused
+// before anything is settled (the lease still holds), per item in a batch.
+#[tokio::test]
+async fn results_through_the_low_level_calls() {
+    let (_s, q) = setup("results-low").await;
+    let ids = q.enqueue_bulk(&[1u32, 2, 3]).await.unwrap();
+    let leases = q.claim(3, LEASE).await.unwrap();
+    let r = q.complete_with_result(&leases[0], &[1, 2, 3]).await.unwrap();
+    assert_eq!(r.outcome, Outcome::Completed);
+    assert_eq!(q.job(&ids[0]).await.unwrap().result, Some(serde_json::json!([1, 2, 3])));
+    let big = "y".repeat(echomq::queue::MAX_RESULT_BYTES);
+    assert!(matches!(
+        q.complete_with_result(&leases[1], &big).await,
+        Err(Error::PayloadTooLarge { .. })
+    ));
+    let not_json = Settle::Return {
+        result: "{not json".into(),
+    };
+    let fine = Settle::Return {
+        result: r#"{"ok":true}"#.into(),
+    };
+    let out = q
+        .settle_many(&[(&leases[1], &not_json), (&leases[2], &fine)])
+        .await
+        .unwrap();
+    assert!(
+        matches!(out[0], Err(Error::InvalidOption { name: "result", .. })),
+        "{out:?}"
+    );
+    assert_eq!(out[1].as_ref().unwrap().outcome, Outcome::Completed);
+    assert_eq!(q.job(&ids[1]).await.unwrap().state, JobState::Active, "nothing settled");
+    assert_eq!(
+        q.job(&ids[2]).await.unwrap().result,
+        Some(serde_json::json!({"ok": true}))
+    );
+    // A resent completion is remembered and does not change the result.
+    let again = q.complete_with_result(&leases[0], &"other").await.unwrap();
+    assert_eq!(again.outcome, Outcome::AlreadySettled);
+    assert_eq!(q.job(&ids[0]).await.unwrap().result, Some(serde_json::json!([1, 2, 3])));
+}

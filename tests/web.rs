@@ -92,6 +92,7 @@ fn the_web_example_over_http() {
     };
     assert_eq!(job["state"], "completed", "{job}");
     assert_eq!(job["progress"]["step"], "sent", "{job}");
+    assert_eq!(job["result"]["to"], "ada@example.com", "{job}");
     let (status, body) = http(&addr, "GET", "/jobs/no-such-job", &[], "");
     assert_eq!(status, 404, "{body}");
     assert!(body["error"].as_str().unwrap().contains("not found"));

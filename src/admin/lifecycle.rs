@@ -58,7 +58,7 @@ where
     }
 }
 
-fn check_ids(ids: &[&str]) -> Result<()> {
+pub(super) fn check_ids(ids: &[&str]) -> Result<()> {
     crate::settings::count("ids per call", ids.len(), 1, MAX_IDS)?;
     ids.iter().try_for_each(|id| validate_id("job id", id))
 }
@@ -149,7 +149,11 @@ impl Queue {
     async fn remove_call(&self, ids: &[&str]) -> Result<Reply> {
         let k = self.keys();
         let mut call = SCRIPTS.remove.call();
-        call.key(&k.pending).key(&k.delayed).key(&k.completed).key(&k.failed);
+        call.key(&k.pending)
+            .key(&k.delayed)
+            .key(&k.completed)
+            .key(&k.failed)
+            .key(&k.cancelled);
         call.arg(&k.base).arg(MAX_BATCH);
         for id in ids {
             call.arg(*id);

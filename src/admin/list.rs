@@ -58,7 +58,7 @@ impl Queue {
     /// at most `limit` (1 to [`MAX_BATCH`]): pending jobs in the order they
     /// will be claimed, delayed ones by due time, active ones by lease
     /// deadline (with `deadline_ms` set for both), completed and failed
-    /// ones newest first.
+    /// ones newest first (cancelled ones too).
     ///
     /// While jobs move, a walk of pending, completed or failed jobs shows
     /// each job at most once (its place in the order is fixed while it
@@ -93,6 +93,7 @@ impl Queue {
             JobState::Active => (&k.active, "asc"),
             JobState::Completed => (&k.completed, "desc"),
             JobState::Failed => (&k.failed, "desc"),
+            JobState::Cancelled => (&k.cancelled, "desc"),
         };
         let mut call = SCRIPTS.list.call();
         call.key(set).arg(order).arg(limit);

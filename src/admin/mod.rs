@@ -12,11 +12,15 @@
 //!   [`Queue::remove`](crate::Queue::remove),
 //!   [`Queue::drain`](crate::Queue::drain),
 //!   [`Queue::obliterate`](crate::Queue::obliterate).
+//! - `cancel`: [`Queue::cancel`](crate::Queue::cancel),
+//!   [`Queue::cancel_many`](crate::Queue::cancel_many).
 
+mod cancel;
 mod lifecycle;
 mod list;
 mod pause;
 
+pub use self::cancel::Cancel;
 pub use self::lifecycle::Moved;
 pub use self::list::{ListCursor, Page};
 

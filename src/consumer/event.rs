@@ -31,11 +31,15 @@ pub enum HandlerResult {
     /// It ran past the job's timeout: it was cancelled, and the job is
     /// retried with error `"timeout"`.
     TimedOut,
+    /// An operator cancelled the job while it ran, and the handler ended
+    /// without completing it (or did not stop within the shutdown grace
+    /// and was cancelled): the job ends cancelled.
+    Cancelled,
 }
 
 impl HandlerResult {
     /// The name used in logs: ok, retry, fail, snooze, panicked,
-    /// lease_lost or stopped.
+    /// lease_lost, stopped, timed_out or cancelled.
     pub fn as_str(self) -> &'static str {
         match self {
             HandlerResult::Ok => "ok",
@@ -46,6 +50,7 @@ impl HandlerResult {
             HandlerResult::LeaseLost => "lease_lost",
             HandlerResult::Stopped => "stopped",
             HandlerResult::TimedOut => "timed_out",
+            HandlerResult::Cancelled => "cancelled",
         }
     }
 }
@@ -86,6 +91,15 @@ pub enum Event<'a> {
         token: u64,
         /// The new deadline.
         deadline_ms: u64,
+    },
+    /// A renewal found that an operator asked to cancel the job
+    /// ([`Queue::cancel`](crate::Queue::cancel)): the handler's
+    /// [`Job::cancellation`](crate::Job::cancellation) fires now.
+    CancelRequested {
+        /// The job.
+        id: &'a str,
+        /// The token.
+        token: u64,
     },
     /// The lease was lost (reaped, or renewal unconfirmed within the
     /// safety window): the handler is cancelled and its result not settled.

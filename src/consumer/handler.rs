@@ -1,6 +1,7 @@
 //! Handlers and their outcomes: a [`Handler`] is any async closure from a
-//! [`Job`] to `Result<(), HandlerError>`; the [`HandlerError`] says what
-//! should happen to the job.
+//! [`Job`] to `Result<R, HandlerError>`; `Ok(value)` completes the job and
+//! keeps `value` with it, and the [`HandlerError`] says what should happen
+//! to the job otherwise.
 
 use std::error::Error as StdError;
 use std::fmt;
@@ -14,7 +15,7 @@ use crate::limits::MAX_DELAY;
 ///
 /// | returned | the job |
 /// | --- | --- |
-/// | `Ok(())` | completes |
+/// | `Ok(value)` | completes, keeping `value` (nothing for `()`) |
 /// | `Err(e.into())`, `?` | is retried after its backoff, failing for good at `max_attempts` |
 /// | [`HandlerError::retry_after`] | is retried after the given delay |
 /// | [`HandlerError::fail`] | fails for good now (not retryable) |
@@ -136,20 +137,42 @@ impl fmt::Debug for HandlerError {
 }
 
 /// An async job handler. Implemented for every
-/// `Fn(Job<T>) -> impl Future<Output = Result<(), HandlerError>>`, so a
-/// plain async closure (or `async fn`) is a handler.
+/// `Fn(Job<T>) -> impl Future<Output = Result<R, HandlerError>>` with a
+/// serializable `R`, so a plain async closure (or `async fn`) is a handler.
+///
+/// The value a handler returns is kept with the completed job as JSON
+/// ([`JobInfo::result`](crate::JobInfo::result), at most
+/// [`MAX_RESULT_BYTES`](crate::queue::MAX_RESULT_BYTES)); `()` (or any
+/// value that encodes as `null`) keeps nothing. A result that cannot be
+/// kept does not undo the work: the job completes without it and a warning
+/// is logged.
+///
+/// ```
+/// use echomq::{HandlerError, Job};
+///
+/// #[derive(serde::Serialize)]
+/// struct Thumbnail { bytes: usize }
+///
+/// async fn resize(job: Job<String>) -> Result<Thumbnail, HandlerError> {
+///     Ok(Thumbnail { bytes: job.payload().len() })
+/// }
+/// ```
 pub trait Handler<T>: Send + Sync + 'static {
+    /// What a completed call returns, kept with the job.
+    type Output: serde::Serialize + Send + 'static;
     /// The future one call returns.
-    type Future: Future<Output = Result<(), HandlerError>> + Send + 'static;
+    type Future: Future<Output = Result<Self::Output, HandlerError>> + Send + 'static;
     /// Handles one delivery of a job.
     fn call(&self, job: Job<T>) -> Self::Future;
 }
 
-impl<T, F, Fut> Handler<T> for F
+impl<T, F, Fut, R> Handler<T> for F
 where
     F: Fn(Job<T>) -> Fut + Send + Sync + 'static,
-    Fut: Future<Output = Result<(), HandlerError>> + Send + 'static,
+    Fut: Future<Output = Result<R, HandlerError>> + Send + 'static,
+    R: serde::Serialize + Send + 'static,
 {
+    type Output = R;
     type Future = Fut;
     fn call(&self, job: Job<T>) -> Fut {
         self(job)

@@ -35,8 +35,9 @@ impl LeaseClock {
 
 /// What a beat found.
 pub(super) enum Beat {
-    /// Renewed (or a transient failure to retry shortly).
-    Alive,
+    /// Renewed (or a transient failure to retry shortly); `cancel` when the
+    /// renewal found an operator's cancel request.
+    Alive { cancel: bool },
     /// The lease is lost, or could not be confirmed within the safety
     /// window: stop, and settle nothing.
     Lost,
@@ -128,14 +129,14 @@ impl Heartbeat {
             q.renew(lease, self.lease).await
         };
         match timeout_at(safe_until, renewal).await {
-            Ok(Ok(deadline_ms)) => {
+            Ok(Ok((deadline_ms, cancel))) => {
                 self.renewed(sent);
                 emit(Event::Extended {
                     id: &lease.id,
                     token: lease.token,
                     deadline_ms,
                 });
-                Beat::Alive
+                Beat::Alive { cancel }
             }
             Ok(Err(e @ (Error::LeaseLost { .. } | Error::JobNotFound(_)))) => {
                 if observers.is_some() {
@@ -152,7 +153,7 @@ impl Heartbeat {
                 debug!(error = %e, "heartbeat failed; retrying");
                 let retry = (self.every.unwrap_or(self.window) / 4).max(Duration::from_millis(5));
                 self.next = later(Instant::now(), retry).min(safe_until);
-                Beat::Alive
+                Beat::Alive { cancel: false }
             }
             _ => {
                 if observers.is_some() {

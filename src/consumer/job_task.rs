@@ -3,6 +3,7 @@
 //! until the settlement is answered.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use serde::de::DeserializeOwned;
@@ -23,7 +24,8 @@ use crate::settings::later;
 
 /// How one attempt ended.
 enum Ended {
-    Ok,
+    /// With the result to keep (JSON), if any.
+    Ok(Option<String>),
     Err(HandlerError),
     Panicked,
     /// The lease was lost or could not be renewed in time: do not settle.
@@ -32,12 +34,14 @@ enum Ended {
     Stopped,
     /// Past the job's timeout: a failed attempt.
     TimedOut,
+    /// An operator's cancel request, and the handler did not complete the job.
+    Cancelled,
 }
 
 impl Ended {
     fn result(&self) -> HandlerResult {
         match self {
-            Ended::Ok => HandlerResult::Ok,
+            Ended::Ok(_) => HandlerResult::Ok,
             Ended::Err(e) => match e.kind() {
                 Kind::Retry(_) => HandlerResult::Retry,
                 Kind::Fail => HandlerResult::Fail,
@@ -47,8 +51,20 @@ impl Ended {
             Ended::LeaseLost => HandlerResult::LeaseLost,
             Ended::Stopped => HandlerResult::Stopped,
             Ended::TimedOut => HandlerResult::TimedOut,
+            Ended::Cancelled => HandlerResult::Cancelled,
         }
     }
+}
+
+/// A handler's result as the job keeps it: its JSON, or `None` for a
+/// value that encodes as `null` (`()`), or one that cannot be kept (it
+/// does not encode, or is over [`MAX_RESULT_BYTES`](crate::queue::MAX_RESULT_BYTES):
+/// the job completes without it, and the log says why).
+fn keepable<R: serde::Serialize>(result: &R) -> Option<String> {
+    crate::queue::encode_result(result).unwrap_or_else(|e| {
+        warn!(error = %e, "the handler's result cannot be kept; the job completes without it");
+        None
+    })
 }
 
 /// The settlement for a handler's error.
@@ -170,13 +186,20 @@ where
                 // budget, so renew it once rather than let the wait eat into it.
                 let sent = Instant::now();
                 match timeout_at(later(claimed_at, s.safety_window()), q.renew(&lease, s.lease)).await {
-                    Ok(Ok(deadline_ms)) => {
+                    Ok(Ok((deadline_ms, cancel))) => {
                         heart.renewed(sent);
                         s.observers.emit(Event::Extended {
                             id: &lease.id,
                             token: lease.token,
                             deadline_ms,
                         });
+                        if cancel {
+                            debug!("cancel requested before the job started");
+                            drop(p);
+                            let op = Settle::Cancel { reason: String::new() };
+                            ctx.settle(lease, op, heart.clock(), Some(permit), false);
+                            return;
+                        }
                         p
                     }
                     r => {
@@ -212,6 +235,10 @@ where
             }
         };
         let cancel = ctx.hard_stop.child_token();
+        // Set when a renewal finds an operator's cancel request.
+        let requested = Arc::new(AtomicBool::new(false));
+        // How long a handler asked to cancel gets to stop by itself.
+        let mut cancel_by = None;
         let job = Job {
             handle: q.clone(),
             id: lease.id.clone(),
@@ -223,12 +250,13 @@ where
             limits: lease.limits,
             payload,
             cancel: cancel.clone(),
+            cancel_requested: requested.clone(),
         };
         let handler_started = Instant::now();
         // `call` itself runs inside the spawned task, so a handler that
         // panics before returning its future is a panicked attempt too.
         let h = ctx.handler.clone();
-        let mut handler = tokio::spawn(async move { h.call(job).await }.in_current_span());
+        let mut handler = tokio::spawn(async move { h.call(job).await.map(|v| keepable(&v)) }.in_current_span());
         // Set once the handler's task has been joined (its handle must not
         // be polled again).
         let mut joined = false;
@@ -240,7 +268,9 @@ where
                 r = &mut handler => {
                     joined = true;
                     break match r {
-                        Ok(Ok(())) => Ended::Ok,
+                        // Completed, even after a cancel request: the work was done.
+                        Ok(Ok(result)) => Ended::Ok(result),
+                        Ok(Err(_)) | Err(_) if cancel_by.is_some() => Ended::Cancelled,
                         // It stopped because shutdown cancelled it: hand the job back.
                         Ok(Err(_)) if ctx.hard_stop.is_cancelled() => Ended::Stopped,
                         Ok(Err(e)) => Ended::Err(e),
@@ -249,12 +279,28 @@ where
                     };
                 }
                 _ = sleep_until(heart.next()) => {
-                    if let Beat::Lost = heart.beat(q, &lease, Some(&s.observers)).await {
-                        break Ended::LeaseLost;
+                    match heart.beat(q, &lease, Some(&s.observers)).await {
+                        Beat::Lost => break Ended::LeaseLost,
+                        Beat::Alive { cancel: true } if cancel_by.is_none() => {
+                            debug!("cancel requested; cancelling the handler");
+                            requested.store(true, Ordering::Relaxed);
+                            cancel_by = Some(later(Instant::now(), s.shutdown_timeout));
+                            s.observers.emit(Event::CancelRequested {
+                                id: &lease.id,
+                                token: lease.token,
+                            });
+                            cancel.cancel();
+                        }
+                        Beat::Alive { .. } => {}
                     }
                 }
-                _ = sleep_until(times_out), if timeout.is_some() => break Ended::TimedOut,
-                _ = ctx.hard_stop.cancelled() => break Ended::Stopped,
+                _ = sleep_until(cancel_by.unwrap_or(times_out)), if cancel_by.is_some() => break Ended::Cancelled,
+                _ = sleep_until(times_out), if timeout.is_some() => {
+                    break if cancel_by.is_some() { Ended::Cancelled } else { Ended::TimedOut };
+                }
+                _ = ctx.hard_stop.cancelled() => {
+                    break if cancel_by.is_some() { Ended::Cancelled } else { Ended::Stopped };
+                }
             }
         };
         s.observers.emit(Event::HandlerDone {
@@ -263,7 +309,8 @@ where
             result: ended.result(),
         });
         let op = match ended {
-            Ended::Ok => Settle::Complete,
+            Ended::Ok(None) => Settle::Complete,
+            Ended::Ok(Some(result)) => Settle::Return { result },
             Ended::Err(e) => {
                 debug!(error = %e, "handler failed");
                 settlement(e)
@@ -286,6 +333,13 @@ where
                 }
                 ctx.handler_ended(running, handler_started.elapsed());
                 return;
+            }
+            Ended::Cancelled => {
+                if !joined {
+                    handler.abort();
+                    let _ = (&mut handler).await;
+                }
+                Settle::Cancel { reason: String::new() }
             }
             Ended::Stopped => {
                 cancel.cancel();

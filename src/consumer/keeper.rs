@@ -76,7 +76,7 @@ impl Keeper {
             };
             for (lease, mut heart) in due {
                 // Quiet: a loss here is most likely the settlement landing first.
-                if let Beat::Alive = heart.beat(&queue, &lease, None).await {
+                if let Beat::Alive { .. } = heart.beat(&queue, &lease, None).await {
                     self.lock().entry(lease.token).or_insert((lease, heart));
                 }
             }

@@ -124,6 +124,7 @@ where
             handler: Arc::new(handler),
             settings: Settings {
                 observers: Observers::default(),
+                name: None,
                 concurrency: DEFAULT_CONCURRENCY,
                 prefetch: None,
                 lease: DEFAULT_LEASE,
@@ -171,6 +172,16 @@ where
     /// running jobs. Handlers running never exceed `concurrency`.
     pub fn prefetch(mut self, n: usize) -> Self {
         self.settings.prefetch = Some(n);
+        self
+    }
+    /// The name its claims record as the holder of the jobs they lease
+    /// ([`JobInfo::holder`](crate::JobInfo::holder)), so an operator can
+    /// tell which worker runs a job. Default `HOST:PID/N`, N counting the
+    /// consumers of the process; 1 to
+    /// [`MAX_HOLDER_BYTES`](crate::queue::MAX_HOLDER_BYTES) bytes, no
+    /// control characters.
+    pub fn name(mut self, name: impl Into<String>) -> Self {
+        self.settings.name = Some(name.into());
         self
     }
     /// Lease length (default [`DEFAULT_LEASE`]; [`MIN_LEASE`] to
@@ -278,8 +289,13 @@ where
                 .register(&self.queue, self.settings.reap_interval)
         });
         let (settle_tx, settle_rx) = mpsc::unbounded_channel();
+        let name = self.settings.name.clone().unwrap_or_else(|| {
+            static N: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+            let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            format!("{}/{n}", crate::queue::process_name())
+        });
         let ctx = Arc::new(Ctx {
-            queue: self.queue,
+            queue: self.queue.with_holder(&name)?,
             handler: self.handler,
             // Automatic prefetch adds its slots while it leases ahead.
             slots: Slots::new(self.settings.concurrency + self.settings.prefetch.unwrap_or(0)),

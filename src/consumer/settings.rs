@@ -26,6 +26,8 @@ pub(super) enum Beat {
 #[derive(Clone)]
 pub(super) struct Settings {
     pub observers: Observers,
+    /// The holder name its claims record; `None`: `HOST:PID/N`.
+    pub name: Option<String>,
     pub concurrency: usize,
     /// `None`: automatic.
     pub prefetch: Option<usize>,
@@ -39,6 +41,9 @@ pub(super) struct Settings {
 
 impl Settings {
     pub(super) fn check(&self) -> Result<()> {
+        if let Some(name) = &self.name {
+            crate::queue::check_holder("consumer name", name)?;
+        }
         count("concurrency", self.concurrency, 1, MAX_CONCURRENCY)?;
         if let Some(n) = self.prefetch {
             count("prefetch", n, 0, MAX_PREFETCH)?;

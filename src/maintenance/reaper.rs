@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
-use tracing::{debug, warn};
+use tracing::{debug, info, warn};
 
 use crate::error::Result;
 use crate::queue::{MAX_BATCH, Queue};
@@ -40,6 +40,9 @@ pub struct ReapReport {
     pub requeued: Vec<(String, u64)>,
     /// Jobs failed for good as "stalled": `(job id, stalls now)`.
     pub failed: Vec<(String, u64)>,
+    /// Expired leases of jobs an operator asked to cancel: cancelled
+    /// rather than run again (job ids).
+    pub cancelled: Vec<String>,
     /// Due delayed jobs moved to pending.
     pub promoted: u64,
     /// Leases still held after the pass.
@@ -51,7 +54,7 @@ pub struct ReapReport {
 impl ReapReport {
     /// True when the pass hit its limit: another pass should follow at once.
     pub fn is_full(&self, batch: usize) -> bool {
-        self.requeued.len() + self.failed.len() >= batch || self.promoted as usize >= batch
+        self.requeued.len() + self.failed.len() + self.cancelled.len() >= batch || self.promoted as usize >= batch
     }
 }
 
@@ -75,7 +78,8 @@ impl Queue {
             .key(&k.pending)
             .key(&k.delayed)
             .key(&k.failed)
-            .key(&k.wake);
+            .key(&k.wake)
+            .key(&k.cancelled);
         call.arg(&k.base).arg(limit).arg(self.options().keep_failed.arg());
         let mut r = call.run(&mut self.conn()).await?;
         let mut report = ReapReport {
@@ -89,10 +93,10 @@ impl Queue {
             let id = r.string()?;
             let outcome = r.code()?;
             let stalls = r.uint()?;
-            if outcome == Code::Failed {
-                report.failed.push((id, stalls));
-            } else {
-                report.requeued.push((id, stalls));
+            match outcome {
+                Code::Failed => report.failed.push((id, stalls)),
+                Code::Cancelled => report.cancelled.push(id),
+                _ => report.requeued.push((id, stalls)),
             }
         }
         Ok(report)
@@ -259,6 +263,9 @@ pub(crate) fn log_report(queue: &Queue, report: &ReapReport) {
     }
     for (id, stalls) in &report.failed {
         warn!(queue = queue.name(), job_id = %id, stalls, "job stalled too often; failed");
+    }
+    for id in &report.cancelled {
+        info!(queue = queue.name(), job_id = %id, "lease expired on a job asked to cancel; cancelled");
     }
 }
 

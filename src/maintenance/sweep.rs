@@ -38,10 +38,10 @@ impl SweepReport {
 
 /// The phases of a sweep, as `lua/sweep.lua` takes them: the job hashes,
 /// then each set (by its index in the script's KEYS).
-const SWEEP_PHASES: [&str; 6] = ["jobs", "1", "2", "3", "4", "5"];
+const SWEEP_PHASES: [&str; 7] = ["jobs", "1", "2", "3", "4", "5", "6"];
 
 /// Where a consistency sweep stands between two [`Queue::sweep_step`]
-/// calls: the phase (the job hashes, then each of the five sets) and the
+/// calls: the phase (the job hashes, then each of the six sets) and the
 /// server's scan cursor within it.
 ///
 /// `SweepCursor::default()` is the start of a sweep. A cursor is only
@@ -92,6 +92,7 @@ impl Queue {
             .key(&k.delayed)
             .key(&k.completed)
             .key(&k.failed)
+            .key(&k.cancelled)
             .key(&k.seq)
             .arg(&k.base)
             .arg(*phase)

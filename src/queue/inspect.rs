@@ -26,6 +26,9 @@ pub(crate) fn job_info(id: &str, fields: HashFields, deadline_ms: Option<u64>) -
         progress: None,
         first_started_ms: None,
         errors: Vec::new(),
+        result: None,
+        holder: None,
+        cancel_requested_ms: None,
     };
     let num = |v: &[u8]| {
         std::str::from_utf8(v)
@@ -54,6 +57,9 @@ pub(crate) fn job_info(id: &str, fields: HashFields, deadline_ms: Option<u64>) -
             "err" => info.last_error = Some(String::from_utf8_lossy(&v).into_owned()),
             "ct" => info.created_ms = num(&v),
             "ft" => info.finished_ms = Some(num(&v)),
+            "rs" => info.result = serde_json::from_slice(&v).ok(),
+            "hd" => info.holder = Some(String::from_utf8_lossy(&v).into_owned()),
+            "cx" => info.cancel_requested_ms = Some(num(&v)),
             _ => {}
         }
     }
@@ -97,13 +103,14 @@ impl Queue {
     /// Server errors.
     pub async fn counts(&self) -> Result<Counts> {
         let k = self.keys();
-        let (pending, delayed, active, completed, failed, paused) = redis::pipe()
+        let (pending, delayed, active, completed, failed, cancelled, paused) = redis::pipe()
             .atomic()
             .zcard(&k.pending)
             .zcard(&k.delayed)
             .zcard(&k.active)
             .zcard(&k.completed)
             .zcard(&k.failed)
+            .zcard(&k.cancelled)
             .hexists(&k.meta, "paused")
             .query_async(&mut self.conn())
             .await
@@ -114,6 +121,7 @@ impl Queue {
             active,
             completed,
             failed,
+            cancelled,
             paused,
         })
     }
@@ -136,7 +144,7 @@ impl Queue {
 const WAIT_POLL_MAX: std::time::Duration = std::time::Duration::from_millis(250);
 
 impl Queue {
-    /// Waits until job `id` has finished (completed or failed) and returns
+    /// Waits until job `id` has finished (completed, failed or cancelled) and returns
     /// its record, or gives up after `timeout` ([`Error::Timeout`]). It
     /// looks at the record with a growing pause (5 ms doubling to 250 ms),
     /// so a long wait costs the server about four reads a second.

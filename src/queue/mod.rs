@@ -20,8 +20,9 @@ use tokio::sync::mpsc;
 pub use self::options::{
     DEFAULT_KEEP_COMPLETED, DEFAULT_KEEP_FAILED, DEFAULT_MAX_PAYLOAD_BYTES, MAX_PAYLOAD_LIMIT, QueueOptions, Retention,
 };
+pub(crate) use self::settle::encode_result;
 pub(crate) use self::settle::owned;
-pub use self::settle::{MAX_ERROR_BYTES, Outcome, Settle, SettleOp, Settled};
+pub use self::settle::{MAX_ERROR_BYTES, MAX_RESULT_BYTES, Outcome, Settle, SettleOp, Settled};
 use crate::client::{Client, ClientOptions};
 use crate::conn::Conn;
 use crate::error::{Error, Result};
@@ -52,6 +53,42 @@ pub const MAX_BATCH: usize = 1_000;
 #[derive(Clone)]
 pub struct Queue {
     inner: Arc<Inner>,
+    /// The name its claims record as the holder of the jobs they lease.
+    holder: Arc<str>,
+}
+
+/// Longest holder name accepted ([`Queue::with_holder`], [`Consumer::name`](crate::Consumer::name)), in bytes.
+pub const MAX_HOLDER_BYTES: usize = 200;
+
+/// This process's default holder name: `HOST:PID`.
+pub(crate) fn process_name() -> &'static str {
+    static NAME: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+        let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+            .ok()
+            .or_else(|| std::env::var("HOSTNAME").ok())
+            .or_else(|| std::env::var("COMPUTERNAME").ok())
+            .map(|h| h.trim().to_owned())
+            .filter(|h| !h.is_empty())
+            .unwrap_or_else(|| "localhost".to_owned());
+        let name = format!("{host}:{}", std::process::id());
+        // A hostname is short and printable; be safe anyway.
+        name.chars().filter(|c| !c.is_control()).take(120).collect()
+    });
+    &NAME
+}
+
+/// Checks a holder name: 1 to [`MAX_HOLDER_BYTES`] bytes, no control characters.
+pub(crate) fn check_holder(name: &'static str, value: &str) -> Result<()> {
+    let reason = if value.is_empty() {
+        "must not be empty".to_owned()
+    } else if value.len() > MAX_HOLDER_BYTES {
+        format!("is {} bytes; at most {MAX_HOLDER_BYTES}", value.len())
+    } else if value.chars().any(char::is_control) {
+        "must not contain control characters".to_owned()
+    } else {
+        return Ok(());
+    };
+    Err(Error::InvalidOption { name, reason })
 }
 
 struct Inner {
@@ -106,6 +143,7 @@ impl Queue {
         let (enqueues, requests) = mpsc::unbounded_channel();
         tokio::spawn(enqueue::coalesce(client.conn(), keys.clone(), requests));
         let q = Queue {
+            holder: Arc::from(process_name()),
             inner: Arc::new(Inner {
                 name: name.to_owned(),
                 base: Arc::from(keys.base.as_str()),
@@ -143,6 +181,27 @@ impl Queue {
     /// The queue name.
     pub fn name(&self) -> &str {
         &self.inner.name
+    }
+
+    /// The name this handle's claims record as the holder of the jobs
+    /// they lease ([`JobInfo::holder`](crate::JobInfo::holder)): `HOST:PID`
+    /// unless set with [`with_holder`](Self::with_holder).
+    pub fn holder(&self) -> &str {
+        &self.holder
+    }
+
+    /// The same queue, with claims that record `name` as the holder (a
+    /// [`Consumer`](crate::Consumer) does this with its own name).
+    ///
+    /// # Errors
+    /// [`Error::InvalidOption`] for an empty name, one over
+    /// [`MAX_HOLDER_BYTES`], or one with control characters.
+    pub fn with_holder(&self, name: &str) -> Result<Queue> {
+        check_holder("holder", name)?;
+        Ok(Queue {
+            inner: self.inner.clone(),
+            holder: Arc::from(name),
+        })
     }
 
     /// The client this handle was made by.

@@ -15,6 +15,9 @@ use crate::scripts::{Code, Reply, SCRIPTS};
 /// longer ones are cut (at a character boundary) and say how long they were.
 pub const MAX_ERROR_BYTES: usize = 4_096;
 
+/// Largest result kept with a completed job, encoded as JSON: 1 MiB.
+pub const MAX_RESULT_BYTES: usize = 1 << 20;
+
 /// What a settlement did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
@@ -36,6 +39,10 @@ pub enum Outcome {
         /// When it becomes due, if delayed.
         due_ms: Option<u64>,
     },
+    /// The job ended cancelled: [`Settle::Cancel`], or any settlement but
+    /// a complete of a job an operator asked to cancel
+    /// ([`Queue::cancel`]).
+    Cancelled,
     /// This settlement already happened with this token (the first reply
     /// was lost and the call was sent again); nothing changed now.
     AlreadySettled,
@@ -55,10 +62,12 @@ pub enum SettleOp {
     Release,
     /// [`Queue::snooze`].
     Snooze,
+    /// [`Settle::Cancel`].
+    Cancel,
 }
 
 impl SettleOp {
-    /// The operation's name: complete, retry, fail, release or snooze.
+    /// The operation's name: complete, retry, fail, release, snooze or cancel.
     pub fn as_str(self) -> &'static str {
         match self {
             SettleOp::Complete => "complete",
@@ -66,6 +75,7 @@ impl SettleOp {
             SettleOp::Fail => "fail",
             SettleOp::Release => "release",
             SettleOp::Snooze => "snooze",
+            SettleOp::Cancel => "cancel",
         }
     }
 }
@@ -82,6 +92,12 @@ impl std::fmt::Display for SettleOp {
 pub enum Settle {
     /// As [`Queue::complete`].
     Complete,
+    /// As [`Queue::complete_with_result`]: completes the job and keeps
+    /// `result` (JSON text, at most [`MAX_RESULT_BYTES`]) with it.
+    Return {
+        /// The result, as JSON text.
+        result: String,
+    },
     /// As [`Queue::retry`].
     Retry {
         /// Delay before the next attempt; `None`: the job's backoff.
@@ -101,17 +117,24 @@ pub enum Settle {
         /// How long until the job is due again.
         delay: Duration,
     },
+    /// Ends the job cancelled (its attempt gave up on an operator's cancel
+    /// request, say): it does not run again.
+    Cancel {
+        /// The reason to record ("cancelled" when empty).
+        reason: String,
+    },
 }
 
 impl Settle {
     /// The kind of settlement.
     pub fn op(&self) -> SettleOp {
         match self {
-            Settle::Complete => SettleOp::Complete,
+            Settle::Complete | Settle::Return { .. } => SettleOp::Complete,
             Settle::Retry { .. } => SettleOp::Retry,
             Settle::Fail { .. } => SettleOp::Fail,
             Settle::Release => SettleOp::Release,
             Settle::Snooze { .. } => SettleOp::Snooze,
+            Settle::Cancel { .. } => SettleOp::Cancel,
         }
     }
 
@@ -120,6 +143,21 @@ impl Settle {
     fn encode(&self) -> Result<(&'static str, String, String)> {
         Ok(match self {
             Settle::Complete => ("c", "0".into(), String::new()),
+            Settle::Return { result } => {
+                if result.len() > MAX_RESULT_BYTES {
+                    return Err(Error::PayloadTooLarge {
+                        size: result.len(),
+                        limit: MAX_RESULT_BYTES,
+                    });
+                }
+                if serde_json::from_str::<serde::de::IgnoredAny>(result).is_err() {
+                    return Err(Error::InvalidOption {
+                        name: "result",
+                        reason: "is not JSON text".into(),
+                    });
+                }
+                ("c", "0".into(), result.clone())
+            }
             Settle::Retry { delay, error } => (
                 "r",
                 match delay {
@@ -131,6 +169,7 @@ impl Settle {
             Settle::Fail { reason } => ("f", "0".into(), truncate(reason, MAX_ERROR_BYTES)),
             Settle::Release => ("l", "0".into(), String::new()),
             Settle::Snooze { delay } => ("s", delay_ms("snooze delay", *delay)?.to_string(), String::new()),
+            Settle::Cancel { reason } => ("x", "0".into(), truncate(reason, MAX_ERROR_BYTES)),
         })
     }
 }
@@ -143,6 +182,22 @@ pub struct Settled {
     pub outcome: Outcome,
     /// The server's clock when the script ran (ms since the Unix epoch).
     pub server_ms: u64,
+}
+
+/// A handler's result as JSON text to keep with its job: `None` for a
+/// value that encodes as `null` (such as `()`).
+pub(crate) fn encode_result<R: serde::Serialize + ?Sized>(result: &R) -> Result<Option<String>> {
+    let text = serde_json::to_string(result).map_err(Error::Encode)?;
+    if text == "null" {
+        return Ok(None);
+    }
+    if text.len() > MAX_RESULT_BYTES {
+        return Err(Error::PayloadTooLarge {
+            size: text.len(),
+            limit: MAX_RESULT_BYTES,
+        });
+    }
+    Ok(Some(text))
 }
 
 /// Reads claim's `deadline, id, token, attempt, failures, limits, payload, ...` tail.
@@ -160,6 +215,7 @@ fn read_leases(q: &Queue, r: &mut Reply, claimed_ms: u64) -> Result<Vec<Lease>> 
             payload: r.bytes()?,
             deadline_ms,
             claimed_ms,
+            cancel_requested: false,
         });
     }
     Ok(leases)
@@ -174,7 +230,7 @@ pub(crate) fn owned(script: &'static str, lease: &Lease, code: Code) -> Result<C
             id: lease.id.clone(),
             token: lease.token,
         }),
-        c @ (Code::Ok | Code::Already | Code::Failed) => Ok(c),
+        c @ (Code::Ok | Code::Already | Code::Failed | Code::Cancelled) => Ok(c),
         other => Err(Error::Protocol {
             script,
             detail: format!("unexpected status {other:?}"),
@@ -223,7 +279,7 @@ impl Queue {
             .key(&k.wake)
             .key(&k.token)
             .key(&k.meta);
-        call.arg(&k.base).arg(lease_ms).arg(max);
+        call.arg(&k.base).arg(lease_ms).arg(max).arg(self.holder());
         #[cfg(echomq_faults)]
         call.arg(crate::faults::client_now_ms());
         let mut r = call.run(&mut self.conn()).await?;
@@ -296,7 +352,8 @@ impl Queue {
             .key(&k.failed)
             .key(&k.wake)
             .key(&k.token)
-            .key(&k.meta);
+            .key(&k.meta)
+            .key(&k.cancelled);
         let opts = self.options();
         call.arg(&k.base)
             .arg(opts.keep_completed.arg())
@@ -308,7 +365,7 @@ impl Queue {
             }
         }
         if claim > 0 {
-            call.arg(lease_ms).arg(claim);
+            call.arg(lease_ms).arg(claim).arg(self.holder());
             #[cfg(echomq_faults)]
             call.arg(crate::faults::client_now_ms());
         }
@@ -329,12 +386,14 @@ impl Queue {
                 }
                 Ok(Code::Already) => Outcome::AlreadySettled,
                 Ok(Code::Failed) => Outcome::Failed,
+                Ok(Code::Cancelled) => Outcome::Cancelled,
                 Ok(_) => match op {
-                    Settle::Complete => Outcome::Completed,
+                    Settle::Complete | Settle::Return { .. } => Outcome::Completed,
                     Settle::Retry { .. } => Outcome::Retrying { due_ms },
                     Settle::Fail { .. } => Outcome::Failed,
                     Settle::Release => Outcome::Released,
                     Settle::Snooze { .. } => Outcome::Snoozed { due_ms },
+                    Settle::Cancel { .. } => Outcome::Cancelled,
                 },
             };
             out.push(Ok(Settled {
@@ -371,6 +430,28 @@ impl Queue {
     /// after a later attempt has settled the job).
     pub async fn complete(&self, lease: &Lease) -> Result<Settled> {
         self.settle_one(lease, Settle::Complete).await
+    }
+
+    /// Settles a leased job as completed and keeps `result` with it
+    /// (shown as [`JobInfo::result`](crate::JobInfo::result); a value that
+    /// encodes as JSON `null` keeps nothing). A
+    /// [`Consumer`](crate::Consumer) does this with what its handler
+    /// returns.
+    ///
+    /// # Errors
+    /// As [`complete`](Self::complete), and [`Error::Encode`] or
+    /// [`Error::PayloadTooLarge`] (over [`MAX_RESULT_BYTES`]) for a result
+    /// that cannot be kept (nothing is settled then).
+    pub async fn complete_with_result<R: serde::Serialize + ?Sized>(
+        &self,
+        lease: &Lease,
+        result: &R,
+    ) -> Result<Settled> {
+        let op = match encode_result(result)? {
+            Some(result) => Settle::Return { result },
+            None => Settle::Complete,
+        };
+        self.settle_one(lease, op).await
     }
 
     /// Settles a leased job whose attempt failed: counts a failure and
@@ -427,18 +508,23 @@ impl Queue {
     }
 
     /// Renews a lease: the new deadline is server time + `duration`.
-    /// Updates `lease.deadline_ms` and returns the new deadline.
+    /// Updates `lease.deadline_ms` (and
+    /// [`Lease::cancel_requested`], when an operator has asked to cancel
+    /// the job) and returns the new deadline.
     ///
     /// # Errors
     /// [`Error::LeaseLost`], [`Error::JobNotFound`], [`Error::WrongQueue`],
     /// [`Error::InvalidOption`] for a lease under 1 ms, server errors.
     pub async fn extend(&self, lease: &mut Lease, duration: Duration) -> Result<u64> {
-        lease.deadline_ms = self.renew(lease, duration).await?;
-        Ok(lease.deadline_ms)
+        let (deadline_ms, cancel) = self.renew(lease, duration).await?;
+        lease.deadline_ms = deadline_ms;
+        lease.cancel_requested |= cancel;
+        Ok(deadline_ms)
     }
 
-    /// [`extend`](Self::extend) without updating the lease.
-    pub(crate) async fn renew(&self, lease: &Lease, duration: Duration) -> Result<u64> {
+    /// [`extend`](Self::extend) without updating the lease: the new
+    /// deadline, and whether an operator asked to cancel the job.
+    pub(crate) async fn renew(&self, lease: &Lease, duration: Duration) -> Result<(u64, bool)> {
         lease.check_queue(self.base())?;
         let ms = lease_ms(duration)?;
         let k = self.keys();
@@ -453,6 +539,6 @@ impl Queue {
         let mut r = call.run(&mut self.conn()).await?;
         let (code, _now) = (r.code()?, r.uint()?);
         owned("extend", lease, code)?;
-        r.uint()
+        Ok((r.uint()?, r.uint()? == 1))
     }
 }

@@ -23,6 +23,12 @@ pub(crate) enum Code {
     Deduped,
     /// The job is active (leased): an operator call left it alone (8).
     Busy,
+    /// Cancel: the job is active; the request is recorded for its holder (10).
+    Requested,
+    /// The job is cancelled (11).
+    Cancelled,
+    /// Cancel: the job had already finished; nothing changed (12).
+    Finished,
     /// No such job (-1).
     NotFound,
     /// Not active under this token: nothing changed (-2).
@@ -47,6 +53,9 @@ pub(crate) const CODES: &[(&str, i64, Code)] = &[
     ("EXISTS", 6, Code::Exists),
     ("DEDUPED", 7, Code::Deduped),
     ("BUSY", 8, Code::Busy),
+    ("REQUESTED", 10, Code::Requested),
+    ("CANCELLED", 11, Code::Cancelled),
+    ("FINISHED", 12, Code::Finished),
     ("NOT_FOUND", -1, Code::NotFound),
     ("LEASE_LOST", -2, Code::LeaseLost),
     ("REFUSED", -3, Code::Refused),

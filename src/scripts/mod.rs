@@ -84,11 +84,12 @@ pub(crate) struct Scripts {
     pub progress: Spec,
     pub list: Spec,
     pub obliterate: Spec,
+    pub cancel: Spec,
 }
 
 #[cfg(test)]
 impl Scripts {
-    fn all(&self) -> [(&Spec, &'static str); 17] {
+    fn all(&self) -> [(&Spec, &'static str); 18] {
         [
             (&self.enqueue, include_str!("../../lua/enqueue.lua")),
             (&self.claim, include_str!("../../lua/claim.lua")),
@@ -107,6 +108,7 @@ impl Scripts {
             (&self.progress, include_str!("../../lua/progress.lua")),
             (&self.list, include_str!("../../lua/list.lua")),
             (&self.obliterate, include_str!("../../lua/obliterate.lua")),
+            (&self.cancel, include_str!("../../lua/cancel.lua")),
         ]
     }
 }
@@ -124,7 +126,7 @@ pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
         lua!("claim"),
         &["pending", "active", "delayed", "wake", "token", "meta"],
         false,
-        &["prefix", "lease", "max"],
+        &["prefix", "lease", "max", "holder"],
     ),
     settle: Spec::new(
         "settle",
@@ -138,6 +140,7 @@ pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
             "wake",
             "token",
             "meta",
+            "cancelled",
         ],
         false,
         &["prefix", "keep_completed", "keep_failed", "items"],
@@ -159,14 +162,22 @@ pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
     reap: Spec::new(
         "reap",
         lua!("reap"),
-        &["active", "pending", "delayed", "failed", "wake"],
+        &["active", "pending", "delayed", "failed", "wake", "cancelled"],
         false,
         &["prefix", "limit", "keep_failed"],
     ),
     sweep: Spec::new(
         "sweep",
         lua!("sweep"),
-        &["pending", "active", "delayed", "completed", "failed", "seq"],
+        &[
+            "pending",
+            "active",
+            "delayed",
+            "completed",
+            "failed",
+            "cancelled",
+            "seq",
+        ],
         false,
         &["prefix", "phase", "cursor", "count"],
     ),
@@ -208,11 +219,18 @@ pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
         false,
         &["order", "limit", "score", "id"],
     ),
+    cancel: Spec::new(
+        "cancel",
+        lua!("cancel"),
+        &["pending", "delayed", "cancelled"],
+        false,
+        &["prefix", "keep_failed"],
+    ),
     progress: Spec::new("progress", lua!("progress"), &["job"], false, &["token", "value"]),
     remove: Spec::new(
         "remove",
         lua!("remove"),
-        &["pending", "delayed", "completed", "failed"],
+        &["pending", "delayed", "completed", "failed", "cancelled"],
         false,
         &["prefix", "limit"],
     ),
