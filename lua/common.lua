@@ -32,6 +32,7 @@ local CODE = {
   EXISTS = 6,          -- enqueue: a job with that id exists; nothing written
   DEDUPED = 7,         -- enqueue: the dedup marker is held by another job
   BUSY = 8,            -- the job is active (leased): an operator call left it alone
+  REPLACED = 9,        -- enqueue: the dedup marker's waiting holder took this payload
   NOT_FOUND = -1,      -- no such job
   LEASE_LOST = -2,     -- not active under this token: nothing changed
   REFUSED = -3,        -- a declared effect was refused: nothing changed

@@ -23,6 +23,8 @@ pub(crate) enum Code {
     Deduped,
     /// The job is active (leased): an operator call left it alone (8).
     Busy,
+    /// Enqueue: the dedup marker's waiting holder took this payload (9).
+    Replaced,
     /// No such job (-1).
     NotFound,
     /// Not active under this token: nothing changed (-2).
@@ -47,6 +49,7 @@ pub(crate) const CODES: &[(&str, i64, Code)] = &[
     ("EXISTS", 6, Code::Exists),
     ("DEDUPED", 7, Code::Deduped),
     ("BUSY", 8, Code::Busy),
+    ("REPLACED", 9, Code::Replaced),
     ("NOT_FOUND", -1, Code::NotFound),
     ("LEASE_LOST", -2, Code::LeaseLost),
     ("REFUSED", -3, Code::Refused),
