@@ -36,6 +36,7 @@ local CODE = {
   EXISTS = 6,          -- enqueue: a job with that id exists; nothing written
   DEDUPED = 7,         -- enqueue: the dedup marker is held by another job
   BUSY = 8,            -- the job is active (leased): an operator call left it alone
+  REPLACED = 9,        -- enqueue: the dedup marker's waiting holder took this payload
   REQUESTED = 10,      -- cancel: the job is active; the request is recorded for its holder
   CANCELLED = 11,      -- the job is cancelled (at once, or by a settlement or a reap after a request)
   FINISHED = 12,       -- cancel: the job had already finished; nothing changed

@@ -4,7 +4,7 @@
 -- KEYS[3] delayed  (zset)                KEYS[4] wake (list)
 -- ARGV[1] prefix  key prefix "emq:{Q}:" (job and dedup keys are built from
 --                 it; they carry the same hash tag, so they live in the same slot)
--- ARGV[2] jobs    number of jobs N, then 7 fields per job:
+-- ARGV[2] jobs    number of jobs N, then 8 fields per job:
 --   id          "" to mint one from seq
 --   payload     JSON bytes
 --   priority    integer -128..127, higher runs first
@@ -14,10 +14,17 @@
 --   limits      the job's `lm` field ("" for the defaults; see common.lua)
 --   dedup       "" for none, else the dedup id
 --   dedup_ttl   milliseconds the dedup marker stands; 0 = until the job finishes
+--   replace     "1": when the dedup marker's holder is waiting (pending or
+--               delayed), replace its payload and due time with this job's
+--               (debounce); "0": leave the holder alone
 --
 -- Returns {now, status_1, id_1, ..., status_N, id_N}; status OK created,
 -- EXISTS a job with that id already exists (nothing written), DEDUPED the
--- dedup marker is held by job id (nothing written).
+-- dedup marker is held by job id (nothing written), REPLACED the dedup
+-- marker is held by waiting job id, whose payload and due time are now
+-- this job's (its id, priority, limits, created time, counters and pending
+-- place are kept; the marker is set again as this job asks). Jobs are
+-- handled in order, so a later job of the batch may replace an earlier one.
 local seq_key, pending_key, delayed_key, wake_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local prefix = ARGV[1]
 local n = tonumber(ARGV[2])
@@ -27,8 +34,44 @@ local woken = 0
 -- Scores: (127 - priority) * 2^45 + seq stays an exact integer in a double.
 local PRIO_STEP = 35184372088832
 
+-- Sets dedup marker `mk` to job `id`: for `ttl` ms, or (ttl 0) until the
+-- job finishes, which finish() and remove.lua learn from the job's `dd`
+-- field: appended to the job's fields `h`. Returns true for a TTL marker
+-- (a job being replaced then drops any `dd` it had).
+local function hold(mk, id, ttl, dedup, h)
+  if ttl > 0 then
+    rcall('SET', mk, id, 'PX', ttl)
+    return true
+  end
+  rcall('SET', mk, id)
+  h[#h + 1] = 'dd'; h[#h + 1] = dedup
+  return false
+end
+
+-- Debounce: waiting job `id` (state `st`, pending or delayed) takes
+-- `payload`, is due at `due` (nil: now) and holds marker `mk` as this
+-- enqueue asks; it stays in exactly one set, and keeps its place on
+-- pending when it stays there.
+local function replace(id, st, payload, due, mk, ttl, dedup)
+  local jk = prefix .. 'job:' .. id
+  local h = {'p', payload}
+  if due then
+    if st == 'pending' then
+      rcall('ZREM', pending_key, id)
+      h[#h + 1] = 'st'; h[#h + 1] = 'delayed'
+    end
+    rcall('ZADD', delayed_key, due, id)
+  elseif st == 'delayed' then
+    rcall('ZREM', delayed_key, id)
+    to_pending(pending_key, jk, id)
+    woken = woken + 1
+  end
+  if hold(mk, id, ttl, dedup, h) then rcall('HDEL', jk, 'dd') end
+  rcall('HSET', jk, unpack(h))
+end
+
 for j = 0, n - 1 do
-  local b = 3 + j * 7
+  local b = 3 + j * 8
   local id, payload = ARGV[b], ARGV[b + 1]
   local priority, when = tonumber(ARGV[b + 2]), ARGV[b + 3]
   -- The due time, or nil to be pending at once.
@@ -40,13 +83,25 @@ for j = 0, n - 1 do
   end
   if due and due <= now then due = nil end
   local lm, dedup, dedup_ttl = ARGV[b + 4], ARGV[b + 5], tonumber(ARGV[b + 6])
+  local replacing = ARGV[b + 7] == '1'
   local status = CODE.OK
   local mk
   if dedup ~= '' then
     mk = prefix .. 'de:' .. dedup
     -- (a marker key of another type is not echomq's: it is replaced)
     local holder = sget(mk)
-    if holder then status = CODE.DEDUPED; id = holder end
+    if holder then
+      status = CODE.DEDUPED
+      id = holder
+      if replacing then
+        local st = hfields(prefix .. 'job:' .. holder, 'st')
+        st = st and st[1]
+        if st == 'pending' or st == 'delayed' then
+          status = CODE.REPLACED
+          replace(holder, st, payload, due, mk, dedup_ttl, dedup)
+        end
+      end
+    end
   end
   if status == CODE.OK and id ~= '' and rcall('EXISTS', prefix .. 'job:' .. id) == 1 then
     status = CODE.EXISTS
@@ -60,14 +115,7 @@ for j = 0, n - 1 do
     local h = {'p', payload, 'sc', score, 'ct', now, 'st', 'pending'}
     if due then h[8] = 'delayed' end
     if lm ~= '' then h[#h + 1] = 'lm'; h[#h + 1] = lm end
-    if mk then
-      if dedup_ttl > 0 then
-        rcall('SET', mk, id, 'PX', dedup_ttl)
-      else
-        rcall('SET', mk, id)
-        h[#h + 1] = 'dd'; h[#h + 1] = dedup
-      end
-    end
+    if mk then hold(mk, id, dedup_ttl, dedup, h) end
     rcall('HSET', jk, unpack(h))
     if due then
       rcall('ZADD', delayed_key, due, id)

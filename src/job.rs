@@ -100,6 +100,9 @@ pub struct EnqueueOptions {
     pub(crate) timeout: Option<Duration>,
     /// The dedup id, and how long its marker stands (`None`: until the job finishes).
     pub(crate) dedup: Option<(String, Option<Duration>)>,
+    /// Debounce: a waiting holder of the dedup marker takes this enqueue's
+    /// payload and due time instead of the enqueue answering `Deduplicated`.
+    pub(crate) replace_waiting: bool,
 }
 
 impl EnqueueOptions {
@@ -195,6 +198,93 @@ impl EnqueueOptions {
         self
     }
 
+    /// Debounce ("replace") dedup: with [`dedup`](Self::dedup),
+    /// [`dedup_for`](Self::dedup_for) or [`debounce`](Self::debounce), an
+    /// enqueue that finds the dedup marker held by a job that is still
+    /// *waiting* (state pending or delayed, which includes a job waiting
+    /// for a retry or snoozed) updates that job instead of answering
+    /// [`EnqueueStatus::Deduplicated`], and answers
+    /// [`EnqueueStatus::Replaced`] with its id. In one atomic step on the
+    /// server:
+    ///
+    /// - the job's payload becomes this enqueue's;
+    /// - its due time becomes this enqueue's: with a [`delay`](Self::delay)
+    ///   (counted from the server's now, so the wait restarts) or a
+    ///   [`run_at`](Self::run_at) time still ahead, the job is delayed
+    ///   until then, whether that is later or earlier than before;
+    ///   otherwise (no delay, or a run-at time already past) it is pending
+    ///   at once, and a job already pending keeps its place in line (a job
+    ///   waiting out a retry backoff takes the new due time too);
+    /// - the marker is set again as this enqueue asks: for its TTL from now
+    ///   with `dedup_for`, until the job finishes with `dedup`/`debounce`;
+    /// - everything else stays as the job has it: its id, priority and
+    ///   limits (`max_attempts`, `max_stalls`, `backoff`, `timeout`), its
+    ///   created time, attempts, failures, stalls and errors. This
+    ///   enqueue's own values for those (and its [`id`](Self::id)) are
+    ///   ignored.
+    ///
+    /// A holder that is active, completed or failed (or whose record is
+    /// gone) is left alone: the answer is `Deduplicated` and nothing is
+    /// written, as without this option. So a payload enqueued while the
+    /// job runs is dropped; a handler that must see every update should
+    /// read the current state when it runs rather than trust the payload.
+    ///
+    /// Setting this without a dedup id is an [`Error::InvalidOption`] at
+    /// enqueue.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// // At most one pending refresh per user, carrying the newest data.
+    /// let opts = echomq::EnqueueOptions::new().dedup("refresh:user-9").replace_waiting(true);
+    /// // The same with a marker that stands 10 minutes after the last enqueue.
+    /// let opts = echomq::EnqueueOptions::new()
+    ///     .dedup_for("refresh:user-9", Duration::from_secs(600))
+    ///     .replace_waiting(true);
+    /// ```
+    pub fn replace_waiting(mut self, replace: bool) -> Self {
+        self.replace_waiting = replace;
+        self
+    }
+
+    /// Debounce: runs one job `window` after the last of a burst of
+    /// enqueues with `dedup_id`, with the last one's payload. Shorthand for
+    /// `.dedup(dedup_id).delay(window).replace_waiting(true)` (see
+    /// [`replace_waiting`](Self::replace_waiting) for exactly what a
+    /// replace changes and keeps):
+    ///
+    /// - the first enqueue makes a job delayed by `window` and holds the
+    ///   dedup marker until the job finishes;
+    /// - each later enqueue with the same id while that job waits replaces
+    ///   its payload and restarts the window (due = the server's now +
+    ///   this enqueue's `window`), answering [`EnqueueStatus::Replaced`]
+    ///   with the job's id;
+    /// - once a worker has claimed the job, later enqueues answer
+    ///   [`EnqueueStatus::Deduplicated`] and change nothing until it
+    ///   finishes; after that the next enqueue makes a new job.
+    ///
+    /// `window` is the job's delay: at most [`MAX_DELAY`] (checked at
+    /// enqueue, as [`delay`](Self::delay)), zero for no wait (the job is
+    /// pending at once and takes newer payloads until it is claimed), and
+    /// not together with [`run_at`](Self::run_at). Follow it with
+    /// [`dedup_for`](Self::dedup_for) for a marker that stands for a TTL
+    /// instead.
+    ///
+    /// ```no_run
+    /// # async fn demo(queue: echomq::Queue) -> echomq::Result<()> {
+    /// use std::time::Duration;
+    /// use echomq::{EnqueueOptions, EnqueueStatus};
+    /// let opts = EnqueueOptions::new().debounce("reindex:user-9", Duration::from_secs(5));
+    /// let first = queue.enqueue_with(&1, &opts).await?;
+    /// let second = queue.enqueue_with(&2, &opts).await?;
+    /// // One job, run once with payload 2, 5 s after the second enqueue.
+    /// assert_eq!(second.status, EnqueueStatus::Replaced);
+    /// assert_eq!(second.id, first.id);
+    /// # Ok(()) }
+    /// ```
+    pub fn debounce(self, dedup_id: impl Into<String>, window: Duration) -> Self {
+        self.dedup(dedup_id).delay(window).replace_waiting(true)
+    }
+
     /// When the job is due, as enqueue.lua takes it: a delay in ms, or
     /// "@MS" for a run-at time.
     pub(crate) fn when(&self) -> Result<String> {
@@ -267,6 +357,12 @@ impl EnqueueOptions {
                         .into(),
                 });
             }
+        } else if self.replace_waiting {
+            return Err(Error::InvalidOption {
+                name: "replace_waiting",
+                reason: "needs a dedup id: replacing works on the job that holds it (use dedup, dedup_for or debounce)"
+                    .into(),
+            });
         }
         Ok(())
     }
@@ -307,6 +403,10 @@ pub enum EnqueueStatus {
     Existing,
     /// The dedup marker is held by another job (its id is returned); nothing was written.
     Deduplicated,
+    /// The dedup marker is held by a waiting job (its id is returned),
+    /// which now carries this enqueue's payload and due time
+    /// ([`EnqueueOptions::replace_waiting`]); no job was created.
+    Replaced,
 }
 
 /// The answer to an enqueue: the job's id and what happened.
@@ -315,7 +415,7 @@ pub enum EnqueueStatus {
 pub struct Enqueued {
     /// The id of the job that now stands for this enqueue.
     pub id: String,
-    /// Whether it was created now.
+    /// Whether it was created now (or found, or updated).
     pub status: EnqueueStatus,
 }
 

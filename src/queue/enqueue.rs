@@ -31,6 +31,8 @@ pub(super) struct Encoded {
     limits: String,
     dedup: String,
     dedup_ttl_ms: u64,
+    /// Debounce: a waiting dedup holder takes this job's payload and due time.
+    replace: bool,
 }
 
 /// One `enqueue_with` waiting for the coalescer.
@@ -112,7 +114,8 @@ async fn call_script(conn: &mut Conn, k: &Keys, jobs: &[&Encoded]) -> Result<Vec
             .arg(&j.when)
             .arg(&j.limits)
             .arg(&j.dedup)
-            .arg(j.dedup_ttl_ms);
+            .arg(j.dedup_ttl_ms)
+            .arg(if j.replace { "1" } else { "0" });
     }
     let mut r = call.run(conn).await?;
     let _now = r.uint()?;
@@ -122,6 +125,7 @@ async fn call_script(conn: &mut Conn, k: &Keys, jobs: &[&Encoded]) -> Result<Vec
             Code::Ok => EnqueueStatus::Created,
             Code::Exists => EnqueueStatus::Existing,
             Code::Deduped => EnqueueStatus::Deduplicated,
+            Code::Replaced => EnqueueStatus::Replaced,
             other => {
                 return Err(Error::Protocol {
                     script: "enqueue",
@@ -153,6 +157,7 @@ impl Queue {
             limits: opts.limits(&self.options().limits).encode(),
             dedup,
             dedup_ttl_ms,
+            replace: opts.replace_waiting,
         })
     }
 
@@ -175,7 +180,8 @@ impl Queue {
         Ok(self.enqueue_with(payload, &EnqueueOptions::default()).await?.id)
     }
 
-    /// Enqueues a job with options (id, delay, priority, limits, dedup).
+    /// Enqueues a job with options (id, delay, priority, limits, dedup,
+    /// debounce).
     ///
     /// ```no_run
     /// # async fn demo(queue: echomq::Queue) -> echomq::Result<()> {
@@ -215,9 +221,12 @@ impl Queue {
     }
 
     /// Enqueues many jobs, each with its own options (id, delay, priority,
-    /// limits, dedup), a thousand per script call: each call is atomic
-    /// (all of its jobs are stored, or none), and the answers come in
-    /// order, one per job.
+    /// limits, dedup, debounce), a thousand per script call: each call is
+    /// atomic (all of its jobs are stored, or none), and the answers come
+    /// in order, one per job. Jobs are taken in order, so a later job with
+    /// the dedup id of an earlier one in the same call is deduplicated
+    /// against it, or replaces its payload with
+    /// [`replace_waiting`](EnqueueOptions::replace_waiting).
     ///
     /// ```no_run
     /// # async fn demo(queue: echomq::Queue) -> echomq::Result<()> {

@@ -23,6 +23,8 @@ pub(crate) enum Code {
     Deduped,
     /// The job is active (leased): an operator call left it alone (8).
     Busy,
+    /// Enqueue: the dedup marker's waiting holder took this payload (9).
+    Replaced,
     /// Cancel: the job is active; the request is recorded for its holder (10).
     Requested,
     /// The job is cancelled (11).
@@ -53,6 +55,7 @@ pub(crate) const CODES: &[(&str, i64, Code)] = &[
     ("EXISTS", 6, Code::Exists),
     ("DEDUPED", 7, Code::Deduped),
     ("BUSY", 8, Code::Busy),
+    ("REPLACED", 9, Code::Replaced),
     ("REQUESTED", 10, Code::Requested),
     ("CANCELLED", 11, Code::Cancelled),
     ("FINISHED", 12, Code::Finished),
