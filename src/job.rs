@@ -452,6 +452,11 @@ impl<T> Job<T> {
     pub fn queue(&self) -> &str {
         &self.queue
     }
+    /// The handle of the job's queue, for follow-up work from the handler
+    /// (enqueue the next step, read a record).
+    pub fn handle(&self) -> &crate::queue::Queue {
+        &self.handle
+    }
     /// This delivery's number: 1 on the first, one more on each later
     /// delivery (after a failure, a crash, a release or a snooze).
     pub fn attempt(&self) -> u64 {

@@ -20,6 +20,7 @@
 //! - [`job`]: what a job looks like to producers, handlers and inspectors.
 //! - [`keys`]: key naming (the `{queue}` hash tag).
 //! - [`error`]: the one [`Error`] type.
+//! - [`testing`]: run a queue's jobs inline in a test, and see what was enqueued.
 //! - `server` (feature `local-server`): a private `valkey-server` for tests.
 #![forbid(unsafe_code)]
 
@@ -42,6 +43,7 @@ mod scripts;
 #[cfg(feature = "local-server")]
 pub mod server;
 mod settings;
+pub mod testing;
 
 pub use client::{Client, ClientOptions};
 pub use consumer::{Consumer, ConsumerHandle, Event, Handler, HandlerError, HandlerResult};

@@ -14,7 +14,8 @@ pub enum Moved {
     Done,
     /// No such job.
     NotFound,
-    /// Not in a state this call moves (`retry_failed`: not failed).
+    /// Not in a state this call moves (`retry_failed`: not failed;
+    /// `promote`: not delayed).
     WrongState,
 }
 
@@ -112,8 +113,47 @@ impl Queue {
         call.run(&mut self.conn()).await
     }
 
-    /// Removes jobs that are not active (pending, delayed, completed or
-    /// failed), with their records and dedup markers. Answers per id, in
+    /// Makes delayed jobs due now ("run now"): each moves to pending at its
+    /// own place (priority, then enqueue order), as if its time had come;
+    /// a job waiting out a retry backoff runs again now. Answers per id, in
+    /// order; a job that is not delayed is left alone
+    /// ([`Moved::WrongState`]).
+    ///
+    /// # Errors
+    /// [`Error::InvalidId`], [`Error::InvalidOption`] for no ids or more
+    /// than [`MAX_IDS`]; server errors.
+    pub async fn promote(&self, ids: &[&str]) -> Result<Vec<(String, Moved)>> {
+        check_ids(ids)?;
+        let mut r = self.promote_call(ids).await?;
+        let _ = (r.uint()?, r.uint()?, r.uint()?);
+        per_id("promote", &mut r)?
+            .into_iter()
+            .map(|(id, m)| m.map(|m| (id, m)))
+            .collect()
+    }
+
+    /// Makes every delayed job due now (as [`promote`](Self::promote)), a
+    /// thousand per script call. Returns how many moved.
+    ///
+    /// # Errors
+    /// Server errors (what moved before one stays moved).
+    pub async fn promote_all(&self) -> Result<u64> {
+        in_steps(|| self.promote_call(&[])).await
+    }
+
+    async fn promote_call(&self, ids: &[&str]) -> Result<Reply> {
+        let k = self.keys();
+        let mut call = SCRIPTS.promote.call();
+        call.key(&k.delayed).key(&k.pending).key(&k.wake);
+        call.arg(&k.base).arg(MAX_BATCH);
+        for id in ids {
+            call.arg(*id);
+        }
+        call.run(&mut self.conn()).await
+    }
+
+    /// Removes jobs that are not active (pending, delayed, completed,
+    /// failed or cancelled), with their records and dedup markers. Answers per id, in
     /// order. An active job is leased to a worker and is left alone: its
     /// entry is [`Error::JobActive`].
     ///

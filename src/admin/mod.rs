@@ -11,7 +11,9 @@
 //!   [`Queue::retry_all_failed`](crate::Queue::retry_all_failed),
 //!   [`Queue::remove`](crate::Queue::remove),
 //!   [`Queue::drain`](crate::Queue::drain),
-//!   [`Queue::obliterate`](crate::Queue::obliterate).
+//!   [`Queue::obliterate`](crate::Queue::obliterate),
+//!   [`Queue::promote`](crate::Queue::promote),
+//!   [`Queue::promote_all`](crate::Queue::promote_all).
 //! - `cancel`: [`Queue::cancel`](crate::Queue::cancel),
 //!   [`Queue::cancel_many`](crate::Queue::cancel_many).
 

@@ -60,7 +60,7 @@ impl Ended {
 /// value that encodes as `null` (`()`), or one that cannot be kept (it
 /// does not encode, or is over [`MAX_RESULT_BYTES`](crate::queue::MAX_RESULT_BYTES):
 /// the job completes without it, and the log says why).
-fn keepable<R: serde::Serialize>(result: &R) -> Option<String> {
+pub(crate) fn keepable<R: serde::Serialize>(result: &R) -> Option<String> {
     crate::queue::encode_result(result).unwrap_or_else(|e| {
         warn!(error = %e, "the handler's result cannot be kept; the job completes without it");
         None
@@ -68,7 +68,7 @@ fn keepable<R: serde::Serialize>(result: &R) -> Option<String> {
 }
 
 /// The settlement for a handler's error.
-fn settlement(e: HandlerError) -> Settle {
+pub(crate) fn settlement(e: HandlerError) -> Settle {
     match e.kind() {
         Kind::Retry(delay) => Settle::Retry {
             delay,

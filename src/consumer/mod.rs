@@ -14,7 +14,7 @@ mod claim;
 mod event;
 mod handler;
 mod heartbeat;
-mod job_task;
+pub(crate) mod job_task;
 mod keeper;
 mod prefetch;
 mod settings;

@@ -85,11 +85,12 @@ pub(crate) struct Scripts {
     pub list: Spec,
     pub obliterate: Spec,
     pub cancel: Spec,
+    pub promote: Spec,
 }
 
 #[cfg(test)]
 impl Scripts {
-    fn all(&self) -> [(&Spec, &'static str); 18] {
+    fn all(&self) -> [(&Spec, &'static str); 19] {
         [
             (&self.enqueue, include_str!("../../lua/enqueue.lua")),
             (&self.claim, include_str!("../../lua/claim.lua")),
@@ -109,6 +110,7 @@ impl Scripts {
             (&self.list, include_str!("../../lua/list.lua")),
             (&self.obliterate, include_str!("../../lua/obliterate.lua")),
             (&self.cancel, include_str!("../../lua/cancel.lua")),
+            (&self.promote, include_str!("../../lua/promote.lua")),
         ]
     }
 }
@@ -225,6 +227,13 @@ pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
         &["pending", "delayed", "cancelled"],
         false,
         &["prefix", "keep_failed"],
+    ),
+    promote: Spec::new(
+        "promote",
+        lua!("promote"),
+        &["delayed", "pending", "wake"],
+        false,
+        &["prefix", "limit"],
     ),
     progress: Spec::new("progress", lua!("progress"), &["job"], false, &["token", "value"]),
     remove: Spec::new(
