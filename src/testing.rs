@@ -1,7 +1,7 @@
 //! Testing code that uses echomq: run a queue's jobs inline, to the end,
 //! and look at what was enqueued, as Oban's `drain_queue` and River's
 //! `rivertest` do. Point a [`Queue`] at a private server
-//! ([`LocalServer`](crate::server::LocalServer), feature `local-server`)
+//! (`echomq::server::LocalServer`, feature `local-server`)
 //! and call your code; then:
 //!
 //! ```no_run
