@@ -43,7 +43,9 @@ pub const MAX_LIMIT: u32 = 1_000_000;
 /// A job's backoff is stored with it and applied by the server (jitter
 /// included), so every consumer, a low-level
 /// [`Queue::retry`](crate::Queue::retry) with no delay, and any process
-/// agree on it.
+/// agree on it. A [`Consumer`](crate::Consumer) may override it for the
+/// retries its handler asks for (see
+/// [`Consumer::backoff`](crate::Consumer::backoff)).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Backoff {
@@ -191,7 +193,6 @@ impl Backoff {
     /// token `token` that makes the job's `failures`-th failure: the same
     /// draw as `backoff_ms` in `lua/common.lua` (a unit test checks them
     /// against values the server computed).
-    #[cfg_attr(not(test), expect(dead_code, reason = "the consumer's own backoff will use it"))]
     pub(crate) fn delay_for(&self, failures: u64, token: u64) -> Duration {
         let d = self.upper_ms(failures);
         let span = d * self.per_mille() / 1000;

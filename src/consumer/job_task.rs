@@ -11,6 +11,7 @@ use tokio::time::{Instant, sleep_until, timeout_at};
 use tracing::{Instrument, debug, info_span, warn};
 
 use super::Ctx;
+use super::backoff::RetryBackoff;
 use super::event::{Event, HandlerResult};
 use super::handler::{Handler, HandlerError, Kind};
 use super::heartbeat::{Beat, Heartbeat, LeaseClock};
@@ -51,13 +52,17 @@ impl Ended {
     }
 }
 
-/// The settlement for a handler's error.
-fn settlement(e: HandlerError) -> Settle {
+/// The settlement for a handler's error: a retry's delay is the error's
+/// own (`retry_after`), else the consumer's backoff, else (`None`) the job's.
+fn settlement(e: HandlerError, backoff: &RetryBackoff, lease: &Lease) -> Settle {
     match e.kind() {
-        Kind::Retry(delay) => Settle::Retry {
-            delay,
-            error: e.to_string(),
-        },
+        Kind::Retry(delay) => {
+            let error = e.to_string();
+            Settle::Retry {
+                delay: delay.or_else(|| backoff.delay(lease, &error)),
+                error,
+            }
+        }
         Kind::Fail => Settle::Fail { reason: e.to_string() },
         Kind::Snooze(delay) => Settle::Snooze { delay },
     }
@@ -266,12 +271,12 @@ where
             Ended::Ok => Settle::Complete,
             Ended::Err(e) => {
                 debug!(error = %e, "handler failed");
-                settlement(e)
+                settlement(e, &s.backoff, &lease)
             }
             Ended::Panicked => {
                 warn!("handler panicked");
                 Settle::Retry {
-                    delay: None,
+                    delay: s.backoff.delay(&lease, "panicked"),
                     error: "panicked".to_owned(),
                 }
             }
@@ -302,7 +307,7 @@ where
                 handler.abort();
                 let _ = (&mut handler).await;
                 Settle::Retry {
-                    delay: None,
+                    delay: s.backoff.delay(&lease, "timeout"),
                     error: "timeout".to_owned(),
                 }
             }
