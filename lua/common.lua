@@ -8,9 +8,10 @@
 --   f   failures                  s   stalls
 --   sc  pending score (priority, then mint order)      ct created (server ms)
 --   ft  finished (server ms)      err last error      dd dedup id (released at finish)
---   lm  limits "MAX_ATTEMPTS:MAX_STALLS:BACKOFF[;tTIMEOUT_MS]", absent for the
---       defaults below; BACKOFF is "fMS" (fixed) or "eBASE_MS:MAX_MS"
---       (exponential); the timeout is the consumer's to enforce
+--   lm  limits "MAX_ATTEMPTS:MAX_STALLS:BACKOFF[;jJITTER][;tTIMEOUT_MS]", absent
+--       for the defaults below; BACKOFF is "fMS" (fixed) or "eBASE_MS:MAX_MS"
+--       (exponential), JITTER the backoff's jitter in thousandths (1 to 1000;
+--       absent: none); the timeout is the consumer's to enforce
 --   pg  progress (JSON), as the handler last reported it
 --   fs  first started: when the first claim leased it (server ms)
 --   eh  the last ERRORS_KEEP errors, newest first (JSON [{"at": ms, "e": text}])
@@ -90,18 +91,67 @@ local function wake(wake_key, n)
   for _ = 1, n do rcall('LPUSH', wake_key, '1') end
 end
 
--- The job's limits from its `lm` field: max_attempts, max_stalls, backoff.
+-- The job's limits from its `lm` field: max_attempts, max_stalls, backoff,
+-- and the backoff's jitter in thousandths (0: none).
 local function limits(lm)
   if lm then
     local ma, ms, bo = string.match(lm, '^(%d+):(%d+):([^;]+)')
-    if ma then return tonumber(ma), tonumber(ms), bo end
+    if ma then
+      local jitter = tonumber(string.match(lm, ';j(%d+)')) or 0
+      if jitter > 1000 then jitter = 1000 end
+      return tonumber(ma), tonumber(ms), bo, jitter
+    end
   end
-  return DEFAULT_MAX_ATTEMPTS, DEFAULT_MAX_STALLS, DEFAULT_BACKOFF
+  return DEFAULT_MAX_ATTEMPTS, DEFAULT_MAX_STALLS, DEFAULT_BACKOFF, 0
+end
+
+-- Jitter's randomness. The script's own PRNG is no use: the server may
+-- seed it the same before every call. So the draw is a hash of the retry's
+-- fencing token (unique per claim in the queue) and failure count, computed
+-- exactly: every intermediate stays below 2^53, and `bit` (LuaBitOp) works
+-- on 32 bits. src/limits.rs jitter_hash is the same, bit for bit (a unit
+-- test checks values computed here).
+local TWO32 = 4294967296
+
+-- (a * b) mod 2^32 for a, b in [0, 2^32).
+local function mul32(a, b)
+  local bl = b % 65536
+  local bh = (b - bl) / 65536
+  return ((a * bh) % 65536 * 65536 + a * bl) % TWO32
+end
+
+-- murmur3's 32-bit finalizer (bit.* answer signed 32-bit numbers: % TWO32
+-- makes them unsigned again).
+local function mix32(h)
+  h = bit.bxor(h, bit.rshift(h, 16)) % TWO32
+  h = mul32(h, 2246822507) -- 0x85ebca6b
+  h = bit.bxor(h, bit.rshift(h, 13)) % TWO32
+  h = mul32(h, 3266489909) -- 0xc2b2ae35
+  return bit.bxor(h, bit.rshift(h, 16)) % TWO32
+end
+
+-- A number in [0, 2^32) from token `tk` (below 2^53) and `failures`.
+local function jitter_hash(tk, failures)
+  local lo = tk % TWO32
+  local hi = (tk - lo) / TWO32
+  local h = mix32(failures % TWO32)
+  h = mix32((h + hi) % TWO32)
+  return mix32((h + lo) % TWO32)
+end
+
+-- floor(h * n / 2^32), exactly, for h in [0, 2^32) and n below 2^36.
+local function scale32(h, n)
+  local nl = n % 65536
+  local a = h * ((n - nl) / 65536)
+  local ar = a % 65536
+  return (a - ar) / 65536 + math.floor((ar * 65536 + h * nl) / TWO32)
 end
 
 -- The delay (ms) after the `failures`-th failure under backoff `bo`,
--- saturating at MAX_DELAY_MS (src/limits.rs Backoff::delay is the same).
-local function backoff_ms(bo, failures)
+-- saturating at MAX_DELAY_MS; with `jitter` (thousandths) drawn uniformly
+-- from [d - floor(d * jitter / 1000), d] by the hash of token `tk` and
+-- `failures` (src/limits.rs Backoff::delay_for is the same).
+local function backoff_ms(bo, failures, jitter, tk)
   local d
   local fixed = string.match(bo, '^f(%d+)$')
   if fixed then
@@ -116,6 +166,10 @@ local function backoff_ms(bo, failures)
     if d > max then d = max end
   end
   if d > MAX_DELAY_MS then d = MAX_DELAY_MS end
+  if jitter > 0 then
+    local span = math.floor(d * jitter / 1000)
+    if span > 0 then d = d - span + scale32(jitter_hash(tk, failures), span + 1) end
+  end
   return d
 end
 
@@ -350,9 +404,6 @@ local function requeue(k, jk, id, now, delay)
   return 0
 end
 
--- failures += 1; at the job's max_attempts the job fails for good (code
--- FAILED); else it is due again after `delay` ms, or after the job's
--- backoff when `delay` is negative.
 -- The `eh` field with error `err` at `now` added: the last ERRORS_KEEP.
 local function errors_with(jk, now, err)
   local list = {}
@@ -368,10 +419,13 @@ local function errors_with(jk, now, err)
   return cjson.encode(out)
 end
 
+-- failures += 1; at the job's max_attempts the job fails for good (code
+-- FAILED); else it is due again after `delay` ms, or after the job's
+-- backoff (its jitter drawn for this token) when `delay` is negative.
 local function settle_retry(moves, k, prefix, jk, id, token, now, delay, err, keep, owner)
   moves.unlease[#moves.unlease + 1] = id
   local failures = rcall('HINCRBY', jk, 'f', '1')
-  local max, _, bo = limits(rcall('HGET', jk, 'lm'))
+  local max, _, bo, jitter = limits(rcall('HGET', jk, 'lm'))
   local lo = remember(owner, 'r', token)
   local eh = errors_with(jk, now, err)
   if failures >= max then
@@ -379,7 +433,7 @@ local function settle_retry(moves, k, prefix, jk, id, token, now, delay, err, ke
     return {CODE.FAILED, 0}
   end
   rcall('HSET', jk, 'err', err, 'eh', eh, 'lo', lo)
-  if delay < 0 then delay = backoff_ms(bo, failures) end
+  if delay < 0 then delay = backoff_ms(bo, failures, jitter, tonumber(token)) end
   return {CODE.OK, requeue(k, jk, id, now, delay)}
 end
 

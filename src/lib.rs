@@ -46,7 +46,7 @@ mod settings;
 pub mod testing;
 
 pub use client::{Client, ClientOptions};
-pub use consumer::{Consumer, ConsumerHandle, Event, Handler, HandlerError, HandlerResult};
+pub use consumer::{Consumer, ConsumerHandle, Event, Handler, HandlerError, HandlerResult, RetryContext};
 pub use effect::{EffectMarker, Effects, MarkerState, Once, OnceError};
 pub use error::{Error, Result};
 pub use health::ServerReport;

@@ -32,6 +32,7 @@ use serde::de::DeserializeOwned;
 use tokio_util::sync::CancellationToken;
 
 use crate::consumer::Handler;
+use crate::consumer::backoff::RetryBackoff;
 use crate::consumer::job_task::{keepable, settlement};
 use crate::error::Result;
 use crate::job::{Job, JobState};
@@ -181,7 +182,7 @@ impl<'q> Drain<'q> {
                         Some(Ok(Ok(Some(result)))) => (Settle::Return { result }, None),
                         Some(Ok(Err(e))) => {
                             let text = e.to_string();
-                            (settlement(e), Some(text))
+                            (settlement(e, &RetryBackoff::Job, &lease), Some(text))
                         }
                         Some(Err(_)) => retry("panicked"),
                         None => {

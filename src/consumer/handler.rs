@@ -16,8 +16,8 @@ use crate::limits::MAX_DELAY;
 /// | returned | the job |
 /// | --- | --- |
 /// | `Ok(value)` | completes, keeping `value` (nothing for `()`) |
-/// | `Err(e.into())`, `?` | is retried after its backoff, failing for good at `max_attempts` |
-/// | [`HandlerError::retry_after`] | is retried after the given delay |
+/// | `Err(e.into())`, `?` | is retried after the backoff (the consumer's, else the job's), failing for good at `max_attempts` |
+/// | [`HandlerError::retry_after`] | is retried after the given delay, whatever the backoff |
 /// | [`HandlerError::fail`] | fails for good now (not retryable) |
 /// | [`HandlerError::snooze`] | runs again after the delay, no failure counted |
 ///
@@ -50,7 +50,9 @@ pub(crate) enum Kind {
 }
 
 impl HandlerError {
-    /// Retry after the job's backoff (what `?` gives).
+    /// Retry after the backoff (what `?` gives): the consumer's, if it has
+    /// one ([`Consumer::backoff`](crate::Consumer::backoff),
+    /// [`backoff_with`](crate::Consumer::backoff_with)), else the job's own.
     pub fn retry(error: impl Into<Box<dyn StdError + Send + Sync>>) -> Self {
         HandlerError {
             kind: Kind::Retry(None),
@@ -58,8 +60,8 @@ impl HandlerError {
         }
     }
 
-    /// Retry after `delay` instead of the job's backoff (a failure is
-    /// counted). Like a backoff, the delay saturates at
+    /// Retry after `delay` instead of any backoff, the consumer's or the
+    /// job's (a failure is counted). Like a backoff, the delay saturates at
     /// [`MAX_DELAY`](crate::limits::MAX_DELAY).
     pub fn retry_after(error: impl Into<Box<dyn StdError + Send + Sync>>, delay: Duration) -> Self {
         HandlerError {

@@ -12,6 +12,7 @@ use tokio::time::{Instant, sleep_until, timeout_at};
 use tracing::{Instrument, debug, info_span, warn};
 
 use super::Ctx;
+use super::backoff::RetryBackoff;
 use super::event::{Event, HandlerResult};
 use super::handler::{Handler, HandlerError, Kind};
 use super::heartbeat::{Beat, Heartbeat, LeaseClock};
@@ -67,13 +68,17 @@ pub(crate) fn keepable<R: serde::Serialize>(result: &R) -> Option<String> {
     })
 }
 
-/// The settlement for a handler's error.
-pub(crate) fn settlement(e: HandlerError) -> Settle {
+/// The settlement for a handler's error: a retry's delay is the error's
+/// own (`retry_after`), else the consumer's backoff, else (`None`) the job's.
+pub(crate) fn settlement(e: HandlerError, backoff: &RetryBackoff, lease: &Lease) -> Settle {
     match e.kind() {
-        Kind::Retry(delay) => Settle::Retry {
-            delay,
-            error: e.to_string(),
-        },
+        Kind::Retry(delay) => {
+            let error = e.to_string();
+            Settle::Retry {
+                delay: delay.or_else(|| backoff.delay(lease, &error)),
+                error,
+            }
+        }
         Kind::Fail => Settle::Fail { reason: e.to_string() },
         Kind::Snooze(delay) => Settle::Snooze { delay },
     }
@@ -313,12 +318,12 @@ where
             Ended::Ok(Some(result)) => Settle::Return { result },
             Ended::Err(e) => {
                 debug!(error = %e, "handler failed");
-                settlement(e)
+                settlement(e, &s.backoff, &lease)
             }
             Ended::Panicked => {
                 warn!("handler panicked");
                 Settle::Retry {
-                    delay: None,
+                    delay: s.backoff.delay(&lease, "panicked"),
                     error: "panicked".to_owned(),
                 }
             }
@@ -356,7 +361,7 @@ where
                 handler.abort();
                 let _ = (&mut handler).await;
                 Settle::Retry {
-                    delay: None,
+                    delay: s.backoff.delay(&lease, "timeout"),
                     error: "timeout".to_owned(),
                 }
             }

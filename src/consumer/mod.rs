@@ -8,8 +8,10 @@
 //! - `job_task`: one job's task; `heartbeat`: its lease renewals.
 //! - `prefetch`: lease slots and leasing ahead of free handlers.
 //! - `settler`: batched settlements.
+//! - `backoff`: the consumer's own retry delays and the [`RetryContext`].
 //! - `event`: the [`Event`]s observers see.
 
+pub(crate) mod backoff;
 mod claim;
 mod event;
 mod handler;
@@ -32,6 +34,8 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::{debug, error, warn};
 
+use self::backoff::RetryBackoff;
+pub use self::backoff::RetryContext;
 use self::event::Observers;
 pub use self::event::{Event, HandlerResult};
 pub use self::handler::{Handler, HandlerError};
@@ -39,6 +43,7 @@ use self::prefetch::{AutoPrefetch, Slots};
 use self::settings::{Beat, Settings};
 use self::settler::Pending;
 use crate::error::{Error, Result};
+use crate::limits::Backoff;
 use crate::maintenance::reaper::DEFAULT_REAP_INTERVAL;
 use crate::queue::Queue;
 use crate::settings::later;
@@ -86,9 +91,9 @@ pub const AUTO_PREFETCH_WAIT: Duration = Duration::from_secs(1);
 ///
 /// What the handler returns decides the job's fate (see
 /// [`HandlerError`]): `Ok` completes it; an error retries it after the
-/// job's backoff until its `max_attempts` failures, or as the error asks
-/// (retry after a delay, fail now, snooze); a panic retries it with error
-/// `"panicked"`; a payload that does not decode into `T` fails it for
+/// backoff (the consumer's, see [`backoff`](Self::backoff), else the job's)
+/// until its `max_attempts` failures, or as the error asks (retry after a
+/// delay, fail now, snooze); a panic retries it with error `"panicked"`; a payload that does not decode into `T` fails it for
 /// good. None of them stops the consumer.
 ///
 /// ```no_run
@@ -133,6 +138,7 @@ where
                 poll_interval: DEFAULT_POLL_INTERVAL,
                 reaper: true,
                 reap_interval: DEFAULT_REAP_INTERVAL,
+                backoff: RetryBackoff::Job,
             },
             _payload: PhantomData,
         }
@@ -205,6 +211,58 @@ where
     /// server's token check anyway, never applied twice).
     pub fn without_heartbeats(mut self) -> Self {
         self.settings.beat = Beat::Off;
+        self
+    }
+    /// Retries this consumer's handler asks for without a delay of its own
+    /// (an error with `?` or [`HandlerError::retry`], a panic, a timeout)
+    /// wait `backoff` instead of the job's own backoff. The consumer
+    /// computes the delay, jitter included (drawn as the server draws a
+    /// job's), and sends it with the retry. [`HandlerError::retry_after`]
+    /// still chooses its own delay. Default: the job's own backoff, which
+    /// the server applies. Checked when the consumer starts (a delay over
+    /// [`MAX_DELAY`](crate::limits::MAX_DELAY) or a bad jitter is
+    /// [`Error::InvalidOption`]). Replaces an earlier
+    /// [`backoff_with`](Self::backoff_with).
+    ///
+    /// ```no_run
+    /// # fn demo(queue: echomq::Queue) -> echomq::Result<()> {
+    /// use std::time::Duration;
+    /// use echomq::{Backoff, Consumer, Job};
+    /// // This worker's downstream recovers slowly: back off from 5 s to 5 min, spread.
+    /// let worker = Consumer::new(queue, |_job: Job<u32>| async { Ok(()) })
+    ///     .backoff(Backoff::exponential(Duration::from_secs(5), Duration::from_secs(300)).jitter(0.5))
+    ///     .spawn()?;
+    /// # drop(worker); Ok(()) }
+    /// ```
+    pub fn backoff(mut self, backoff: Backoff) -> Self {
+        self.settings.backoff = RetryBackoff::Fixed(backoff);
+        self
+    }
+    /// As [`backoff`](Self::backoff), with the delay chosen by `f` from
+    /// the [`RetryContext`] (the failure count, the attempt, the job id,
+    /// the job's own backoff and the error). A delay over
+    /// [`MAX_DELAY`](crate::limits::MAX_DELAY) saturates there. `f` is
+    /// called on the job's task, so keep it quick; should it panic, the
+    /// panic is logged and the retry waits the job's own backoff, and the
+    /// consumer carries on. Replaces an earlier [`backoff`](Self::backoff).
+    ///
+    /// ```no_run
+    /// # fn demo(queue: echomq::Queue) -> echomq::Result<()> {
+    /// use std::time::Duration;
+    /// use echomq::{Consumer, Job};
+    /// let worker = Consumer::new(queue, |_job: Job<u32>| async { Ok(()) })
+    ///     .backoff_with(|ctx| {
+    ///         if ctx.error() == "timeout" {
+    ///             Duration::from_secs(30 * ctx.failures())
+    ///         } else {
+    ///             ctx.job_delay()
+    ///         }
+    ///     })
+    ///     .spawn()?;
+    /// # drop(worker); Ok(()) }
+    /// ```
+    pub fn backoff_with(mut self, f: impl Fn(&RetryContext<'_>) -> Duration + Send + Sync + 'static) -> Self {
+        self.settings.backoff = RetryBackoff::With(Arc::new(f));
         self
     }
     /// Time running handlers get to finish at shutdown before they are

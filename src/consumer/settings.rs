@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use super::backoff::RetryBackoff;
 use super::event::Observers;
 use super::{
     AUTO_PREFETCH_WAIT, MAX_CONCURRENCY, MAX_LEASE, MAX_POLL_INTERVAL, MAX_PREFETCH, MAX_SHUTDOWN_TIMEOUT,
@@ -37,6 +38,8 @@ pub(super) struct Settings {
     pub poll_interval: Duration,
     pub reaper: bool,
     pub reap_interval: Duration,
+    /// The delay of retries that ask for "the backoff" (`Job`: the job's own).
+    pub backoff: RetryBackoff,
 }
 
 impl Settings {
@@ -79,6 +82,7 @@ impl Settings {
             Duration::from_millis(1),
             MAX_REAP_INTERVAL,
         )?;
+        self.backoff.check()?;
         Ok(())
     }
 
