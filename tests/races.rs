@@ -466,3 +466,115 @@ async fn obliterate_under_load() {
         refusals.len()
     );
 }
+
+/// The server's `used_memory`, in bytes.
+async fn used_memory(c: &mut redis::aio::MultiplexedConnection) -> u64 {
+    let info: String = redis::cmd("INFO").arg("memory").query_async(c).await.unwrap();
+    info.lines()
+        .find_map(|l| l.strip_prefix("used_memory:"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap()
+}
+
+// Retention by age keeps the server's memory flat: 100,000 jobs, enqueued
+// in waves of 10,000 and completed by a consumer (concurrency 64, a no-op
+// handler) on a queue keeping completed records for 500 ms. After each
+// wave the completed set holds exactly the jobs finished within 500 ms of
+// the last settlement (each settle call deletes up to 1,000 older records,
+// more than a consumer's call adds, so the trims keep up): it is bounded
+// by the completions of half a second, not by the jobs completed. And
+// used_memory, less what the records kept take, stays within 512 KiB of
+// the first wave's, where keeping every record would add 90,000 of them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retention_by_age_keeps_memory_flat() {
+    const AGE: Duration = Duration::from_millis(500);
+    const WAVE: u32 = 10_000;
+    const WAVES: u32 = 10;
+    const MARGIN: i64 = 512 * 1024;
+    let started = Instant::now();
+    let (s, q) = setup_with(
+        "retention-age",
+        QueueOptions::new().keep_completed(Retention::Within(AGE)),
+    )
+    .await;
+    let mut raw = common::raw(&s).await;
+    let completed_key = format!("emq:{{{}}}:completed", q.name());
+    let empty = used_memory(&mut raw).await;
+    q.enqueue_bulk(&(0..WAVE).collect::<Vec<_>>()).await.unwrap();
+    let filled = used_memory(&mut raw).await;
+    // What one job's record and its place in a set take.
+    let per_record = (filled - empty) / u64::from(WAVE);
+
+    // The finish time of every job (a settle call's server time is the
+    // finish time it writes).
+    let finished: Arc<Mutex<Vec<u64>>> = Arc::default();
+    let consumer = {
+        let finished = finished.clone();
+        Consumer::new(q.clone(), |_job: Job<u32>| async { Ok(()) })
+            .concurrency(64)
+            .observer(move |e| {
+                if let Event::Settled {
+                    outcome: echomq::Outcome::Completed,
+                    server_ms,
+                    ..
+                } = e
+                {
+                    finished.lock().unwrap().push(*server_ms);
+                }
+            })
+            .spawn()
+            .unwrap()
+    };
+    // (jobs completed, records kept, used_memory) after each wave.
+    let mut samples: Vec<(u32, u64, u64)> = Vec::new();
+    for wave in 1..=WAVES {
+        if wave > 1 {
+            q.enqueue_bulk(&(0..WAVE).collect::<Vec<_>>()).await.unwrap();
+        }
+        let done = wave * WAVE;
+        assert!(
+            eventually(Duration::from_secs(60), || async {
+                finished.lock().unwrap().len() == done as usize
+            })
+            .await,
+            "wave {wave}: {:?}",
+            q.counts().await.unwrap()
+        );
+        let kept: u64 = redis::cmd("ZCARD")
+            .arg(&completed_key)
+            .query_async(&mut raw)
+            .await
+            .unwrap();
+        let memory = used_memory(&mut raw).await;
+        let finished = finished.lock().unwrap();
+        let last = *finished.iter().max().unwrap();
+        let within = finished.iter().filter(|&&t| t + AGE.as_millis() as u64 >= last).count() as u64;
+        assert_eq!(
+            kept, within,
+            "wave {wave}: the completed set should hold exactly the jobs finished within {AGE:?} of the last"
+        );
+        samples.push((done, kept, memory));
+    }
+    consumer.shutdown().await.unwrap();
+
+    println!(
+        "retention by age over 100,000 jobs ({:?}): empty server {empty} B, 10,000 jobs waiting {filled} B \
+         ({per_record} B a job)",
+        started.elapsed()
+    );
+    println!("| jobs completed | records kept | used_memory (B) | less the records kept (B) |");
+    // Memory less the records kept: what is left grows with nothing.
+    let rest = |(_, kept, memory): &(u32, u64, u64)| *memory as i64 - (kept * per_record) as i64;
+    for sample in &samples {
+        println!("| {} | {} | {} | {} |", sample.0, sample.1, sample.2, rest(sample));
+    }
+    let (first, last) = (rest(&samples[0]), rest(&samples[samples.len() - 1]));
+    assert!(
+        (last - first).abs() <= MARGIN,
+        "used_memory less the records kept moved by {} B over 90,000 jobs (keeping them all would add about {} B)",
+        last - first,
+        90_000 * per_record
+    );
+}
