@@ -71,22 +71,32 @@ impl Drop for ChildGuard {
 }
 
 /// Each blocking connection (a consumer's wake-up wait runs only BLPOP on
-/// it) with the number of commands it has run, from `CLIENT LIST`.
+/// it) with the number of commands it has run, from `CLIENT LIST` (field
+/// `tot-cmds`, Valkey 8 on). A server without that field (Redis 7) cannot
+/// tell the connections apart: each gets the server's BLPOP count shared
+/// out evenly, from `INFO commandstats`.
 async fn waiters(c: &mut redis::aio::MultiplexedConnection) -> HashMap<u64, u64> {
     let list: String = redis::cmd("CLIENT").arg("LIST").query_async(c).await.unwrap();
-    list.lines()
-        .filter(|l| l.contains(" cmd=blpop "))
-        .map(|l| {
-            let field = |name: &str| {
-                l.split(' ')
-                    .find_map(|f| f.strip_prefix(name))
-                    .unwrap_or_else(|| panic!("no {name} in {l}"))
-                    .parse::<u64>()
-                    .unwrap()
-            };
-            (field("id="), field("tot-cmds="))
-        })
-        .collect()
+    let field = |line: &str, name: &str| {
+        line.split(' ')
+            .find_map(|f| f.strip_prefix(name))
+            .map(|v| v.parse::<u64>().unwrap())
+    };
+    let blocking: Vec<&str> = list.lines().filter(|l| l.contains(" cmd=blpop ")).collect();
+    if blocking.iter().all(|l| field(l, "tot-cmds=").is_some()) {
+        return blocking
+            .iter()
+            .map(|l| (field(l, "id=").unwrap(), field(l, "tot-cmds=").unwrap()))
+            .collect();
+    }
+    let stats: String = redis::cmd("INFO").arg("commandstats").query_async(c).await.unwrap();
+    let calls = stats
+        .lines()
+        .find_map(|l| l.strip_prefix("cmdstat_blpop:calls="))
+        .and_then(|l| l.split(',').next())
+        .map_or(0, |n| n.parse::<u64>().unwrap());
+    let each = calls / blocking.len().max(1) as u64;
+    blocking.iter().map(|l| (field(l, "id=").unwrap(), each)).collect()
 }
 
 // Pause with four consumers in two OS processes (two consumers each)
