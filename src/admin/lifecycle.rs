@@ -202,47 +202,130 @@ impl Queue {
     }
 }
 
-/// Keys one obliterate step looks at (a SCAN COUNT hint).
+/// Records one obliterate step fences, or keys it looks at (a SCAN COUNT hint).
 const OBLITERATE_STEP: usize = 1_000;
 
 impl Queue {
     /// Deletes every key of the queue (jobs, sets, markers, counters,
     /// user keys under `PREFIX:{QUEUE}:`), in bounded steps. The first step
     /// pauses the queue, so consumers lease nothing more; it refuses while
-    /// jobs are leased to workers unless `force` (their workers then get
-    /// `LeaseLost` or `JobNotFound` when they settle). Stop producers first:
-    /// a job enqueued while this runs may survive it. Returns how many keys
-    /// were deleted. The queue can be used again afterwards, as new.
+    /// jobs are leased to workers unless `force`. Forced, it first deletes
+    /// the leased jobs' records, so their workers' settlements, renewals
+    /// and effects answer [`Error::JobNotFound`] and write nothing; the
+    /// queue's sets and counters go in the last step, so what still runs
+    /// meanwhile (a reaper promoting due jobs, another operator call)
+    /// leaves no key behind. Stop producers first: a job enqueued while
+    /// this runs may survive it. Returns how many keys were deleted. The
+    /// queue can be used again afterwards, as new.
     ///
     /// # Errors
     /// [`Error::QueueActive`] (nothing deleted); server errors (run it
     /// again to finish).
     pub async fn obliterate(&self, force: bool) -> Result<u64> {
-        let k = self.keys();
         let mut cursor = "0".to_owned();
         let mut deleted = 0;
         loop {
-            let mut call = SCRIPTS.obliterate.call();
-            call.key(&k.active).key(&k.meta);
-            call.arg(&k.base)
-                .arg(&cursor)
-                .arg(OBLITERATE_STEP)
-                .arg(if force { "1" } else { "0" });
-            let mut r = call.run(&mut self.conn()).await?;
-            let code = r.code()?;
-            let next = r.string()?;
-            let (n, active) = (r.uint()?, r.uint()?);
-            if code == Code::Busy {
-                return Err(Error::QueueActive {
-                    queue: self.name().to_owned(),
-                    active,
-                });
-            }
+            let (next, n) = self.obliterate_step(&cursor, OBLITERATE_STEP, force).await?;
             deleted += n;
             if next == "0" {
                 return Ok(deleted);
             }
             cursor = next;
         }
+    }
+
+    /// One obliterate step from `cursor` ("0" to start) fencing `count`
+    /// records or scanning about `count` keys: the next cursor ("0" once
+    /// done) and how many keys it deleted.
+    async fn obliterate_step(&self, cursor: &str, count: usize, force: bool) -> Result<(String, u64)> {
+        let k = self.keys();
+        let mut call = SCRIPTS.obliterate.call();
+        call.key(&k.active)
+            .key(&k.meta)
+            .key(&k.pending)
+            .key(&k.delayed)
+            .key(&k.completed)
+            .key(&k.failed)
+            .key(&k.wake)
+            .key(&k.seq)
+            .key(&k.token);
+        call.arg(&k.base)
+            .arg(cursor)
+            .arg(count)
+            .arg(if force { "1" } else { "0" });
+        let mut r = call.run(&mut self.conn()).await?;
+        let code = r.code()?;
+        let next = r.string()?;
+        let (n, active) = (r.uint()?, r.uint()?);
+        if code == Code::Busy {
+            return Err(Error::QueueActive {
+                queue: self.name().to_owned(),
+                active,
+            });
+        }
+        Ok((next, n))
+    }
+}
+
+#[cfg(all(test, feature = "local-server"))]
+mod tests {
+    use std::time::Duration;
+
+    use crate::server::LocalServer;
+    use crate::{Error, Queue, QueueOptions};
+
+    // Writes that land between the steps of a forced obliterate leave no
+    // key behind: its first step fences every lease (a settlement answers
+    // JobNotFound and writes nothing), and the queue's own sets go last (an
+    // operator's retry between steps writes pending and the wake list). It
+    // used to delete keys as the scan met them, so a completion between
+    // two steps could make the completed set again after the scan had
+    // passed it, left holding ids without records.
+    #[tokio::test]
+    async fn writes_between_obliterate_steps_leave_nothing() {
+        let server = LocalServer::start().unwrap();
+        let q = Queue::connect_with(&server.url(), "ob-steps", QueueOptions::new().max_attempts(1))
+            .await
+            .unwrap();
+        q.enqueue_bulk(&(0..300u32).collect::<Vec<_>>()).await.unwrap();
+        let mut held = q.claim(30, Duration::from_secs(60)).await.unwrap();
+        let mut failed = Vec::new();
+        for l in held.drain(..20) {
+            q.fail(&l, "no").await.unwrap();
+            failed.push(l.id().to_owned());
+        }
+        let (mut cursor, _) = q.obliterate_step("0", 10, true).await.unwrap();
+        let mut steps = 1;
+        let mut retried = 0;
+        while cursor != "0" {
+            for l in &held {
+                let r = q.complete(l).await;
+                assert!(matches!(r, Err(Error::JobNotFound(_))), "step {steps}: {r:?}");
+            }
+            // The first failed job whose record the scan has not reached yet.
+            for id in &failed {
+                if let [(_, crate::admin::Moved::Done)] = q.retry_failed(&[id]).await.unwrap()[..] {
+                    retried += 1;
+                    break;
+                }
+            }
+            cursor = q.obliterate_step(&cursor, 10, true).await.unwrap().0;
+            steps += 1;
+        }
+        let mut c = redis::Client::open(server.url())
+            .unwrap()
+            .get_multiplexed_async_connection()
+            .await
+            .unwrap();
+        let left: Vec<String> = redis::cmd("KEYS")
+            .arg("emq:{ob-steps}:*")
+            .query_async(&mut c)
+            .await
+            .unwrap();
+        assert!(
+            left.is_empty(),
+            "after {steps} steps ({retried} retries between them): {left:?}"
+        );
+        assert!(steps > 10 && retried > 0, "{steps} steps, {retried} retries");
     }
 }

@@ -210,7 +210,17 @@ pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
     obliterate: Spec::new(
         "obliterate",
         lua!("obliterate"),
-        &["active", "meta"],
+        &[
+            "active",
+            "meta",
+            "pending",
+            "delayed",
+            "completed",
+            "failed",
+            "wake",
+            "seq",
+            "token",
+        ],
         false,
         &["prefix", "cursor", "count", "force"],
     ),
