@@ -1,8 +1,8 @@
 -- obliterate: one bounded step of deleting every key of a queue.
 --
--- KEYS[1] active (zset)  KEYS[2] meta (hash)  KEYS[3] pending (zset)
--- KEYS[4] delayed (zset)  KEYS[5] completed (zset)  KEYS[6] failed (zset)
--- KEYS[7] wake (list)  KEYS[8] seq (mint counter)  KEYS[9] token (fencing-token counter)
+-- KEYS[1] active (zset)  KEYS[2] meta (hash)
+-- KEYS[3..] the queue's other own keys (every fixed key src/keys.rs names:
+--           the state sets, wake list, counters)
 -- ARGV[1] prefix  key prefix "emq:{Q}:"
 -- ARGV[2] cursor  "0" to start, then the cursor the previous step returned
 -- ARGV[3] count   the most records fenced, or the COUNT hint of SCAN, per step

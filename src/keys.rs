@@ -61,6 +61,23 @@ impl Keys {
         })
     }
 
+    /// Every fixed key of the queue (not the job records, markers or user
+    /// keys): what obliterate deletes last, and what the hash-tag test checks.
+    pub fn own(&self) -> [&String; 10] {
+        [
+            &self.pending,
+            &self.active,
+            &self.delayed,
+            &self.completed,
+            &self.failed,
+            &self.cancelled,
+            &self.seq,
+            &self.token,
+            &self.meta,
+            &self.wake,
+        ]
+    }
+
     pub fn job(&self, id: &str) -> String {
         format!("{}job:{id}", self.base)
     }
@@ -116,18 +133,7 @@ mod tests {
     #[test]
     fn keys_carry_the_hash_tag() {
         let k = Keys::new("emq", "mail").unwrap();
-        for key in [
-            &k.pending,
-            &k.active,
-            &k.delayed,
-            &k.completed,
-            &k.failed,
-            &k.cancelled,
-            &k.seq,
-            &k.token,
-            &k.meta,
-            &k.wake,
-        ] {
+        for key in k.own() {
             assert!(key.starts_with("emq:{mail}:"), "{key}");
         }
         assert_eq!(k.job("42"), "emq:{mail}:job:42");

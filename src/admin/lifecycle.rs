@@ -240,15 +240,12 @@ impl Queue {
     async fn obliterate_step(&self, cursor: &str, count: usize, force: bool) -> Result<(String, u64)> {
         let k = self.keys();
         let mut call = SCRIPTS.obliterate.call();
-        call.key(&k.active)
-            .key(&k.meta)
-            .key(&k.pending)
-            .key(&k.delayed)
-            .key(&k.completed)
-            .key(&k.failed)
-            .key(&k.wake)
-            .key(&k.seq)
-            .key(&k.token);
+        call.key(&k.active).key(&k.meta);
+        for key in k.own() {
+            if key != &k.active && key != &k.meta {
+                call.key(key);
+            }
+        }
         call.arg(&k.base)
             .arg(cursor)
             .arg(count)

@@ -210,18 +210,8 @@ pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
     obliterate: Spec::new(
         "obliterate",
         lua!("obliterate"),
-        &[
-            "active",
-            "meta",
-            "pending",
-            "delayed",
-            "completed",
-            "failed",
-            "wake",
-            "seq",
-            "token",
-        ],
-        false,
+        &["active", "meta"],
+        true,
         &["prefix", "cursor", "count", "force"],
     ),
     list: Spec::new(
