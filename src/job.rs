@@ -444,6 +444,31 @@ pub struct Job<T> {
 }
 
 impl<T> Job<T> {
+    /// The handler's view of `lease` (claimed through `queue`), with its
+    /// decoded payload, the attempt's cancellation token and the flag a
+    /// renewal sets on a cancel request.
+    pub(crate) fn of_lease(
+        queue: &crate::queue::Queue,
+        lease: &crate::lease::Lease,
+        payload: T,
+        cancel: CancellationToken,
+        cancel_requested: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    ) -> Job<T> {
+        Job {
+            handle: queue.clone(),
+            id: lease.id.clone(),
+            queue: queue.name().to_owned(),
+            base: queue.base().clone(),
+            attempt: lease.attempt,
+            token: lease.token,
+            failures: lease.failures,
+            limits: lease.limits,
+            payload,
+            cancel,
+            cancel_requested,
+        }
+    }
+
     /// The job id.
     pub fn id(&self) -> &str {
         &self.id

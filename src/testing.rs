@@ -25,7 +25,6 @@
 //! ```
 
 use std::sync::Arc;
-use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
 use serde::de::DeserializeOwned;
@@ -158,19 +157,7 @@ impl<'q> Drain<'q> {
                     (Settle::Fail { reason: reason.clone() }, Some(reason))
                 }
                 Ok(payload) => {
-                    let job = Job {
-                        handle: q.clone(),
-                        id: lease.id.clone(),
-                        queue: q.name().to_owned(),
-                        base: q.base().clone(),
-                        attempt: lease.attempt,
-                        token: lease.token,
-                        failures: lease.failures,
-                        limits: lease.limits,
-                        payload,
-                        cancel: CancellationToken::new(),
-                        cancel_requested: Arc::new(AtomicBool::new(false)),
-                    };
+                    let job = Job::of_lease(q, &lease, payload, CancellationToken::new(), Arc::default());
                     let h = handler.clone();
                     let mut task = tokio::spawn(async move { h.call(job).await.map(|v| keepable(&v)) });
                     let ended = match lease.limits.timeout {

@@ -85,7 +85,7 @@ impl Queue {
         check_ids(ids)?;
         let mut r = self.retry_failed_call(ids).await?;
         let _ = (r.uint()?, r.uint()?, r.uint()?);
-        per_id("retry_failed", &mut r)?
+        per_id("to_pending", &mut r)?
             .into_iter()
             .map(|(id, m)| m.map(|m| (id, m)))
             .collect()
@@ -103,10 +103,16 @@ impl Queue {
     }
 
     async fn retry_failed_call(&self, ids: &[&str]) -> Result<Reply> {
+        self.to_pending_call(&self.keys().failed, "failed", ids).await
+    }
+
+    /// One `to_pending` call: `ids` (or, with none, the first [`MAX_BATCH`])
+    /// of set `from`, each in `state`, back to pending.
+    async fn to_pending_call(&self, from: &str, state: &str, ids: &[&str]) -> Result<Reply> {
         let k = self.keys();
-        let mut call = SCRIPTS.retry_failed.call();
-        call.key(&k.failed).key(&k.pending).key(&k.wake);
-        call.arg(&k.base).arg(MAX_BATCH);
+        let mut call = SCRIPTS.to_pending.call();
+        call.key(from).key(&k.pending).key(&k.wake);
+        call.arg(&k.base).arg(MAX_BATCH).arg(state);
         for id in ids {
             call.arg(*id);
         }
@@ -126,7 +132,7 @@ impl Queue {
         check_ids(ids)?;
         let mut r = self.promote_call(ids).await?;
         let _ = (r.uint()?, r.uint()?, r.uint()?);
-        per_id("promote", &mut r)?
+        per_id("to_pending", &mut r)?
             .into_iter()
             .map(|(id, m)| m.map(|m| (id, m)))
             .collect()
@@ -142,14 +148,7 @@ impl Queue {
     }
 
     async fn promote_call(&self, ids: &[&str]) -> Result<Reply> {
-        let k = self.keys();
-        let mut call = SCRIPTS.promote.call();
-        call.key(&k.delayed).key(&k.pending).key(&k.wake);
-        call.arg(&k.base).arg(MAX_BATCH);
-        for id in ids {
-            call.arg(*id);
-        }
-        call.run(&mut self.conn()).await
+        self.to_pending_call(&self.keys().delayed, "delayed", ids).await
     }
 
     /// Removes jobs that are not active (pending, delayed, completed,

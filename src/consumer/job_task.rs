@@ -244,19 +244,7 @@ where
         let requested = Arc::new(AtomicBool::new(false));
         // How long a handler asked to cancel gets to stop by itself.
         let mut cancel_by = None;
-        let job = Job {
-            handle: q.clone(),
-            id: lease.id.clone(),
-            queue: q.name().to_owned(),
-            base: q.base().clone(),
-            attempt: lease.attempt,
-            token: lease.token,
-            failures: lease.failures,
-            limits: lease.limits,
-            payload,
-            cancel: cancel.clone(),
-            cancel_requested: requested.clone(),
-        };
+        let job = Job::of_lease(q, &lease, payload, cancel.clone(), requested.clone());
         let handler_started = Instant::now();
         // `call` itself runs inside the spawned task, so a handler that
         // panics before returning its future is a panicked attempt too.

@@ -79,18 +79,17 @@ pub(crate) struct Scripts {
     pub marker_abandon: Spec,
     pub layout: Spec,
     pub pause: Spec,
-    pub retry_failed: Spec,
+    pub to_pending: Spec,
     pub remove: Spec,
     pub progress: Spec,
     pub list: Spec,
     pub obliterate: Spec,
     pub cancel: Spec,
-    pub promote: Spec,
 }
 
 #[cfg(test)]
 impl Scripts {
-    fn all(&self) -> [(&Spec, &'static str); 19] {
+    fn all(&self) -> [(&Spec, &'static str); 18] {
         [
             (&self.enqueue, include_str!("../../lua/enqueue.lua")),
             (&self.claim, include_str!("../../lua/claim.lua")),
@@ -104,13 +103,12 @@ impl Scripts {
             (&self.marker_abandon, include_str!("../../lua/marker_abandon.lua")),
             (&self.layout, include_str!("../../lua/layout.lua")),
             (&self.pause, include_str!("../../lua/pause.lua")),
-            (&self.retry_failed, include_str!("../../lua/retry_failed.lua")),
+            (&self.to_pending, include_str!("../../lua/to_pending.lua")),
             (&self.remove, include_str!("../../lua/remove.lua")),
             (&self.progress, include_str!("../../lua/progress.lua")),
             (&self.list, include_str!("../../lua/list.lua")),
             (&self.obliterate, include_str!("../../lua/obliterate.lua")),
             (&self.cancel, include_str!("../../lua/cancel.lua")),
-            (&self.promote, include_str!("../../lua/promote.lua")),
         ]
     }
 }
@@ -200,12 +198,12 @@ pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
     marker_abandon: Spec::new("marker_abandon", lua!("marker_abandon"), &["marker"], false, &["token"]),
     layout: Spec::new("layout", lua!("layout"), &["meta"], false, &["version"]),
     pause: Spec::new("pause", lua!("pause"), &["meta", "wake"], false, &["paused"]),
-    retry_failed: Spec::new(
-        "retry_failed",
-        lua!("retry_failed"),
-        &["failed", "pending", "wake"],
+    to_pending: Spec::new(
+        "to_pending",
+        lua!("to_pending"),
+        &["from", "pending", "wake"],
         false,
-        &["prefix", "limit"],
+        &["prefix", "limit", "state"],
     ),
     obliterate: Spec::new(
         "obliterate",
@@ -227,13 +225,6 @@ pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
         &["pending", "delayed", "cancelled"],
         false,
         &["prefix", "keep_failed"],
-    ),
-    promote: Spec::new(
-        "promote",
-        lua!("promote"),
-        &["delayed", "pending", "wake"],
-        false,
-        &["prefix", "limit"],
     ),
     progress: Spec::new("progress", lua!("progress"), &["job"], false, &["token", "value"]),
     remove: Spec::new(

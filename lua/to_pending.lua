@@ -1,0 +1,52 @@
+-- to_pending: moves jobs of one state back to pending by hand, each at its
+-- own score (priority, then enqueue order): failed jobs retried by an
+-- operator (their failures and stalls start again from 0 and the finish
+-- time goes; attempts, the count of claims, and the last error are kept),
+-- or delayed jobs run now ("promote"). A job that holds no score any more
+-- is left where it is.
+--
+-- KEYS[1] from (zset: failed or delayed)  KEYS[2] pending (zset)  KEYS[3] wake (list)
+-- ARGV[1] prefix  key prefix "emq:{Q}:"
+-- ARGV[2] limit   with no ids: the first `limit` jobs of `from`; else ignored
+-- ARGV[3] state   the state a job must be in: "failed" or "delayed"
+-- ARGV[4..] ids   the jobs to move
+--
+-- Returns {now, moved, left, id_1, code_1, ...} with a code per id given
+-- (OK moved; NOT_FOUND no such job; REFUSED not in `state`); `left` is how
+-- many jobs remain in `from`.
+local from_key, pending_key, wake_key = KEYS[1], KEYS[2], KEYS[3]
+local prefix, limit, state = ARGV[1], tonumber(ARGV[2]), ARGV[3]
+local now = server_now()
+local out = {now, 0, 0}
+local ids = {}
+local given = #ARGV > 3
+if given then
+  for i = 4, #ARGV do ids[#ids + 1] = ARGV[i] end
+else
+  ids = rcall('ZRANGE', from_key, 0, limit - 1)
+end
+local moved = 0
+for _, id in ipairs(ids) do
+  local jk = prefix .. 'job:' .. id
+  local job = hfields(jk, 'st', 'sc')
+  local code = CODE.OK
+  if not job or not job[1] then code = CODE.NOT_FOUND
+  elseif job[1] ~= state or not job[2] then code = CODE.REFUSED
+  else
+    rcall('ZREM', from_key, id)
+    if state == 'failed' then
+      rcall('HSET', jk, 'f', '0', 's', '0')
+      rcall('HDEL', jk, 'ft')
+    end
+    to_pending(pending_key, jk, id)
+    moved = moved + 1
+  end
+  if given then
+    out[#out + 1] = id
+    out[#out + 1] = code
+  end
+end
+if moved > 0 then wake(wake_key, moved) end
+out[2] = moved
+out[3] = rcall('ZCARD', from_key)
+return out
