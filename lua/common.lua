@@ -46,6 +46,7 @@ local CODE = {
   HELD_BY_OTHER = -4,  -- another attempt holds the effect marker
   DONE_BY_OTHER = -5,  -- another attempt finished the effect
   FOREIGN = -6,        -- the marker holds a value echomq did not write
+  STALE = -7,          -- schedule_fire: the schedule changed since it was read; nothing written
 }
 
 -- The limits of a job without an `lm` field (src/limits.rs has the same

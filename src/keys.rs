@@ -31,6 +31,10 @@ pub(crate) struct Keys {
     pub meta: String,
     /// Wake tokens for consumers blocked in BLPOP (see `consumer.rs`).
     pub wake: String,
+    /// The cron schedules (`src/schedule/`): each schedule's name, scored
+    /// by when schedulers next look at it (server ms).
+    #[cfg_attr(not(feature = "cron"), allow(dead_code))]
+    pub schedules: String,
 }
 
 impl Keys {
@@ -57,12 +61,19 @@ impl Keys {
             token: k("token"),
             meta: k("meta"),
             wake: k("wake"),
+            schedules: k("schedules"),
             base,
         })
     }
 
     pub fn job(&self, id: &str) -> String {
         format!("{}job:{id}", self.base)
+    }
+
+    /// The hash of cron schedule `name` (`src/schedule/`).
+    #[cfg_attr(not(feature = "cron"), allow(dead_code))]
+    pub fn schedule(&self, name: &str) -> String {
+        format!("{}schedule:{name}", self.base)
     }
 }
 
@@ -127,10 +138,12 @@ mod tests {
             &k.token,
             &k.meta,
             &k.wake,
+            &k.schedules,
         ] {
             assert!(key.starts_with("emq:{mail}:"), "{key}");
         }
         assert_eq!(k.job("42"), "emq:{mail}:job:42");
+        assert_eq!(k.schedule("nightly"), "emq:{mail}:schedule:nightly");
     }
 
     // Names that would break the hash tag or the key space are refused.
