@@ -226,7 +226,7 @@ impl Maintenance {
                         interval: e.interval(),
                         reap: e.next <= now,
                         sweep: (e.next <= now && e.next_sweep <= now).then(|| e.sweep.clone()),
-                        schedules: e.next_schedules <= now,
+                        schedules: (e.next_schedules <= now).then_some(e.next_schedules),
                     })
                     .collect();
                 let wake_at = st
@@ -257,17 +257,22 @@ impl Maintenance {
                     Some(cursor) => step(&queue, &cursor).await,
                     None => None,
                 };
-                let next_schedules = if schedules {
-                    Some(schedule_pass(&queue).await)
-                } else {
-                    None
+                let next_schedules = match schedules {
+                    Some(due_at) => Some((due_at, schedule_pass(&queue).await)),
+                    None => None,
                 };
                 if let Some(e) = self.lock().queues.get_mut(queue.base()) {
                     if let Some(next) = next {
                         e.next = next;
                     }
-                    if let Some(at) = next_schedules {
-                        e.next_schedules = at;
+                    if let Some((due_at, at)) = next_schedules {
+                        // A nudge during the pass (a schedule stored here
+                        // meanwhile) keeps its earlier time.
+                        e.next_schedules = if e.next_schedules == due_at {
+                            at
+                        } else {
+                            at.min(e.next_schedules)
+                        };
                     }
                     if let Some(cursor) = swept {
                         if cursor.is_done() {
@@ -291,7 +296,8 @@ struct Due {
     reap: bool,
     /// The sweep's cursor when a sweep step is due too.
     sweep: Option<SweepCursor>,
-    schedules: bool,
+    /// The schedules' look time, when a scheduling pass is due too.
+    schedules: Option<Instant>,
 }
 
 /// When a newly registered queue's schedules are first looked at: at once
