@@ -47,6 +47,7 @@ local CODE = {
   HELD_BY_OTHER = -4,  -- another attempt holds the effect marker
   DONE_BY_OTHER = -5,  -- another attempt finished the effect
   FOREIGN = -6,        -- the marker holds a value echomq did not write
+  STALE = -7,          -- schedule_fire: the schedule changed since it was read; nothing written
 }
 
 -- The limits of a job without an `lm` field (src/limits.rs has the same
@@ -89,6 +90,38 @@ local function wake(wake_key, n)
   local room = WAKE_CAP - rcall('LLEN', wake_key)
   if n > room then n = room end
   for _ = 1, n do rcall('LPUSH', wake_key, '1') end
+end
+
+-- Pending scores: (127 - priority) * 2^45 + mint number, so ZPOPMIN takes
+-- the highest priority first, then the oldest; an exact integer in a double.
+local PRIO_STEP = 35184372088832
+
+-- A new job, not stored yet (store_job does): mints its number from the
+-- counter `seq_key` (an empty `id` becomes that number: minted ids are all
+-- digits, which caller ids may not be, src/job.rs) and returns its id, its
+-- pending score and its hash fields: state delayed with a `due` time, else
+-- pending; `lm` its limits ("" for the defaults, then no field).
+local function new_job(seq_key, id, payload, priority, lm, due, now)
+  local seq = rcall('INCR', seq_key)
+  if id == '' then id = int_s(seq) end
+  local score = (127 - priority) * PRIO_STEP + seq
+  local h = {'p', payload, 'sc', score, 'ct', now, 'st', 'pending'}
+  if due then h[8] = 'delayed' end
+  if lm ~= '' then h[#h + 1] = 'lm'; h[#h + 1] = lm end
+  return id, score, h
+end
+
+-- Stores job `id` with hash fields `h` (new_job's, perhaps with more) on
+-- delayed until `due`, or on pending at `score`. Returns true when it went
+-- to pending (the caller wakes a consumer for it).
+local function store_job(prefix, pending_key, delayed_key, id, score, due, h)
+  rcall('HSET', prefix .. 'job:' .. id, unpack(h))
+  if due then
+    rcall('ZADD', delayed_key, due, id)
+    return false
+  end
+  rcall('ZADD', pending_key, score, id)
+  return true
 end
 
 -- The job's limits from its `lm` field: max_attempts, max_stalls, backoff,

@@ -31,8 +31,6 @@ local n = tonumber(ARGV[2])
 local now = server_now()
 local out = {now}
 local woken = 0
--- Scores: (127 - priority) * 2^45 + seq stays an exact integer in a double.
-local PRIO_STEP = 35184372088832
 
 -- Sets dedup marker `mk` to job `id`: for `ttl` ms, or (ttl 0) until the
 -- job finishes, which finish() and remove.lua learn from the job's `dd`
@@ -107,22 +105,10 @@ for j = 0, n - 1 do
     status = CODE.EXISTS
   end
   if status == CODE.OK then
-    local seq = rcall('INCR', seq_key)
-    -- minted ids are all digits, which caller ids may not be (src/job.rs)
-    if id == '' then id = int_s(seq) end
-    local jk = prefix .. 'job:' .. id
-    local score = (127 - priority) * PRIO_STEP + seq
-    local h = {'p', payload, 'sc', score, 'ct', now, 'st', 'pending'}
-    if due then h[8] = 'delayed' end
-    if lm ~= '' then h[#h + 1] = 'lm'; h[#h + 1] = lm end
+    local score, h
+    id, score, h = new_job(seq_key, id, payload, priority, lm, due, now)
     if mk then hold(mk, id, dedup_ttl, dedup, h) end
-    rcall('HSET', jk, unpack(h))
-    if due then
-      rcall('ZADD', delayed_key, due, id)
-    else
-      rcall('ZADD', pending_key, score, id)
-      woken = woken + 1
-    end
+    if store_job(prefix, pending_key, delayed_key, id, score, due, h) then woken = woken + 1 end
   end
   out[#out + 1] = status
   out[#out + 1] = id

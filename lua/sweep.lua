@@ -16,8 +16,8 @@
 -- its own score; delayed due now; finished at its finish time), and it is
 -- removed from any other set. A hash without a payload is deleted; one
 -- with an unknown state becomes pending; one without a valid score `sc`
--- gets a fresh one (priority 0, the next mint number, as enqueue.lua
--- computes it), since every later move back to pending ZADDs at `sc`. A
+-- gets a fresh one (priority 0, the next mint number, as new_job in
+-- common.lua computes it), since every later move back to pending ZADDs at `sc`. A
 -- non-numeric finish time `ft` counts as now. Phase 1..6 ZSCANs that set:
 -- members whose job key is missing, or is not a hash, are removed.
 --
@@ -34,8 +34,6 @@ local now = server_now()
 local sets = {pending = 1, active = 2, delayed = 3, completed = 4, failed = 5, cancelled = 6}
 local NSETS = 6
 local checked, repaired, skipped = 0, 0, 0
--- Scores: (127 - priority) * 2^45 + seq, as in enqueue.lua.
-local PRIO_STEP = 35184372088832
 
 -- True for a key that is a sorted set or absent (a command on it cannot
 -- raise WRONGTYPE).

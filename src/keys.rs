@@ -31,6 +31,10 @@ pub(crate) struct Keys {
     pub meta: String,
     /// Wake tokens for consumers blocked in BLPOP (see `consumer.rs`).
     pub wake: String,
+    /// The cron schedules (`src/schedule/`): each schedule's name, scored
+    /// by when schedulers next look at it (server ms).
+    #[cfg_attr(not(feature = "cron"), allow(dead_code))]
+    pub schedules: String,
 }
 
 impl Keys {
@@ -57,13 +61,14 @@ impl Keys {
             token: k("token"),
             meta: k("meta"),
             wake: k("wake"),
+            schedules: k("schedules"),
             base,
         })
     }
 
     /// Every fixed key of the queue (not the job records, markers or user
     /// keys): what obliterate deletes last, and what the hash-tag test checks.
-    pub fn own(&self) -> [&String; 10] {
+    pub fn own(&self) -> [&String; 11] {
         [
             &self.pending,
             &self.active,
@@ -75,11 +80,18 @@ impl Keys {
             &self.token,
             &self.meta,
             &self.wake,
+            &self.schedules,
         ]
     }
 
     pub fn job(&self, id: &str) -> String {
         format!("{}job:{id}", self.base)
+    }
+
+    /// The hash of cron schedule `name` (`src/schedule/`).
+    #[cfg_attr(not(feature = "cron"), allow(dead_code))]
+    pub fn schedule(&self, name: &str) -> String {
+        format!("{}schedule:{name}", self.base)
     }
 }
 
@@ -137,6 +149,7 @@ mod tests {
             assert!(key.starts_with("emq:{mail}:"), "{key}");
         }
         assert_eq!(k.job("42"), "emq:{mail}:job:42");
+        assert_eq!(k.schedule("nightly"), "emq:{mail}:schedule:nightly");
     }
 
     // Names that would break the hash tag or the key space are refused.

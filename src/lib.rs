@@ -15,7 +15,10 @@
 //! - [`limits`]: a job's limits (attempts, stalls, backoff), fixed at enqueue.
 //! - [`effect`]: exactly-once effects on at-least-once delivery: idempotency
 //!   keys, effect markers and atomic completion.
-//! - [`maintenance`]: the [`Reaper`] and the consistency sweep.
+//! - [`maintenance`]: the [`Reaper`], the consistency sweep, and the
+//!   maintenance task that also runs the scheduling passes.
+//! - [`schedule`] (feature `cron`, on by default): leaderless cron
+//!   schedules stored in the server, one job per tick.
 //! - [`health`]: the server self-check.
 //! - [`job`]: what a job looks like to producers, handlers and inspectors.
 //! - [`keys`]: key naming (the `{queue}` hash tag).
@@ -39,6 +42,8 @@ pub mod lease;
 pub mod limits;
 pub mod maintenance;
 pub mod queue;
+#[cfg(feature = "cron")]
+pub mod schedule;
 mod scripts;
 #[cfg(feature = "local-server")]
 pub mod server;
@@ -58,5 +63,7 @@ pub use queue::{Outcome, Queue, QueueOptions, Retention, Settle, SettleOp, Settl
 /// The redis crate, whose types the API exposes (`redis::Client` for
 /// [`Client::from_redis`], `redis::RedisError` inside [`Error::Redis`]).
 pub use redis;
+#[cfg(feature = "cron")]
+pub use schedule::{Missed, Schedule, ScheduleInfo, ScheduleStatus, Scheduler};
 /// The cancellation token a handler's job carries ([`Job::cancellation`]).
 pub use tokio_util::sync::CancellationToken;

@@ -12,6 +12,13 @@
 //! is reaped up to [`IDLE_INTERVAL`] after its deadline if that process
 //! dies (its own maintenance, while it lives, reaps on time).
 //!
+//! With the `cron` feature the same task runs the scheduling passes of each
+//! queue's cron schedules ([`crate::schedule`]): when a schedule's next
+//! tick comes on the server's clock, and at least every
+//! [`LOOK_INTERVAL`](crate::schedule::LOOK_INTERVAL) (so a schedule stored
+//! by another process is picked up within it). A pass makes jobs; it never
+//! runs a handler.
+//!
 //! The same task runs the consistency sweep of each queue ([`sweep`]): one
 //! bounded step (about [`SWEEP_STEP`] keys) after one of its reaps, at most
 //! every [`SWEEP_PACE`], starting [`SWEEP_INTERVAL`] after a queue is first
@@ -74,6 +81,9 @@ struct Entry {
     /// The sweep in progress, and when the next one starts.
     sweep: SweepCursor,
     next_sweep: Instant,
+    /// When the queue's schedules are next looked at (never without the
+    /// `cron` feature).
+    next_schedules: Instant,
 }
 
 impl Entry {
@@ -136,6 +146,7 @@ impl Maintenance {
                 next: Instant::now(),
                 sweep: SweepCursor::default(),
                 next_sweep: Instant::now() + SWEEP_INTERVAL,
+                next_schedules: schedules_from_now(),
             });
             e.intervals.push(interval);
             e.next = Instant::now();
@@ -183,6 +194,18 @@ impl Maintenance {
         }
     }
 
+    /// A schedule of the queue was stored or changed in this process: look
+    /// at its schedules now.
+    #[cfg(feature = "cron")]
+    pub(crate) fn nudge_schedules(&self, base: &str) {
+        let mut st = self.lock();
+        if let Some(e) = st.queues.get_mut(base) {
+            e.next_schedules = Instant::now();
+            drop(st);
+            self.changed.notify_one();
+        }
+    }
+
     /// The task: reaps each queue when due, until no queue is registered.
     async fn run(self: Arc<Self>, _running: Running) {
         loop {
@@ -194,19 +217,24 @@ impl Maintenance {
                     return;
                 }
                 let now = Instant::now();
-                let due: Vec<(Queue, Duration, Option<SweepCursor>)> = st
+                let due: Vec<Due> = st
                     .queues
                     .values()
-                    .filter(|e| e.next <= now)
-                    .map(|e| {
-                        (
-                            e.queue.clone(),
-                            e.interval(),
-                            (e.next_sweep <= now).then(|| e.sweep.clone()),
-                        )
+                    .filter(|e| e.next <= now || e.next_schedules <= now)
+                    .map(|e| Due {
+                        queue: e.queue.clone(),
+                        interval: e.interval(),
+                        reap: e.next <= now,
+                        sweep: (e.next <= now && e.next_sweep <= now).then(|| e.sweep.clone()),
+                        schedules: (e.next_schedules <= now).then_some(e.next_schedules),
                     })
                     .collect();
-                let wake_at = st.queues.values().map(|e| e.next).min().unwrap_or(now + IDLE_INTERVAL);
+                let wake_at = st
+                    .queues
+                    .values()
+                    .map(|e| e.next.min(e.next_schedules))
+                    .min()
+                    .unwrap_or(now + IDLE_INTERVAL);
                 (due, wake_at)
             };
             if due.is_empty() {
@@ -216,14 +244,36 @@ impl Maintenance {
                 }
                 continue;
             }
-            for (queue, interval, sweep) in due {
-                let next = pass(&queue, interval).await;
+            for Due {
+                queue,
+                interval,
+                reap,
+                sweep,
+                schedules,
+            } in due
+            {
+                let next = if reap { Some(pass(&queue, interval).await) } else { None };
                 let swept = match sweep {
                     Some(cursor) => step(&queue, &cursor).await,
                     None => None,
                 };
+                let next_schedules = match schedules {
+                    Some(due_at) => Some((due_at, schedule_pass(&queue).await)),
+                    None => None,
+                };
                 if let Some(e) = self.lock().queues.get_mut(queue.base()) {
-                    e.next = next;
+                    if let Some(next) = next {
+                        e.next = next;
+                    }
+                    if let Some((due_at, at)) = next_schedules {
+                        // A nudge during the pass (a schedule stored here
+                        // meanwhile) keeps its earlier time.
+                        e.next_schedules = if e.next_schedules == due_at {
+                            at
+                        } else {
+                            at.min(e.next_schedules)
+                        };
+                    }
                     if let Some(cursor) = swept {
                         if cursor.is_done() {
                             e.sweep = SweepCursor::default();
@@ -237,6 +287,38 @@ impl Maintenance {
             }
         }
     }
+}
+
+/// A queue due for upkeep, and which kinds.
+struct Due {
+    queue: Queue,
+    interval: Duration,
+    reap: bool,
+    /// The sweep's cursor when a sweep step is due too.
+    sweep: Option<SweepCursor>,
+    /// The schedules' look time, when a scheduling pass is due too.
+    schedules: Option<Instant>,
+}
+
+/// When a newly registered queue's schedules are first looked at: at once
+/// (never without the `cron` feature).
+fn schedules_from_now() -> Instant {
+    if cfg!(feature = "cron") {
+        Instant::now()
+    } else {
+        crate::settings::later(Instant::now(), Duration::MAX)
+    }
+}
+
+/// One scheduling pass over `queue`'s schedules; returns when the next is due.
+#[cfg(feature = "cron")]
+async fn schedule_pass(queue: &Queue) -> Instant {
+    crate::schedule::maintain(queue).await
+}
+
+#[cfg(not(feature = "cron"))]
+async fn schedule_pass(_queue: &Queue) -> Instant {
+    schedules_from_now()
 }
 
 /// One sweep step of `queue` from `cursor`: about [`SWEEP_STEP`] keys,

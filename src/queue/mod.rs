@@ -226,7 +226,7 @@ impl Queue {
         &self.inner.base
     }
 
-    fn encode<T: Serialize + ?Sized>(&self, payload: &T) -> Result<Vec<u8>> {
+    pub(crate) fn encode<T: Serialize + ?Sized>(&self, payload: &T) -> Result<Vec<u8>> {
         let bytes = serde_json::to_vec(payload).map_err(Error::Encode)?;
         let limit = self.inner.opts.max_payload_bytes;
         if bytes.len() > limit {

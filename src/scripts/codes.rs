@@ -43,6 +43,8 @@ pub(crate) enum Code {
     DoneByOther,
     /// The marker holds a value echomq did not write (-6).
     Foreign,
+    /// A schedule changed since the scheduler read it: nothing written (-7).
+    Stale,
 }
 
 /// Every code with its name in `lua/common.lua`'s `CODE` table.
@@ -65,6 +67,7 @@ pub(crate) const CODES: &[(&str, i64, Code)] = &[
     ("HELD_BY_OTHER", -4, Code::HeldByOther),
     ("DONE_BY_OTHER", -5, Code::DoneByOther),
     ("FOREIGN", -6, Code::Foreign),
+    ("STALE", -7, Code::Stale),
 ];
 
 impl Code {

@@ -85,12 +85,21 @@ pub(crate) struct Scripts {
     pub list: Spec,
     pub obliterate: Spec,
     pub cancel: Spec,
+    #[cfg(feature = "cron")]
+    pub schedule_upsert: Spec,
+    #[cfg(feature = "cron")]
+    pub schedule_remove: Spec,
+    #[cfg(feature = "cron")]
+    pub schedule_due: Spec,
+    #[cfg(feature = "cron")]
+    pub schedule_fire: Spec,
 }
 
 #[cfg(test)]
 impl Scripts {
-    fn all(&self) -> [(&Spec, &'static str); 18] {
-        [
+    fn all(&self) -> Vec<(&Spec, &'static str)> {
+        #[allow(unused_mut)]
+        let mut all = vec![
             (&self.enqueue, include_str!("../../lua/enqueue.lua")),
             (&self.claim, include_str!("../../lua/claim.lua")),
             (&self.settle, include_str!("../../lua/settle.lua")),
@@ -109,7 +118,15 @@ impl Scripts {
             (&self.list, include_str!("../../lua/list.lua")),
             (&self.obliterate, include_str!("../../lua/obliterate.lua")),
             (&self.cancel, include_str!("../../lua/cancel.lua")),
-        ]
+        ];
+        #[cfg(feature = "cron")]
+        all.extend([
+            (&self.schedule_upsert, include_str!("../../lua/schedule_upsert.lua")),
+            (&self.schedule_remove, include_str!("../../lua/schedule_remove.lua")),
+            (&self.schedule_due, include_str!("../../lua/schedule_due.lua")),
+            (&self.schedule_fire, include_str!("../../lua/schedule_fire.lua")),
+        ]);
+        all
     }
 }
 
@@ -233,6 +250,38 @@ pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
         &["pending", "delayed", "completed", "failed", "cancelled"],
         false,
         &["prefix", "limit"],
+    ),
+    #[cfg(feature = "cron")]
+    schedule_upsert: Spec::new(
+        "schedule_upsert",
+        lua!("schedule_upsert"),
+        &["schedules", "schedule"],
+        false,
+        &["name", "cron", "tz", "payload", "priority", "limits", "missed", "grace"],
+    ),
+    #[cfg(feature = "cron")]
+    schedule_remove: Spec::new(
+        "schedule_remove",
+        lua!("schedule_remove"),
+        &["schedules", "schedule"],
+        false,
+        &["name"],
+    ),
+    #[cfg(feature = "cron")]
+    schedule_due: Spec::new(
+        "schedule_due",
+        lua!("schedule_due"),
+        &["schedules"],
+        false,
+        &["prefix", "limit"],
+    ),
+    #[cfg(feature = "cron")]
+    schedule_fire: Spec::new(
+        "schedule_fire",
+        lua!("schedule_fire"),
+        &["schedules", "schedule", "seq", "pending", "wake"],
+        false,
+        &["prefix", "name", "cron", "tz", "next"],
     ),
 });
 
