@@ -31,6 +31,15 @@ pub(crate) struct Keys {
     pub meta: String,
     /// Wake tokens for consumers blocked in BLPOP (see `consumer.rs`).
     pub wake: String,
+    /// Lanes: the ring of lanes with pending or active jobs (see
+    /// `lua/common.lua`, "Lanes"; a lane's pending jobs are in [`Keys::lane`]).
+    pub lane_ring: String,
+    /// Lanes: one `LANE\0ID` member per active laned job (its slot).
+    pub lane_held: String,
+    /// Lanes: caps per lane; field `""` the queue-wide default.
+    pub lane_caps: String,
+    /// Lanes: weights per lane; field `""` the queue-wide default.
+    pub lane_weights: String,
 }
 
 impl Keys {
@@ -57,12 +66,21 @@ impl Keys {
             token: k("token"),
             meta: k("meta"),
             wake: k("wake"),
+            lane_ring: k("lanes:ring"),
+            lane_held: k("lanes:active"),
+            lane_caps: k("lanes:cap"),
+            lane_weights: k("lanes:weight"),
             base,
         })
     }
 
     pub fn job(&self, id: &str) -> String {
         format!("{}job:{id}", self.base)
+    }
+
+    /// The pending jobs of lane `lane` (a zset scored as `pending`).
+    pub fn lane(&self, lane: &str) -> String {
+        format!("{}lane:{lane}", self.base)
     }
 }
 
@@ -127,10 +145,15 @@ mod tests {
             &k.token,
             &k.meta,
             &k.wake,
+            &k.lane_ring,
+            &k.lane_held,
+            &k.lane_caps,
+            &k.lane_weights,
         ] {
             assert!(key.starts_with("emq:{mail}:"), "{key}");
         }
         assert_eq!(k.job("42"), "emq:{mail}:job:42");
+        assert_eq!(k.lane("acme"), "emq:{mail}:lane:acme");
     }
 
     // Names that would break the hash tag or the key space are refused.

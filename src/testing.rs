@@ -168,6 +168,7 @@ impl<'q> Drain<'q> {
                         failures: lease.failures,
                         limits: lease.limits,
                         payload,
+                        lane: lease.lane.clone(),
                         cancel: CancellationToken::new(),
                         cancel_requested: Arc::new(AtomicBool::new(false)),
                     };

@@ -86,11 +86,13 @@ pub(crate) struct Scripts {
     pub obliterate: Spec,
     pub cancel: Spec,
     pub promote: Spec,
+    pub lane_config: Spec,
+    pub lanes: Spec,
 }
 
 #[cfg(test)]
 impl Scripts {
-    fn all(&self) -> [(&Spec, &'static str); 19] {
+    fn all(&self) -> [(&Spec, &'static str); 21] {
         [
             (&self.enqueue, include_str!("../../lua/enqueue.lua")),
             (&self.claim, include_str!("../../lua/claim.lua")),
@@ -111,6 +113,8 @@ impl Scripts {
             (&self.obliterate, include_str!("../../lua/obliterate.lua")),
             (&self.cancel, include_str!("../../lua/cancel.lua")),
             (&self.promote, include_str!("../../lua/promote.lua")),
+            (&self.lane_config, include_str!("../../lua/lane_config.lua")),
+            (&self.lanes, include_str!("../../lua/lanes.lua")),
         ]
     }
 }
@@ -236,6 +240,20 @@ pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
         &["prefix", "limit"],
     ),
     progress: Spec::new("progress", lua!("progress"), &["job"], false, &["token", "value"]),
+    lane_config: Spec::new(
+        "lane_config",
+        lua!("lane_config"),
+        &["ring", "setting"],
+        false,
+        &["prefix", "lane", "value", "cursor", "count"],
+    ),
+    lanes: Spec::new(
+        "lanes",
+        lua!("lanes"),
+        &["ring", "held", "caps", "weights"],
+        false,
+        &["prefix", "cursor", "count"],
+    ),
     remove: Spec::new(
         "remove",
         lua!("remove"),

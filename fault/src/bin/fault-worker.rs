@@ -199,6 +199,7 @@ impl Worker {
                 attempt,
                 deadline_ms,
                 server_ms,
+                ..
             } => Ev::Claimed {
                 id: id.into(),
                 token,
