@@ -383,12 +383,24 @@ end
 -- slack with ready lanes left (claim_jobs then leaves a wake token).
 local function claim_turns(k, prefix, limit, picked)
   local ring, turn_key = prefix .. 'lanes:ring', prefix .. 'lanes:turn'
-  local t = rcall('HMGET', turn_key, 'lane', 'used')
-  local head, used = t[1], tonumber(t[2]) or 0
-  if not rcall('ZSCORE', ring, '') and unlaned_waiting(k.pending) then
-    rcall('ZADD', ring, next_turn(prefix), '')
+  -- The turn counter is kept here and written once at the end (nothing
+  -- else hands out turns while this runs).
+  local t = rcall('HMGET', turn_key, 'lane', 'used', 'seq')
+  local head, used, seq = t[1], tonumber(t[2]) or 0, tonumber(t[3]) or 0
+  local seq0 = seq
+  local function turn()
+    seq = seq + 1
+    return seq
+  end
+  local unlaned = false -- whether this claim gave the unlaned jobs a turn
+  if unlaned_waiting(k.pending) and not rcall('ZSCORE', ring, '') then
+    rcall('ZADD', ring, turn(), '')
+    unlaned = true
   end
   local looks, cut = limit + LANE_SLACK, false
+  -- Whether another lane was seen ready; looked up again once a lane has
+  -- left the ready part of the ring.
+  local crowded = false
   while #picked < limit do
     if looks == 0 then
       cut = true
@@ -407,27 +419,28 @@ local function claim_turns(k, prefix, limit, picked)
     local w = lane_weight(prefix, lane)
     if used >= w then used = 0 end
     local want = math.min(w - used, limit - #picked)
-    if want < limit - #picked then
+    if want < limit - #picked and not crowded then
       -- No other lane ready: nobody to take turns with, so take the rest.
       local nxt = rcall('ZRANGE', ring, 0, 0, 'WITHSCORES')
-      if not nxt[2] or tonumber(nxt[2]) >= LANE_BLOCKED then want = limit - #picked end
+      if not nxt[2] or tonumber(nxt[2]) >= LANE_BLOCKED then want = limit - #picked else crowded = true end
     end
     local place -- the lane's ring score after this turn; nil: out of the ring
     if lane == '' then
+      unlaned = true
       local got, more = take_unlaned(k.pending, want, picked)
       used = used + got
       if more then
-        if used >= w then place, used = next_turn(prefix), 0 else place = score end
+        if used >= w then place, used = turn(), 0 else place = score end
       end
     else
       local active, cap = lane_active(prefix, lane), lane_cap(prefix, lane)
       if cap and want > cap - active then want = cap - active end
+      local lk = lane_key(prefix, lane)
       if want <= 0 then
         -- no free slot (its cap or the default was lowered): blocked
-        lane_settle(prefix, lane)
+        if rcall('ZCARD', lk) > 0 then place = LANE_BLOCKED elseif active > 0 then place = LANE_IDLE end
         used = 0
       else
-        local lk = lane_key(prefix, lane)
         local popped = rcall('ZPOPMIN', lk, want)
         local gone, held = {}, {}
         for i = 1, #popped, 2 do
@@ -454,17 +467,22 @@ local function claim_turns(k, prefix, limit, picked)
         elseif cap and active >= cap then
           place, used = LANE_BLOCKED, 0
         elseif used >= w then
-          place, used = next_turn(prefix), 0
+          place, used = turn(), 0
         else
           place = score
         end
       end
     end
     if place then rcall('ZADD', ring, place, lane) end
+    if not place or place >= LANE_BLOCKED then crowded = false end
   end
-  if head then rcall('HSET', turn_key, 'lane', head, 'used', used) end
+  if head then
+    rcall('HSET', turn_key, 'lane', head, 'used', used, 'seq', seq)
+  elseif seq ~= seq0 then
+    rcall('HSET', turn_key, 'seq', seq)
+  end
   -- The unlaned jobs need no turn of their own once no lane is left.
-  if rcall('ZCARD', ring) == 1 and rcall('ZSCORE', ring, '') then rcall('DEL', ring) end
+  if unlaned and rcall('ZCARD', ring) == 1 and rcall('ZSCORE', ring, '') then rcall('DEL', ring) end
   return cut
 end
 
