@@ -656,3 +656,31 @@ async fn unlaned_queues_have_no_lane_keys() {
         .collect();
     assert!(keys.iter().all(|k| !k.contains(":lane")), "{keys:?}");
 }
+
+// Lane names with key separators, glob and range characters, spaces and non-ASCII, and names that are prefixes of each other, keep their own jobs and slots.
+#[tokio::test]
+async fn odd_lane_names_keep_apart() {
+    let (_s, q) = setup("names").await;
+    let names = ["a", "a:b", "a b", "ab", "x*y", "[z", "(w", "ünï cødé", "lanes:ring"];
+    for n in names {
+        q.set_lane_cap(n, Some(1)).await.unwrap();
+        fill(&q, n, 2).await;
+    }
+    let got = q.claim(100, LEASE).await.unwrap();
+    let mut seen: Vec<String> = lanes_of(&got);
+    seen.sort();
+    let mut want: Vec<String> = names.iter().map(|s| s.to_string()).collect();
+    want.sort();
+    assert_eq!(seen, want, "one job of each lane (caps of 1)");
+    for n in names {
+        let l = q.lane(n).await.unwrap();
+        assert_eq!((l.pending, l.active, l.state), (1, 1, LaneState::Blocked), "{n}");
+    }
+    for l in &got {
+        q.complete(l).await.unwrap();
+    }
+    for n in names {
+        assert_eq!(q.lane(n).await.unwrap().state, LaneState::Ready, "{n}");
+    }
+    assert_eq!(q.sweep(100).await.unwrap().repaired, 0);
+}
