@@ -486,13 +486,40 @@ local function claim_turns(k, prefix, limit, picked)
   return cut
 end
 
+-- Leases job `id` (its record's fields `job`: p, f, a, lm) with fencing
+-- token `token` until `deadline_s`: attempts += 1, state active, holder.
+-- Appends its reply fields to `out` (lane "" for none) and its deadline
+-- and id to `zargs` (the active set's ZADD). A pending id without a record
+-- (evicted, a torn write, a foreign key) is dropped.
+local function lease_job(jk, id, job, token, now, deadline_s, holder, lane, zargs, out)
+  if not job or not job[1] then return end
+  local attempt = int_s((tonumber(job[3]) or 0) + 1)
+  local token_s = int_s(token)
+  -- one write for the attempt, the token and the state (the script is atomic)
+  if attempt == '1' then
+    rcall('HSET', jk, 'a', attempt, 'tk', token_s, 'st', 'active', 'hd', holder, 'fs', int_s(now))
+  else
+    rcall('HSET', jk, 'a', attempt, 'tk', token_s, 'st', 'active', 'hd', holder)
+  end
+  zargs[#zargs + 1] = deadline_s
+  zargs[#zargs + 1] = id
+  out[#out + 1] = id
+  out[#out + 1] = token_s
+  out[#out + 1] = attempt
+  out[#out + 1] = job[2] or '0'
+  out[#out + 1] = job[4] or ''
+  out[#out + 1] = job[1]
+  out[#out + 1] = lane
+end
+
 -- Leases up to `limit` pending jobs until now + lease, after promoting up
 -- to `limit` due delayed jobs when `promote` is set (a plain claim does;
 -- the settle path, hot under load, leaves promotion to the reaper and to
 -- plain claims). Leases nothing while the queue is paused (pause.lua).
--- Without lanes in use it pops `pending` in order; with lanes, lanes take
--- turns (claim_turns). `k` holds pending, active, delayed, wake, token,
--- meta; `holder` names the claiming consumer (stored as `hd`).
+-- Without lanes in use it pops `pending` in order, as it did before lanes
+-- existed (one EXISTS more); with lanes, lanes take turns (claim_turns).
+-- `k` holds pending, active, delayed, wake, token, meta; `holder` names
+-- the claiming consumer (stored as `hd`).
 -- Appends {deadline, id_1, token_1, attempt_1, failures_1, limits_1,
 -- payload_1, lane_1, ...} to `out` (lane "" for none).
 local function claim_jobs(k, prefix, now, lease, limit, promote, holder, out)
@@ -505,57 +532,51 @@ local function claim_jobs(k, prefix, now, lease, limit, promote, holder, out)
     return
   end
   if promote then promote_due(k.delayed, k.pending, k.wake, prefix, now, limit) end
-  local picked = {}
-  if rcall('EXISTS', prefix .. 'lanes:ring') == 0 then
-    local popped = rcall('ZPOPMIN', k.pending, limit)
-    local back = {}
-    for i = 1, #popped, 2 do
-      if tonumber(popped[i + 1]) >= LANED then
-        -- a laned job while no lane is in the ring (a torn write): it
-        -- waits for its lane, which the sweep puts back
-        back[#back + 1] = popped[i + 1]
-        back[#back + 1] = popped[i]
-      else
-        picked[#picked + 1] = {id = popped[i]}
-      end
-    end
-    if #back > 0 then rcall('ZADD', k.pending, unpack(back)) end
-    -- Nothing left to hand out: clear stale wake tokens so idle consumers sleep.
-    if #popped / 2 < limit then rcall('DEL', k.wake) end
-  elseif claim_turns(k, prefix, limit, picked) then
-    wake(k.wake, 1)
-  elseif #picked < limit then
-    rcall('DEL', k.wake)
-  end
-  local n = #picked
-  if n == 0 then return end
-  local token = mint_tokens(k.token, now, n) - n
   local deadline_s = int_s(deadline)
   local zargs = {}
-  for _, pick in ipairs(picked) do
-    local id = pick.id
-    local jk = prefix .. 'job:' .. id
-    local job = pick.job or hfields(jk, 'p', 'f', 'a', 'lm')
-    token = token + 1
-    -- a pending id without a hash (evicted, a torn write, a foreign key) is dropped
-    if job and job[1] then
-      local attempt = int_s((tonumber(job[3]) or 0) + 1)
-      local token_s = int_s(token)
-      -- one write for the attempt, the token and the state (the script is atomic)
-      if attempt == '1' then
-        rcall('HSET', jk, 'a', attempt, 'tk', token_s, 'st', 'active', 'hd', holder, 'fs', int_s(now))
-      else
-        rcall('HSET', jk, 'a', attempt, 'tk', token_s, 'st', 'active', 'hd', holder)
+  if rcall('EXISTS', prefix .. 'lanes:ring') == 0 then
+    local popped = rcall('ZPOPMIN', k.pending, limit)
+    -- Nothing left to hand out: clear stale wake tokens so idle consumers sleep.
+    if #popped / 2 < limit then rcall('DEL', k.wake) end
+    if #popped > 0 and tonumber(popped[#popped]) >= LANED then
+      -- Laned jobs while no lane is in the ring (a torn write): they wait
+      -- for their lane, which the sweep puts back. (Scores come in order,
+      -- so one look at the last tells.)
+      local keep, back = {}, {}
+      for i = 1, #popped, 2 do
+        local into = keep
+        if tonumber(popped[i + 1]) >= LANED then into = back end
+        into[#into + 1] = popped[i]
+        into[#into + 1] = popped[i + 1]
       end
-      zargs[#zargs + 1] = deadline_s
-      zargs[#zargs + 1] = id
-      out[#out + 1] = id
-      out[#out + 1] = token_s
-      out[#out + 1] = attempt
-      out[#out + 1] = job[2] or '0'
-      out[#out + 1] = job[4] or ''
-      out[#out + 1] = job[1]
-      out[#out + 1] = pick.lane or ''
+      for i = 1, #back, 2 do back[i], back[i + 1] = back[i + 1], back[i] end
+      rcall('ZADD', k.pending, unpack(back))
+      popped = keep
+    end
+    local n = #popped / 2
+    if n == 0 then return end
+    local token = mint_tokens(k.token, now, n) - n
+    for i = 1, #popped, 2 do
+      local id = popped[i]
+      local jk = prefix .. 'job:' .. id
+      token = token + 1
+      lease_job(jk, id, hfields(jk, 'p', 'f', 'a', 'lm'), token, now, deadline_s, holder, '', zargs, out)
+    end
+  else
+    local picked = {}
+    if claim_turns(k, prefix, limit, picked) then
+      wake(k.wake, 1)
+    elseif #picked < limit then
+      rcall('DEL', k.wake)
+    end
+    local n = #picked
+    if n == 0 then return end
+    local token = mint_tokens(k.token, now, n) - n
+    for _, pick in ipairs(picked) do
+      local jk = prefix .. 'job:' .. pick.id
+      token = token + 1
+      lease_job(jk, pick.id, pick.job or hfields(jk, 'p', 'f', 'a', 'lm'), token, now, deadline_s, holder,
+        pick.lane or '', zargs, out)
     end
   end
   if #zargs > 0 then rcall('ZADD', k.active, unpack(zargs)) end

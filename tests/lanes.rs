@@ -684,3 +684,29 @@ async fn odd_lane_names_keep_apart() {
     }
     assert_eq!(q.sweep(100).await.unwrap().repaired, 0);
 }
+
+// A torn write that lost the whole ring leaves laned jobs in pending: unlaned claims skip them (never leasing a job around its lane), and the sweep puts their lane back.
+#[tokio::test]
+async fn a_lost_ring_is_skipped_then_repaired() {
+    let (s, q) = setup("lostring").await;
+    q.set_lane_cap("a", Some(1)).await.unwrap();
+    let a = fill(&q, "a", 2).await;
+    let plain = q.enqueue(&"plain").await.unwrap();
+    let mut c = raw(&s).await;
+    let _: () = redis::cmd("DEL")
+        .arg(format!("emq:{{{}}}:lanes:ring", q.name()))
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    let got = q.claim(10, LEASE).await.unwrap();
+    assert_eq!(got.iter().map(|l| l.id().to_owned()).collect::<Vec<_>>(), vec![plain]);
+    assert_eq!(q.counts().await.unwrap().pending, 2, "the laned jobs stay pending");
+    assert!(q.claim(10, LEASE).await.unwrap().is_empty());
+    assert!(q.sweep(100).await.unwrap().repaired >= 1);
+    let got = q.claim(10, LEASE).await.unwrap();
+    assert_eq!(
+        got.iter().map(|l| l.id().to_owned()).collect::<Vec<_>>(),
+        vec![a[0].clone()],
+        "cap 1 holds"
+    );
+}
