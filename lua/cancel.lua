@@ -22,12 +22,12 @@ local waiting = {pending = pending_key, delayed = delayed_key}
 for i = 3, #ARGV do
   local id = ARGV[i]
   local jk = prefix .. 'job:' .. id
-  local job = hfields(jk, 'st', 'dd', 'cx')
+  local job = hfields(jk, 'st', 'dd', 'cx', 'ln')
   local code, st = CODE.NOT_FOUND, ''
   if job and job[1] then
     st = job[1]
     if waiting[st] then
-      rcall('ZREM', waiting[st], id)
+      if st == 'pending' then from_pending(pending_key, id, job[4]) else rcall('ZREM', waiting[st], id) end
       finish(moves, prefix, jk, id, 'cancelled', now, keep, job[2], {'err', 'cancelled'})
       code, st = CODE.CANCELLED, 'cancelled'
     elseif st == 'active' then

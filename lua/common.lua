@@ -21,6 +21,7 @@
 --   hd  holder: the consumer that made the latest claim
 --   cx  cancel requested (server ms): the job ends cancelled unless its
 --       running attempt completes it (cancel.lua)
+--   ln  lane (absent: none), fixed at enqueue (see "Lanes" below)
 local rcall = redis.call
 local WAKE_CAP = 64
 local LO_KEEP = 8
@@ -95,34 +96,6 @@ end
 -- Pending scores: (127 - priority) * 2^45 + mint number, so ZPOPMIN takes
 -- the highest priority first, then the oldest; an exact integer in a double.
 local PRIO_STEP = 35184372088832
-
--- A new job, not stored yet (store_job does): mints its number from the
--- counter `seq_key` (an empty `id` becomes that number: minted ids are all
--- digits, which caller ids may not be, src/job.rs) and returns its id, its
--- pending score and its hash fields: state delayed with a `due` time, else
--- pending; `lm` its limits ("" for the defaults, then no field).
-local function new_job(seq_key, id, payload, priority, lm, due, now)
-  local seq = rcall('INCR', seq_key)
-  if id == '' then id = int_s(seq) end
-  local score = (127 - priority) * PRIO_STEP + seq
-  local h = {'p', payload, 'sc', score, 'ct', now, 'st', 'pending'}
-  if due then h[8] = 'delayed' end
-  if lm ~= '' then h[#h + 1] = 'lm'; h[#h + 1] = lm end
-  return id, score, h
-end
-
--- Stores job `id` with hash fields `h` (new_job's, perhaps with more) on
--- delayed until `due`, or on pending at `score`. Returns true when it went
--- to pending (the caller wakes a consumer for it).
-local function store_job(prefix, pending_key, delayed_key, id, score, due, h)
-  rcall('HSET', prefix .. 'job:' .. id, unpack(h))
-  if due then
-    rcall('ZADD', delayed_key, due, id)
-    return false
-  end
-  rcall('ZADD', pending_key, score, id)
-  return true
-end
 
 -- The job's limits from its `lm` field: max_attempts, max_stalls, backoff,
 -- and the backoff's jitter in thousandths (0: none).
@@ -206,14 +179,176 @@ local function backoff_ms(bo, failures, jitter, tk)
   return d
 end
 
+-- Lanes (README "Lanes"). A laned job waits in its lane's zset
+-- PREFIX:{Q}:lane:LANE, scored by its own `sc` (so priority, then mint
+-- order, hold within the lane), and also in `pending` at score LANED, above
+-- every `sc`: so `pending` still counts and lists every pending job, while
+-- the unlaned turns (which ZPOPMIN `pending`) never take a laned one. The
+-- queue's lane keys are built from its prefix, as job keys are (same slot):
+--   lanes:ring    zset, every lane with pending or active jobs: a ready
+--                 lane (pending jobs and a free slot) is scored by its turn
+--                 number (ZPOPMIN gives the next), one without a free slot
+--                 LANE_BLOCKED, one with active jobs only LANE_IDLE. The
+--                 member "" (never a lane name) stands for the unlaned jobs
+--                 while lanes are in use (claim_turns).
+--   lanes:active  zset of "LANE\0ID" (all score 0), one per active laned job:
+--                 a lane's active count is a ZLEXCOUNT, and giving its slot
+--                 back is a ZREM that succeeds once (lane names and ids hold
+--                 no control characters, so the ranges never overlap)
+--   lanes:cap, lanes:weight  hashes lane -> cap / weight; field "" holds
+--                 the queue-wide default (lane names are never empty)
+--   lanes:turn    hash: `seq` the last turn number handed out; `lane` and
+--                 `used` the lane whose turn a claim's limit cut short and
+--                 the jobs it took in that turn
+-- A queue that has never had a laned job has none of these keys, and
+-- claim_jobs takes the unlaned path after one EXISTS.
+local LANED = 9007199254740992       -- 2^53: a laned job's score in `pending`
+local LANE_BLOCKED = 1125899906842624 -- 2^50: ring score of a lane at its cap
+local LANE_IDLE = 2251799813685248    -- 2^51: ring score of a lane with no pending jobs
+-- Lanes a claim may look at beyond its limit (lanes found without a free
+-- slot after a cap was lowered), so a claim's work stays bounded.
+local LANE_SLACK = 16
+
+local function lane_key(prefix, lane)
+  return prefix .. 'lane:' .. lane
+end
+
+-- The member of lanes:active holding a slot of `lane` for job `id`.
+local function held_member(lane, id)
+  return lane .. '\0' .. id
+end
+
+-- Active jobs of `lane`.
+local function lane_active(prefix, lane)
+  return rcall('ZLEXCOUNT', prefix .. 'lanes:active', '[' .. lane .. '\0', '(' .. lane .. '\1')
+end
+
+-- The cap of `lane`, its own or the queue's default; nil for none.
+local function lane_cap(prefix, lane)
+  local c = rcall('HMGET', prefix .. 'lanes:cap', lane, '')
+  return tonumber(c[1] or c[2])
+end
+
+-- The weight of `lane` (jobs per turn), its own or the queue's default
+-- (1 unless set); "" is the unlaned jobs, which take the default.
+local function lane_weight(prefix, lane)
+  local w = rcall('HMGET', prefix .. 'lanes:weight', lane, '')
+  return tonumber(w[1] or w[2]) or 1
+end
+
+-- A new turn number: the back of the ring.
+local function next_turn(prefix)
+  return rcall('HINCRBY', prefix .. 'lanes:turn', 'seq', 1)
+end
+
+-- Puts `lane` where its counts say: out of the ring when it has neither
+-- pending nor active jobs, LANE_IDLE with active jobs only, LANE_BLOCKED
+-- with pending jobs and no free slot, else ready (a lane already ready
+-- keeps its turn; one that becomes ready goes to the back and wakes a
+-- consumer). The one place that decides a lane's place. Returns true when
+-- it moved the lane.
+local function lane_settle(prefix, lane)
+  local ring = prefix .. 'lanes:ring'
+  local score = rcall('ZSCORE', ring, lane)
+  score = tonumber(score)
+  local pending = rcall('ZCARD', lane_key(prefix, lane))
+  local active = lane_active(prefix, lane)
+  local want
+  if pending == 0 then
+    if active > 0 then want = LANE_IDLE end
+  else
+    local cap = lane_cap(prefix, lane)
+    if cap and active >= cap then
+      want = LANE_BLOCKED
+    elseif score and score < LANE_BLOCKED then
+      return false
+    else
+      want = next_turn(prefix)
+    end
+  end
+  if want == score then return false end
+  if want then
+    rcall('ZADD', ring, want, lane)
+    if want < LANE_BLOCKED then wake(prefix .. 'wake', 1) end
+  else
+    rcall('ZREM', ring, lane)
+  end
+  return true
+end
+
+-- Puts laned job `id` (pending score `sc`) on its lane and on `pending`.
+-- A lane that had no pending jobs takes its place in the ring.
+local function lane_push(prefix, pending_key, lane, sc, id)
+  rcall('ZADD', lane_key(prefix, lane), sc, id)
+  rcall('ZADD', pending_key, LANED, id)
+  local s = tonumber(rcall('ZSCORE', prefix .. 'lanes:ring', lane))
+  if not s or s >= LANE_IDLE then lane_settle(prefix, lane) end
+end
+
 -- Puts job `id` on pending at its own score (so a returned job keeps its
--- place: priority first, then mint order). A job whose hash is gone is
--- skipped (returns false): there is nothing left to run.
+-- place: priority first, then mint order), on its lane when it has one. A
+-- job whose hash is gone is skipped (returns false): there is nothing left
+-- to run. The single place that makes a job pending again (requeue, reap,
+-- promotion, retry_failed, the sweep's repairs); `pending_key` is
+-- PREFIX:{Q}:pending, so the lane keys come from it.
 local function to_pending(pending_key, jk, id)
-  local sc = rcall('HGET', jk, 'sc')
+  local f = rcall('HMGET', jk, 'sc', 'ln')
+  local sc = f[1]
   if not sc then return false end
-  rcall('ZADD', pending_key, sc, id)
+  if f[2] then
+    lane_push(string.sub(pending_key, 1, -8), pending_key, f[2], sc, id)
+  else
+    rcall('ZADD', pending_key, sc, id)
+  end
   rcall('HSET', jk, 'st', 'pending')
+  return true
+end
+
+-- Takes pending job `id` (of lane `ln`, or nil) off pending, and off its
+-- lane: the one way a waiting job leaves pending other than a claim
+-- (remove, cancel, drain, a debounce that delays it). A lane left without
+-- pending jobs goes idle or leaves the ring. Returns true if it was pending.
+local function from_pending(pending_key, id, ln)
+  if ln then
+    local prefix = string.sub(pending_key, 1, -8)
+    local lk = lane_key(prefix, ln)
+    if rcall('ZREM', lk, id) == 1 and rcall('ZCARD', lk) == 0 then lane_settle(prefix, ln) end
+  end
+  return rcall('ZREM', pending_key, id) == 1
+end
+
+-- A new job, not stored yet (store_job does): mints its number from the
+-- counter `seq_key` (an empty `id` becomes that number: minted ids are all
+-- digits, which caller ids may not be, src/job.rs) and returns its id, its
+-- pending score and its hash fields: state delayed with a `due` time, else
+-- pending; `lm` its limits ("" for the defaults, then no field); `lane`
+-- its lane ("" for none).
+local function new_job(seq_key, id, payload, priority, lm, lane, due, now)
+  local seq = rcall('INCR', seq_key)
+  if id == '' then id = int_s(seq) end
+  local score = (127 - priority) * PRIO_STEP + seq
+  local h = {'p', payload, 'sc', score, 'ct', now, 'st', 'pending'}
+  if due then h[8] = 'delayed' end
+  if lm ~= '' then h[#h + 1] = 'lm'; h[#h + 1] = lm end
+  if lane ~= '' then h[#h + 1] = 'ln'; h[#h + 1] = lane end
+  return id, score, h
+end
+
+-- Stores job `id` with hash fields `h` (new_job's, perhaps with more) on
+-- delayed until `due`, or on pending at `score` (on lane `lane` unless it
+-- is ""). Returns true when it went to pending (the caller wakes a
+-- consumer for it).
+local function store_job(prefix, pending_key, delayed_key, id, score, due, h, lane)
+  rcall('HSET', prefix .. 'job:' .. id, unpack(h))
+  if due then
+    rcall('ZADD', delayed_key, due, id)
+    return false
+  end
+  if lane ~= '' then
+    lane_push(prefix, pending_key, lane, score, id)
+  else
+    rcall('ZADD', pending_key, score, id)
+  end
   return true
 end
 
@@ -245,14 +380,188 @@ local function mint_tokens(token_key, now, n)
   return last
 end
 
+-- True when unlaned jobs wait in `pending` (laned ones sit above them, at LANED).
+local function unlaned_waiting(pending_key)
+  local first = rcall('ZRANGE', pending_key, 0, 0, 'WITHSCORES')
+  return first[2] ~= nil and tonumber(first[2]) < LANED
+end
+
+-- Pops up to `want` unlaned pending jobs into `picked`. Returns how many,
+-- and whether more wait.
+local function take_unlaned(pending_key, want, picked)
+  local popped = rcall('ZPOPMIN', pending_key, want)
+  local got, back = 0, {}
+  for i = 1, #popped, 2 do
+    if tonumber(popped[i + 1]) >= LANED then
+      back[#back + 1] = popped[i + 1]
+      back[#back + 1] = popped[i]
+    else
+      got = got + 1
+      picked[#picked + 1] = {id = popped[i]}
+    end
+  end
+  if #back > 0 then
+    rcall('ZADD', pending_key, unpack(back))
+    return got, false
+  end
+  return got, got == want and unlaned_waiting(pending_key)
+end
+
+-- Picks up to `limit` pending jobs while lanes are in use, taking the
+-- ready lanes of the ring in turn: each lane gives up to its weight in
+-- jobs per turn (fewer when its cap leaves fewer free slots, or the limit
+-- runs out: then it keeps the head of the ring and its turn goes on at the
+-- next claim), then goes to the back, or out when it has no pending jobs
+-- (idle) or no free slot (blocked). The unlaned jobs take turns as one
+-- more lane, "", of the default weight and without a cap. Within a lane,
+-- jobs come in pending order (priority, then mint order). A lane that finds
+-- no other lane ready takes the rest of the limit in its turn. At most
+-- `limit` + LANE_SLACK lanes are looked at, whatever the number of lanes;
+-- each step is a few commands on one lane or on the ring (O(log n)).
+-- Appends {id, job, lane} to `picked` (job: the fields claim_jobs needs,
+-- read here for laned jobs). Returns whether the claim stopped for the
+-- slack with ready lanes left (claim_jobs then leaves a wake token).
+local function claim_turns(k, prefix, limit, picked)
+  local ring, turn_key = prefix .. 'lanes:ring', prefix .. 'lanes:turn'
+  -- The turn counter is kept here and written once at the end (nothing
+  -- else hands out turns while this runs).
+  local t = rcall('HMGET', turn_key, 'lane', 'used', 'seq')
+  local head, used, seq = t[1], tonumber(t[2]) or 0, tonumber(t[3]) or 0
+  local seq0 = seq
+  local function turn()
+    seq = seq + 1
+    return seq
+  end
+  local unlaned = false -- whether this claim gave the unlaned jobs a turn
+  if unlaned_waiting(k.pending) and not rcall('ZSCORE', ring, '') then
+    rcall('ZADD', ring, turn(), '')
+    unlaned = true
+  end
+  local looks, cut = limit + LANE_SLACK, false
+  -- Whether another lane was seen ready; looked up again once a lane has
+  -- left the ready part of the ring.
+  local crowded = false
+  while #picked < limit do
+    if looks == 0 then
+      cut = true
+      break
+    end
+    looks = looks - 1
+    local p = rcall('ZPOPMIN', ring)
+    if not p[1] then break end
+    local lane, score = p[1], tonumber(p[2])
+    if score >= LANE_BLOCKED then
+      -- the rest of the ring is blocked or idle
+      rcall('ZADD', ring, p[2], lane)
+      break
+    end
+    if lane ~= head then head, used = lane, 0 end
+    local w = lane_weight(prefix, lane)
+    if used >= w then used = 0 end
+    local want = math.min(w - used, limit - #picked)
+    if want < limit - #picked and not crowded then
+      -- No other lane ready: nobody to take turns with, so take the rest.
+      local nxt = rcall('ZRANGE', ring, 0, 0, 'WITHSCORES')
+      if not nxt[2] or tonumber(nxt[2]) >= LANE_BLOCKED then want = limit - #picked else crowded = true end
+    end
+    local place -- the lane's ring score after this turn; nil: out of the ring
+    if lane == '' then
+      unlaned = true
+      local got, more = take_unlaned(k.pending, want, picked)
+      used = used + got
+      if more then
+        if used >= w then place, used = turn(), 0 else place = score end
+      end
+    else
+      local active, cap = lane_active(prefix, lane), lane_cap(prefix, lane)
+      if cap and want > cap - active then want = cap - active end
+      local lk = lane_key(prefix, lane)
+      if want <= 0 then
+        -- no free slot (its cap or the default was lowered): blocked
+        if rcall('ZCARD', lk) > 0 then place = LANE_BLOCKED elseif active > 0 then place = LANE_IDLE end
+        used = 0
+      else
+        local popped = rcall('ZPOPMIN', lk, want)
+        local gone, held = {}, {}
+        for i = 1, #popped, 2 do
+          local id = popped[i]
+          gone[#gone + 1] = id
+          -- Only a pending job of this lane is leased: an id without a
+          -- record, or one a torn write (or an older echomq's claim) left
+          -- here, is dropped, as claim drops pending ids without a record.
+          local job = hfields(prefix .. 'job:' .. id, 'p', 'f', 'a', 'lm', 'st', 'ln')
+          if job and job[1] and job[5] == 'pending' and job[6] == lane then
+            picked[#picked + 1] = {id = id, job = job, lane = lane}
+            held[#held + 1] = 0
+            held[#held + 1] = held_member(lane, id)
+            active = active + 1
+            used = used + 1
+          end
+        end
+        if #gone > 0 then rcall('ZREM', k.pending, unpack(gone)) end
+        -- the slots are taken now, so a later turn of this claim counts them
+        if #held > 0 then rcall('ZADD', prefix .. 'lanes:active', unpack(held)) end
+        if rcall('ZCARD', lk) == 0 then
+          if active > 0 then place = LANE_IDLE end
+          used = 0
+        elseif cap and active >= cap then
+          place, used = LANE_BLOCKED, 0
+        elseif used >= w then
+          place, used = turn(), 0
+        else
+          place = score
+        end
+      end
+    end
+    if place then rcall('ZADD', ring, place, lane) end
+    if not place or place >= LANE_BLOCKED then crowded = false end
+  end
+  if head then
+    rcall('HSET', turn_key, 'lane', head, 'used', used, 'seq', seq)
+  elseif seq ~= seq0 then
+    rcall('HSET', turn_key, 'seq', seq)
+  end
+  -- The unlaned jobs need no turn of their own once no lane is left.
+  if unlaned and rcall('ZCARD', ring) == 1 and rcall('ZSCORE', ring, '') then rcall('DEL', ring) end
+  return cut
+end
+
+-- Leases job `id` (its record's fields `job`: p, f, a, lm) with fencing
+-- token `token` until `deadline_s`: attempts += 1, state active, holder.
+-- Appends its reply fields to `out` (lane "" for none) and its deadline
+-- and id to `zargs` (the active set's ZADD). A pending id without a record
+-- (evicted, a torn write, a foreign key) is dropped.
+local function lease_job(jk, id, job, token, now, deadline_s, holder, lane, zargs, out)
+  if not job or not job[1] then return end
+  local attempt = int_s((tonumber(job[3]) or 0) + 1)
+  local token_s = int_s(token)
+  -- one write for the attempt, the token and the state (the script is atomic)
+  if attempt == '1' then
+    rcall('HSET', jk, 'a', attempt, 'tk', token_s, 'st', 'active', 'hd', holder, 'fs', int_s(now))
+  else
+    rcall('HSET', jk, 'a', attempt, 'tk', token_s, 'st', 'active', 'hd', holder)
+  end
+  zargs[#zargs + 1] = deadline_s
+  zargs[#zargs + 1] = id
+  out[#out + 1] = id
+  out[#out + 1] = token_s
+  out[#out + 1] = attempt
+  out[#out + 1] = job[2] or '0'
+  out[#out + 1] = job[4] or ''
+  out[#out + 1] = job[1]
+  out[#out + 1] = lane
+end
+
 -- Leases up to `limit` pending jobs until now + lease, after promoting up
 -- to `limit` due delayed jobs when `promote` is set (a plain claim does;
 -- the settle path, hot under load, leaves promotion to the reaper and to
 -- plain claims). Leases nothing while the queue is paused (pause.lua).
+-- Without lanes in use it pops `pending` in order, as it did before lanes
+-- existed (one EXISTS more); with lanes, lanes take turns (claim_turns).
 -- `k` holds pending, active, delayed, wake, token, meta; `holder` names
 -- the claiming consumer (stored as `hd`).
 -- Appends {deadline, id_1, token_1, attempt_1, failures_1, limits_1,
--- payload_1, ...} to `out`.
+-- payload_1, lane_1, ...} to `out` (lane "" for none).
 local function claim_jobs(k, prefix, now, lease, limit, promote, holder, out)
   local deadline = now + lease
   out[#out + 1] = deadline
@@ -263,53 +572,68 @@ local function claim_jobs(k, prefix, now, lease, limit, promote, holder, out)
     return
   end
   if promote then promote_due(k.delayed, k.pending, k.wake, prefix, now, limit) end
-  local popped = rcall('ZPOPMIN', k.pending, limit)
-  local n = #popped / 2
-  if n < limit then rcall('DEL', k.wake) end
-  if n == 0 then return end
-  -- Nothing left to hand out: stale wake tokens were cleared above so idle
-  -- consumers sleep.
-  local token = mint_tokens(k.token, now, n) - n
   local deadline_s = int_s(deadline)
   local zargs = {}
-  for i = 1, #popped, 2 do
-    local id = popped[i]
-    local jk = prefix .. 'job:' .. id
-    local job = hfields(jk, 'p', 'f', 'a', 'lm')
-    token = token + 1
-    -- a pending id without a hash (evicted, a torn write, a foreign key) is dropped
-    if job and job[1] then
-      local attempt = int_s((tonumber(job[3]) or 0) + 1)
-      local token_s = int_s(token)
-      -- one write for the attempt, the token and the state (the script is atomic)
-      if attempt == '1' then
-        rcall('HSET', jk, 'a', attempt, 'tk', token_s, 'st', 'active', 'hd', holder, 'fs', int_s(now))
-      else
-        rcall('HSET', jk, 'a', attempt, 'tk', token_s, 'st', 'active', 'hd', holder)
+  if rcall('EXISTS', prefix .. 'lanes:ring') == 0 then
+    local popped = rcall('ZPOPMIN', k.pending, limit)
+    -- Nothing left to hand out: clear stale wake tokens so idle consumers sleep.
+    if #popped / 2 < limit then rcall('DEL', k.wake) end
+    if #popped > 0 and tonumber(popped[#popped]) >= LANED then
+      -- Laned jobs while no lane is in the ring (a torn write): they wait
+      -- for their lane, which the sweep puts back. (Scores come in order,
+      -- so one look at the last tells.)
+      local keep, back = {}, {}
+      for i = 1, #popped, 2 do
+        local into = keep
+        if tonumber(popped[i + 1]) >= LANED then into = back end
+        into[#into + 1] = popped[i]
+        into[#into + 1] = popped[i + 1]
       end
-      zargs[#zargs + 1] = deadline_s
-      zargs[#zargs + 1] = id
-      out[#out + 1] = id
-      out[#out + 1] = token_s
-      out[#out + 1] = attempt
-      out[#out + 1] = job[2] or '0'
-      out[#out + 1] = job[4] or ''
-      out[#out + 1] = job[1]
+      for i = 1, #back, 2 do back[i], back[i + 1] = back[i + 1], back[i] end
+      rcall('ZADD', k.pending, unpack(back))
+      popped = keep
+    end
+    local n = #popped / 2
+    if n == 0 then return end
+    local token = mint_tokens(k.token, now, n) - n
+    for i = 1, #popped, 2 do
+      local id = popped[i]
+      local jk = prefix .. 'job:' .. id
+      token = token + 1
+      lease_job(jk, id, hfields(jk, 'p', 'f', 'a', 'lm'), token, now, deadline_s, holder, '', zargs, out)
+    end
+  else
+    local picked = {}
+    if claim_turns(k, prefix, limit, picked) then
+      wake(k.wake, 1)
+    elseif #picked < limit then
+      rcall('DEL', k.wake)
+    end
+    local n = #picked
+    if n == 0 then return end
+    local token = mint_tokens(k.token, now, n) - n
+    for _, pick in ipairs(picked) do
+      local jk = prefix .. 'job:' .. pick.id
+      token = token + 1
+      lease_job(jk, pick.id, pick.job or hfields(jk, 'p', 'f', 'a', 'lm'), token, now, deadline_s, holder,
+        pick.lane or '', zargs, out)
     end
   end
   if #zargs > 0 then rcall('ZADD', k.active, unpack(zargs)) end
 end
 
 -- Checks that the caller still owns job `jk` with `token` (a string, as
--- sent). Returns nil and the job's owner fields {dd, lo, cx} when it does, or
+-- sent). Returns nil and the job's owner fields {dd, lo, cx, ln} when it does, or
 -- the reply to send: {ALREADY, now} when settlement `op` already happened
 -- with this token (its reply was lost; remembered for the job's last
 -- LO_KEEP settlements), {NOT_FOUND, now} for a missing job, {LEASE_LOST,
 -- now} for a lost lease.
 local function check_owner(jk, token, op, now)
-  local cur = hfields(jk, 'st', 'tk', 'lo', 'dd', 'cx')
+  local cur = hfields(jk, 'st', 'tk', 'lo', 'dd', 'cx', 'ln')
   if not cur or not cur[1] then return {CODE.NOT_FOUND, now} end
-  if cur[1] == 'active' and cur[2] == token then return nil, {dd = cur[4], lo = cur[3], cx = cur[5]} end
+  if cur[1] == 'active' and cur[2] == token then
+    return nil, {dd = cur[4], lo = cur[3], cx = cur[5], ln = cur[6]}
+  end
   if op and cur[3] and string.find(' ' .. cur[3] .. ' ', ' ' .. op .. ':' .. token .. ' ', 1, true) then
     return {CODE.ALREADY, now}
   end
@@ -334,7 +658,22 @@ end
 -- commands per job instead of eight. Hash writes are not deferred, so a
 -- later check in the same call sees every earlier settlement.
 local function new_moves()
-  return {unlease = {}, completed = {}, failed = {}, cancelled = {}, delete = {}}
+  return {unlease = {}, held = {}, lanes = {}, completed = {}, failed = {}, cancelled = {}, delete = {}}
+end
+
+-- Job `id` (of lane `ln`, or nil) leaves the active set: every end of a
+-- lease (settlement, release, snooze, reap) goes through here, and
+-- apply_moves gives its lane's slot back. A slot is given back by removing
+-- the job's lanes:active member, which succeeds once per claim.
+local function unlease(moves, id, ln)
+  moves.unlease[#moves.unlease + 1] = id
+  if ln then
+    moves.held[#moves.held + 1] = held_member(ln, id)
+    if not moves.lanes[ln] then
+      moves.lanes[ln] = true
+      moves.lanes[#moves.lanes + 1] = ln
+    end
+  end
 end
 
 -- A retention setting as the scripts take it: "N" (-1 keep all, 0 delete
@@ -398,6 +737,16 @@ end
 -- failed, cancelled); cancelled jobs are kept as failed ones are.
 local function apply_moves(moves, k, prefix, keep_completed, keep_failed, now)
   if #moves.unlease > 0 then rcall('ZREM', k.active, unpack(moves.unlease)) end
+  if #moves.held > 0 then
+    rcall('ZREM', prefix .. 'lanes:active', unpack(moves.held))
+    -- A ready lane stays ready; a blocked one may have a free slot now, an
+    -- idle one may have no job left.
+    local ring = prefix .. 'lanes:ring'
+    for _, lane in ipairs(moves.lanes) do
+      local s = tonumber(rcall('ZSCORE', ring, lane))
+      if not s or s >= LANE_BLOCKED then lane_settle(prefix, lane) end
+    end
+  end
   for _, m in ipairs({{'completed', keep_completed}, {'failed', keep_failed}, {'cancelled', keep_failed}}) do
     local into = moves[m[1]]
     if #into > 0 then
@@ -415,7 +764,7 @@ end
 
 -- `result`: the handler's result (JSON) to keep, or nil / "" for none.
 local function settle_complete(moves, prefix, jk, id, token, now, keep, owner, result)
-  moves.unlease[#moves.unlease + 1] = id
+  unlease(moves, id, owner.ln)
   local fields = {'lo', remember(owner, 'c', token)}
   if result and result ~= '' then
     fields[3] = 'rs'
@@ -456,7 +805,7 @@ end
 -- FAILED); else it is due again after `delay` ms, or after the job's
 -- backoff (its jitter drawn for this token) when `delay` is negative.
 local function settle_retry(moves, k, prefix, jk, id, token, now, delay, err, keep, owner)
-  moves.unlease[#moves.unlease + 1] = id
+  unlease(moves, id, owner.ln)
   local failures = rcall('HINCRBY', jk, 'f', '1')
   local max, _, bo, jitter = limits(rcall('HGET', jk, 'lm'))
   local lo = remember(owner, 'r', token)
@@ -472,7 +821,7 @@ end
 
 -- A handler's failure too, so failures += 1, but whatever attempts remain.
 local function settle_fail(moves, prefix, jk, id, token, now, reason, keep, owner)
-  moves.unlease[#moves.unlease + 1] = id
+  unlease(moves, id, owner.ln)
   rcall('HINCRBY', jk, 'f', '1')
   local eh = errors_with(jk, now, reason)
   finish(moves, prefix, jk, id, 'failed', now, keep, owner.dd, {'err', reason, 'eh', eh, 'lo', remember(owner, 'f', token)})
@@ -484,7 +833,7 @@ end
 -- reason (op x; "cancelled" when empty) or the error a retry or fail
 -- carried, kept in the error history.
 local function settle_cancel(moves, prefix, jk, id, token, now, op, text, keep, owner)
-  moves.unlease[#moves.unlease + 1] = id
+  unlease(moves, id, owner.ln)
   local fields = {'err', 'cancelled', 'lo', remember(owner, op, token)}
   if text and text ~= '' then
     if op == 'x' then fields[2] = text end
@@ -498,7 +847,7 @@ end
 -- Release (op l, graceful shutdown) and snooze (op s, run later): back to
 -- pending or delayed, counting neither a failure nor a stall.
 local function settle_requeue(moves, k, jk, id, token, now, op, delay, owner)
-  moves.unlease[#moves.unlease + 1] = id
+  unlease(moves, id, owner.ln)
   rcall('HSET', jk, 'lo', remember(owner, op, token))
   return {CODE.OK, requeue(k, jk, id, now, delay)}
 end

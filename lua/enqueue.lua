@@ -4,7 +4,7 @@
 -- KEYS[3] delayed  (zset)                KEYS[4] wake (list)
 -- ARGV[1] prefix  key prefix "emq:{Q}:" (job and dedup keys are built from
 --                 it; they carry the same hash tag, so they live in the same slot)
--- ARGV[2] jobs    number of jobs N, then 8 fields per job:
+-- ARGV[2] jobs    number of jobs N, then 9 fields per job:
 --   id          "" to mint one from seq
 --   payload     JSON bytes
 --   priority    integer -128..127, higher runs first
@@ -17,12 +17,14 @@
 --   replace     "1": when the dedup marker's holder is waiting (pending or
 --               delayed), replace its payload and due time with this job's
 --               (debounce); "0": leave the holder alone
+--   lane        "" for none, else the job's lane (kept as `ln`; a pending
+--               laned job waits on its lane, see common.lua "Lanes")
 --
 -- Returns {now, status_1, id_1, ..., status_N, id_N}; status OK created,
 -- EXISTS a job with that id already exists (nothing written), DEDUPED the
 -- dedup marker is held by job id (nothing written), REPLACED the dedup
 -- marker is held by waiting job id, whose payload and due time are now
--- this job's (its id, priority, limits, created time, counters and pending
+-- this job's (its id, priority, limits, lane, created time, counters and pending
 -- place are kept; the marker is set again as this job asks). Jobs are
 -- handled in order, so a later job of the batch may replace an earlier one.
 local seq_key, pending_key, delayed_key, wake_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
@@ -55,7 +57,7 @@ local function replace(id, st, payload, due, mk, ttl, dedup)
   local h = {'p', payload}
   if due then
     if st == 'pending' then
-      rcall('ZREM', pending_key, id)
+      from_pending(pending_key, id, rcall('HGET', jk, 'ln') or nil)
       h[#h + 1] = 'st'; h[#h + 1] = 'delayed'
     end
     rcall('ZADD', delayed_key, due, id)
@@ -69,7 +71,7 @@ local function replace(id, st, payload, due, mk, ttl, dedup)
 end
 
 for j = 0, n - 1 do
-  local b = 3 + j * 8
+  local b = 3 + j * 9
   local id, payload = ARGV[b], ARGV[b + 1]
   local priority, when = tonumber(ARGV[b + 2]), ARGV[b + 3]
   -- The due time, or nil to be pending at once.
@@ -82,6 +84,7 @@ for j = 0, n - 1 do
   if due and due <= now then due = nil end
   local lm, dedup, dedup_ttl = ARGV[b + 4], ARGV[b + 5], tonumber(ARGV[b + 6])
   local replacing = ARGV[b + 7] == '1'
+  local lane = ARGV[b + 8]
   local status = CODE.OK
   local mk
   if dedup ~= '' then
@@ -106,9 +109,9 @@ for j = 0, n - 1 do
   end
   if status == CODE.OK then
     local score, h
-    id, score, h = new_job(seq_key, id, payload, priority, lm, due, now)
+    id, score, h = new_job(seq_key, id, payload, priority, lm, lane, due, now)
     if mk then hold(mk, id, dedup_ttl, dedup, h) end
-    if store_job(prefix, pending_key, delayed_key, id, score, due, h) then woken = woken + 1 end
+    if store_job(prefix, pending_key, delayed_key, id, score, due, h, lane) then woken = woken + 1 end
   end
   out[#out + 1] = status
   out[#out + 1] = id

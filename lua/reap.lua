@@ -9,7 +9,8 @@
 --
 -- An expired lease (deadline < TIME) counts a stall; a job past its own
 -- max_stalls fails for good with reason "stalled"; one whose cancel was
--- requested ends cancelled instead of running again.
+-- requested ends cancelled instead of running again. A laned job's slot is
+-- given back (apply_moves).
 -- Returns {now, promoted, active, next_due, id_1, outcome_1, stalls_1, ...};
 -- outcome OK back to pending, FAILED failed as stalled, CANCELLED
 -- cancelled; `active` is the
@@ -26,9 +27,9 @@ local expired = rcall('ZRANGEBYSCORE', active_key, '-inf', '(' .. now, 'LIMIT', 
 local moves = new_moves()
 local back = 0
 for _, id in ipairs(expired) do
-  moves.unlease[#moves.unlease + 1] = id
   local jk = prefix .. 'job:' .. id
-  local job = hfields(jk, 'st', 'lm', 'dd', 'cx')
+  local job = hfields(jk, 'st', 'lm', 'dd', 'cx', 'ln')
+  unlease(moves, id, job and job[5])
   if job and job[1] then
     local stalls = rcall('HINCRBY', jk, 's', '1')
     local _, max = limits(job[2])

@@ -19,14 +19,19 @@ local sets = {pending = KEYS[1], delayed = KEYS[2], completed = KEYS[3], failed 
 local out = {now, 0, 0}
 local removed = 0
 
--- Deletes job `id` in state `st`, releasing its dedup marker if it holds it.
-local function delete(id, st, dd)
+-- Deletes job `id` in state `st` (of lane `ln`, or nil), releasing its
+-- dedup marker if it holds it; a pending job leaves its lane too.
+local function delete(id, st, dd, ln)
   local jk = prefix .. 'job:' .. id
   if dd then
     local mk = prefix .. 'de:' .. dd
     if sget(mk) == id then rcall('DEL', mk) end
   end
-  rcall('ZREM', sets[st], id)
+  if st == 'pending' then
+    from_pending(sets.pending, id, ln)
+  else
+    rcall('ZREM', sets[st], id)
+  end
   rcall('DEL', jk)
   removed = removed + 1
 end
@@ -34,11 +39,11 @@ end
 if #ARGV > 2 then
   for i = 3, #ARGV do
     local id = ARGV[i]
-    local job = hfields(prefix .. 'job:' .. id, 'st', 'dd')
+    local job = hfields(prefix .. 'job:' .. id, 'st', 'dd', 'ln')
     local code = CODE.OK
     if not job or not job[1] then code = CODE.NOT_FOUND
     elseif job[1] == 'active' then code = CODE.BUSY
-    elseif sets[job[1]] then delete(id, job[1], job[2])
+    elseif sets[job[1]] then delete(id, job[1], job[2], job[3])
     else code = CODE.NOT_FOUND end
     out[#out + 1] = id
     out[#out + 1] = code
@@ -48,8 +53,8 @@ else
     local room = limit - removed
     if room > 0 then
       for _, id in ipairs(rcall('ZRANGE', sets[st], 0, room - 1)) do
-        local job = hfields(prefix .. 'job:' .. id, 'dd')
-        delete(id, st, job and job[1])
+        local job = hfields(prefix .. 'job:' .. id, 'dd', 'ln')
+        delete(id, st, job and job[1], job and job[2])
       end
     end
   end

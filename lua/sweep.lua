@@ -7,7 +7,7 @@
 -- KEYS[5] failed   KEYS[6] cancelled
 -- KEYS[7] seq (mint counter, for a job that lost its score)
 -- ARGV[1] prefix  key prefix "emq:{Q}:"
--- ARGV[2] phase   "jobs" or a set's KEYS index 1..6
+-- ARGV[2] phase   "jobs", a set's KEYS index 1..6, "held" or "ring"
 -- ARGV[3] cursor  "0" to start
 -- ARGV[4] count   COUNT hint per step
 --
@@ -20,6 +20,15 @@
 -- common.lua computes it), since every later move back to pending ZADDs at `sc`. A
 -- non-numeric finish time `ft` counts as now. Phase 1..6 ZSCANs that set:
 -- members whose job key is missing, or is not a hash, are removed.
+--
+-- Lanes (common.lua "Lanes"): in phase "jobs" a laned job is also put on
+-- its lane when pending (and in `pending` at score LANED) and taken off it
+-- otherwise, holds its lane's slot (a lanes:active member) exactly while
+-- active, and its lane is settled in the ring. Phase "held" ZSCANs
+-- lanes:active and gives back slots whose job is not an active job of that
+-- lane; phase "ring" ZSCANs lanes:ring and puts each lane where its counts
+-- say (lane_settle: ready, blocked, idle, or out when it has no jobs). So
+-- a torn write cannot keep a lane's slot, or its place in the ring, lost.
 --
 -- The sweep repairs or skips, and never raises on malformed data (a raise
 -- would recur at the same cursor on every run and wedge the sweep there).
@@ -52,6 +61,46 @@ local function score_of(s)
   return nil
 end
 
+-- Lane keys of another type are skipped, as other sets of another type are
+-- (lane_settle reads the ring, the slots and the caps; the slot check reads
+-- the active set).
+local function hash_or_none(key)
+  local t = rcall('TYPE', key)['ok']
+  return t == 'hash' or t == 'none'
+end
+local lanes_usable = zset_or_none(prefix .. 'lanes:ring') and zset_or_none(prefix .. 'lanes:active')
+  and hash_or_none(prefix .. 'lanes:cap') and hash_or_none(prefix .. 'lanes:turn') and zset_or_none(KEYS[2])
+
+-- Checks laned job `id` (state `st`, score `sc`) against its lane: on the
+-- lane's set exactly while pending, holding a slot exactly while active.
+local function check_lane(id, st, sc, ln)
+  local lk = lane_key(prefix, ln)
+  if not lanes_usable or not zset_or_none(lk) then
+    skipped = skipped + 1
+    return
+  end
+  local changed = false
+  if st == 'pending' then
+    if tonumber(rcall('ZSCORE', lk, id)) ~= sc then
+      rcall('ZADD', lk, sc, id)
+      changed = true
+    end
+  elseif rcall('ZREM', lk, id) == 1 then
+    changed = true
+  end
+  local member = held_member(ln, id)
+  if st == 'active' then
+    if not rcall('ZSCORE', prefix .. 'lanes:active', member) then
+      rcall('ZADD', prefix .. 'lanes:active', 0, member)
+      changed = true
+    end
+  elseif rcall('ZREM', prefix .. 'lanes:active', member) == 1 then
+    changed = true
+  end
+  if changed then repaired = repaired + 1 end
+  if lane_settle(prefix, ln) then repaired = repaired + 1 end
+end
+
 -- Checks one job hash against the sets (phase "jobs").
 local function check_job(jk, usable)
   checked = checked + 1
@@ -60,7 +109,7 @@ local function check_job(jk, usable)
     return
   end
   local id = string.sub(jk, #prefix + 5)
-  local f = rcall('HMGET', jk, 'p', 'st', 'sc', 'ft')
+  local f = rcall('HMGET', jk, 'p', 'st', 'sc', 'ft', 'ln')
   if not f[1] then
     rcall('DEL', jk)
     for i = 1, NSETS do
@@ -92,16 +141,26 @@ local function check_job(jk, usable)
     rcall('HSET', jk, 'sc', sc)
     repaired = repaired + 1
   end
-  if not rcall('ZSCORE', KEYS[want], id) then
+  local ln = f[5]
+  local held = tonumber(rcall('ZSCORE', KEYS[want], id))
+  if st == 'pending' then
+    -- a laned job sits in `pending` at LANED, an unlaned one at its score
+    local score = sc
+    if ln then score = LANED end
+    if held ~= score then
+      rcall('ZADD', KEYS[want], score, id)
+      repaired = repaired + 1
+    end
+  elseif not held then
     local score = now
-    if st == 'pending' then score = sc
-    elseif st == 'completed' or st == 'failed' or st == 'cancelled' then score = score_of(f[4]) or now end
+    if st == 'completed' or st == 'failed' or st == 'cancelled' then score = score_of(f[4]) or now end
     rcall('ZADD', KEYS[want], score, id)
     repaired = repaired + 1
   end
   for i = 1, NSETS do
     if i ~= want and usable[i] and rcall('ZREM', KEYS[i], id) == 1 then repaired = repaired + 1 end
   end
+  if ln then check_lane(id, st, sc, ln) end
 end
 
 if phase == 'jobs' then
@@ -114,6 +173,50 @@ if phase == 'jobs' then
   local r = rcall('SCAN', cursor, 'MATCH', pattern, 'COUNT', count)
   for _, jk in ipairs(r[2]) do
     if string.sub(jk, 1, #mine) == mine then check_job(jk, usable) end
+  end
+  return {r[1], checked, repaired, skipped}
+end
+
+if phase == 'held' then
+  local key = prefix .. 'lanes:active'
+  if not lanes_usable then return {'0', 0, 0, 1} end
+  local r = rcall('ZSCAN', key, cursor, 'COUNT', count)
+  local settle = {}
+  for i = 1, #r[2], 2 do
+    local member = r[2][i]
+    checked = checked + 1
+    local lane, id = string.match(member, '^([^%z]+)%z(.+)$')
+    local ok = false
+    if lane then
+      local job = hfields(prefix .. 'job:' .. id, 'st', 'ln')
+      ok = job and job[1] == 'active' and job[2] == lane and rcall('ZSCORE', KEYS[2], id)
+    end
+    if not ok then
+      rcall('ZREM', key, member)
+      repaired = repaired + 1
+      if lane then settle[#settle + 1] = lane end
+    end
+  end
+  for _, lane in ipairs(settle) do
+    if lane_settle(prefix, lane) then repaired = repaired + 1 end
+  end
+  return {r[1], checked, repaired, skipped}
+end
+
+if phase == 'ring' then
+  if not lanes_usable then return {'0', 0, 0, 1} end
+  local r = rcall('ZSCAN', prefix .. 'lanes:ring', cursor, 'COUNT', count)
+  for i = 1, #r[2], 2 do
+    local lane = r[2][i]
+    checked = checked + 1
+    -- "" is the unlaned jobs' turn, which claims keep
+    if lane ~= '' then
+      if not zset_or_none(lane_key(prefix, lane)) then
+        skipped = skipped + 1
+      elseif lane_settle(prefix, lane) then
+        repaired = repaired + 1
+      end
+    end
   end
   return {r[1], checked, repaired, skipped}
 end

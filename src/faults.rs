@@ -1,8 +1,9 @@
 //! Negative controls of the fault suite, built only with `--cfg
 //! echomq_faults` (never a normal build). `ECHOMQ_FAULT` is a
 //! comma-separated list of `no-token-check`, `client-clock`,
-//! `two-step-reaper`, `no-stall-increment` and `per-job-token`; each breaks
-//! one guarantee, so the suite can assert that its checks notice.
+//! `two-step-reaper`, `no-stall-increment`, `per-job-token` and
+//! `no-lane-cap`; each breaks one guarantee, so the suite can assert that
+//! its checks notice.
 //! `settler-panic` makes a consumer's settler panic on its first batch, so
 //! a test can check how the consumer survives one of its own tasks dying.
 
@@ -28,6 +29,10 @@ pub(crate) fn apply(source: &str) -> String {
             "local deadline = now + lease",
             "local deadline = tonumber(ARGV[#ARGV]) + lease",
         );
+    }
+    if active("no-lane-cap") {
+        // claims read no lane's cap: lanes still take turns, uncapped.
+        src = src.replace("return tonumber(c[1] or c[2])", "return nil");
     }
     if active("per-job-token") {
         // 0.1's scheme: the token is the job's own attempt count, which

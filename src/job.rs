@@ -103,6 +103,8 @@ pub struct EnqueueOptions {
     /// Debounce: a waiting holder of the dedup marker takes this enqueue's
     /// payload and due time instead of the enqueue answering `Deduplicated`.
     pub(crate) replace_waiting: bool,
+    /// The job's lane (tenant, customer, group): claims take lanes in turn.
+    pub(crate) lane: Option<String>,
 }
 
 impl EnqueueOptions {
@@ -149,8 +151,30 @@ impl EnqueueOptions {
     }
 
     /// Higher runs first; equal priorities run in enqueue order. Default 0.
+    /// With lanes, priority orders the jobs within a lane (and within the
+    /// jobs without a lane); it does not let one lane's jobs pass another
+    /// lane's turn.
     pub fn priority(mut self, priority: i8) -> Self {
         self.priority = priority;
+        self
+    }
+
+    /// The job's lane: a tenant, customer or group whose jobs share fairly
+    /// with other lanes' (the README's "Lanes"). Claims take the lanes that
+    /// have pending jobs in turn (weighted per lane, see
+    /// [`Queue::set_lane_weight`](crate::Queue::set_lane_weight)), so one
+    /// lane's backlog cannot starve another's, and a lane's cap
+    /// ([`Queue::set_lane_cap`](crate::Queue::set_lane_cap)) bounds its
+    /// active jobs across every consumer. Validated like an id (1 to
+    /// [`MAX_ID_BYTES`](crate::keys::MAX_ID_BYTES) bytes, no control
+    /// characters) when the job is enqueued. Default: none (the job takes
+    /// its turn with the other jobs without a lane).
+    ///
+    /// ```
+    /// let opts = echomq::EnqueueOptions::new().lane("customer-42");
+    /// ```
+    pub fn lane(mut self, lane: impl Into<String>) -> Self {
+        self.lane = Some(lane.into());
         self
     }
 
@@ -332,6 +356,9 @@ impl EnqueueOptions {
                 });
             }
         }
+        if let Some(lane) = &self.lane {
+            validate_id("lane", lane)?;
+        }
         delay_ms("delay", self.delay)?;
         self.when()?;
         if let Some(n) = self.max_attempts {
@@ -438,6 +465,8 @@ pub struct Job<T> {
     pub(crate) failures: u64,
     pub(crate) limits: Limits,
     pub(crate) payload: T,
+    /// The job's lane, if it has one.
+    pub(crate) lane: Option<String>,
     pub(crate) cancel: CancellationToken,
     /// Set when an operator asked to cancel the job (seen at a lease renewal).
     pub(crate) cancel_requested: std::sync::Arc<std::sync::atomic::AtomicBool>,
@@ -464,6 +493,7 @@ impl<T> Job<T> {
             failures: lease.failures,
             limits: lease.limits,
             payload,
+            lane: lease.lane.clone(),
             cancel,
             cancel_requested,
         }
@@ -500,6 +530,10 @@ impl<T> Job<T> {
     /// The job's limits, fixed when it was enqueued.
     pub fn limits(&self) -> &Limits {
         &self.limits
+    }
+    /// The job's lane ([`EnqueueOptions::lane`]), if it has one.
+    pub fn lane(&self) -> Option<&str> {
+        self.lane.as_deref()
     }
     /// True when a failure of this attempt fails the job for good (its
     /// failures would reach `max_attempts`).
@@ -644,6 +678,8 @@ pub struct JobInfo {
     pub holder: Option<String>,
     /// When an operator asked to cancel it while it ran (server ms).
     pub cancel_requested_ms: Option<u64>,
+    /// Its lane ([`EnqueueOptions::lane`]), if it has one.
+    pub lane: Option<String>,
 }
 
 /// How many of a job's errors its record keeps ([`JobInfo::errors`]).
@@ -690,7 +726,8 @@ impl JobInfo {
     }
 }
 
-/// How many jobs are in each state, read atomically.
+/// How many jobs are in each state, read atomically. `pending` counts
+/// every pending job, with a lane or without.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Counts {

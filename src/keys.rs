@@ -35,6 +35,15 @@ pub(crate) struct Keys {
     /// by when schedulers next look at it (server ms).
     #[cfg_attr(not(feature = "cron"), allow(dead_code))]
     pub schedules: String,
+    /// Lanes: the ring of lanes with pending or active jobs (see
+    /// `lua/common.lua`, "Lanes"; a lane's pending jobs are in [`Keys::lane`]).
+    pub lane_ring: String,
+    /// Lanes: one `LANE\0ID` member per active laned job (its slot).
+    pub lane_held: String,
+    /// Lanes: caps per lane; field `""` the queue-wide default.
+    pub lane_caps: String,
+    /// Lanes: weights per lane; field `""` the queue-wide default.
+    pub lane_weights: String,
 }
 
 impl Keys {
@@ -62,13 +71,17 @@ impl Keys {
             meta: k("meta"),
             wake: k("wake"),
             schedules: k("schedules"),
+            lane_ring: k("lanes:ring"),
+            lane_held: k("lanes:active"),
+            lane_caps: k("lanes:cap"),
+            lane_weights: k("lanes:weight"),
             base,
         })
     }
 
     /// Every fixed key of the queue (not the job records, markers or user
     /// keys): what obliterate deletes last, and what the hash-tag test checks.
-    pub fn own(&self) -> [&String; 11] {
+    pub fn own(&self) -> [&String; 15] {
         [
             &self.pending,
             &self.active,
@@ -81,6 +94,10 @@ impl Keys {
             &self.meta,
             &self.wake,
             &self.schedules,
+            &self.lane_ring,
+            &self.lane_held,
+            &self.lane_caps,
+            &self.lane_weights,
         ]
     }
 
@@ -92,6 +109,11 @@ impl Keys {
     #[cfg_attr(not(feature = "cron"), allow(dead_code))]
     pub fn schedule(&self, name: &str) -> String {
         format!("{}schedule:{name}", self.base)
+    }
+
+    /// The pending jobs of lane `lane` (a zset scored as `pending`).
+    pub fn lane(&self, lane: &str) -> String {
+        format!("{}lane:{lane}", self.base)
     }
 }
 
@@ -150,6 +172,7 @@ mod tests {
         }
         assert_eq!(k.job("42"), "emq:{mail}:job:42");
         assert_eq!(k.schedule("nightly"), "emq:{mail}:schedule:nightly");
+        assert_eq!(k.lane("acme"), "emq:{mail}:lane:acme");
     }
 
     // Names that would break the hash tag or the key space are refused.

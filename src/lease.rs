@@ -24,6 +24,8 @@ pub struct Lease {
     pub(crate) payload: Vec<u8>,
     pub(crate) deadline_ms: u64,
     pub(crate) claimed_ms: u64,
+    /// The job's lane, if it has one.
+    pub(crate) lane: Option<String>,
     /// Set by [`Queue::extend`](crate::Queue::extend) when an operator
     /// asked to cancel the job.
     pub(crate) cancel_requested: bool,
@@ -40,6 +42,7 @@ impl std::fmt::Debug for Lease {
             .field("failures", &self.failures)
             .field("payload_bytes", &self.payload.len())
             .field("deadline_ms", &self.deadline_ms)
+            .field("lane", &self.lane)
             .finish_non_exhaustive()
     }
 }
@@ -65,6 +68,11 @@ impl Lease {
     /// The job's limits, fixed at enqueue.
     pub fn limits(&self) -> &Limits {
         &self.limits
+    }
+    /// The job's lane, if it has one: this lease holds one of the lane's
+    /// slots until it is settled, released, snoozed or reaped.
+    pub fn lane(&self) -> Option<&str> {
+        self.lane.as_deref()
     }
     /// The raw JSON payload.
     pub fn payload(&self) -> &[u8] {

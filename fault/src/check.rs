@@ -38,6 +38,22 @@
 //! - I11 (no call hangs past its timeout): producers' enqueues, reaper
 //!   passes and consumer settlements, against `call_bound_ms`. Processes
 //!   the driver paused (SIGSTOP) are excluded: their wall time stops.
+//! - L1 (a lane's cap holds: never more active jobs of a lane than its
+//!   cap, `lane_cap`): each attempt of a laned job is *surely active* from
+//!   its claim's server time until its lease's end when the histories
+//!   record it (the settlement that applied, or the reap that took it),
+//!   else until the last time it was seen holding the lease (its last
+//!   heartbeat); a sweep over those intervals must never count more than
+//!   the cap at once in one lane. An attempt whose end went unrecorded
+//!   counts for less than it held, so the check never reports a false
+//!   violation, and it is strict for every lease whose end was recorded
+//!   (most of them: a killed worker's leases are reaped by a recording
+//!   reaper). The most seen at once per lane is reported.
+//! - L2 (every lane slot given back exactly once): after a drain, no slot
+//!   is held (`lanes:active` is empty), no lane has pending jobs, and no
+//!   lane is left in the ring: **full**, from the final state. A slot
+//!   given back twice would show in L1 (the lane would take one job too
+//!   many).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
@@ -54,6 +70,8 @@ pub struct CheckOptions {
     pub drained: bool,
     /// Longest a single library call may take (I11), ms.
     pub call_bound_ms: u64,
+    /// The cap every lane of the run had (L1); `None`: not checked.
+    pub lane_cap: Option<u64>,
 }
 
 impl Default for CheckOptions {
@@ -61,6 +79,7 @@ impl Default for CheckOptions {
         CheckOptions {
             drained: true,
             call_bound_ms: 15_000,
+            lane_cap: None,
         }
     }
 }
@@ -132,6 +151,10 @@ pub struct Report {
     pub max_call_ms: u64,
     /// Torn history lines skipped.
     pub torn_lines: usize,
+    /// Claims of laned jobs.
+    pub lane_claims: u64,
+    /// The most attempts of each lane surely active at once (L1).
+    pub lane_max_active: BTreeMap<String, u64>,
     /// Invariant → "full", "partial: why" or "skipped: why".
     pub invariants: BTreeMap<String, String>,
     /// Every violation, prefixed with its invariant.
@@ -146,6 +169,8 @@ struct Attempt {
     claim: Option<(u64, u64)>,
     /// The delivery number of the claim (1 for the first), when recorded.
     delivery: Option<u64>,
+    /// The job's lane, when it has one.
+    lane: Option<String>,
     extends: Vec<u64>,
     lease_lost: Option<bool>,
     sent: Vec<String>,
@@ -260,11 +285,13 @@ pub fn check(records: &[Record], state: &ServerState, opts: &CheckOptions) -> Re
                 attempt,
                 deadline_ms,
                 server_ms,
+                lane,
             } => {
                 let a = jobs.entry(id).or_default().attempts.entry(*token).or_default();
                 a.src = Some(src.to_owned());
                 a.claim = Some((*server_ms, *deadline_ms));
                 a.delivery = (*attempt > 0).then_some(*attempt);
+                a.lane = lane.clone();
             }
             Ev::Extended { id, token, deadline_ms } => {
                 let a = jobs.entry(id).or_default().attempts.entry(*token).or_default();
@@ -527,6 +554,9 @@ pub fn check(records: &[Record], state: &ServerState, opts: &CheckOptions) -> Re
         }
     }
     r.invariants.insert("I10".into(), "full".into());
+
+    // ---- L1: a lane's cap holds; L2: every slot given back ----
+    check_lanes(&jobs, &lease_of, opts, state, &mut r, &mut v);
 
     // ---- I11: no call hangs past its bound ----
     for (what, ms) in &call_ms {
@@ -839,6 +869,115 @@ fn check_job(
     }
 }
 
+/// L1 and L2 (see the module docs).
+fn check_lanes(
+    jobs: &BTreeMap<&str, JobHist>,
+    lease_of: &HashMap<&str, u64>,
+    opts: &CheckOptions,
+    state: &ServerState,
+    r: &mut Report,
+    v: &mut Vec<String>,
+) {
+    // lane → (time, +1 start / -1 end) of each surely active interval
+    let mut edges: BTreeMap<&str, Vec<(u64, i64)>> = BTreeMap::new();
+    for (id, h) in jobs {
+        let deliveries = state.jobs.get(*id).map_or(0, |j| j.attempts);
+        for a in h.attempts.values() {
+            let (Some(lane), Some((start, _))) = (a.lane.as_deref(), a.claim) else {
+                continue;
+            };
+            r.lane_claims += 1;
+            // The end of this lease, when recorded: the settlement that
+            // applied, or the reap that took it. A reap takes this lease
+            // only if it ran before the next delivery's claim; when that
+            // claim went unrecorded (a worker killed as it leased), the
+            // reap may have taken it instead, so it is not counted.
+            let settled = a
+                .settled
+                .iter()
+                .filter(|(_, out, _)| out != "already_settled")
+                .map(|(_, _, s)| *s)
+                .min();
+            let next_claim = a.delivery.and_then(|d| {
+                if d >= deliveries {
+                    Some(u64::MAX)
+                } else {
+                    h.attempts
+                        .values()
+                        .find(|b| b.delivery == Some(d + 1))
+                        .and_then(|b| b.claim.map(|c| c.0))
+                }
+            });
+            let reaped = next_claim.and_then(|next| {
+                h.reaps
+                    .iter()
+                    .map(|(rt, _, _)| *rt)
+                    .filter(|rt| *rt > start && *rt < next)
+                    .min()
+            });
+            let lease = a.src.as_deref().and_then(|s| lease_of.get(s)).copied().unwrap_or(0);
+            let seen = a.extends.iter().map(|d| d.saturating_sub(lease)).fold(start, u64::max);
+            let end = match (settled, reaped) {
+                (Some(s), Some(rt)) => s.min(rt),
+                (Some(s), None) => s,
+                (None, Some(rt)) => rt,
+                // Surely active until it was last seen holding the lease.
+                (None, None) => seen,
+            };
+            if end > start {
+                let e = edges.entry(lane).or_default();
+                e.push((start, 1));
+                e.push((end, -1));
+            }
+        }
+    }
+    for (lane, mut e) in edges {
+        // Half-open intervals: at one instant ends come before starts.
+        e.sort();
+        let (mut now, mut most, mut at) = (0i64, 0i64, 0u64);
+        for (t, d) in e {
+            now += d;
+            if now > most {
+                (most, at) = (now, t);
+            }
+        }
+        r.lane_max_active.insert(lane.to_owned(), most as u64);
+        if let Some(cap) = opts.lane_cap
+            && most as u64 > cap
+        {
+            v.push(format!(
+                "L1 lane {lane} had {most} jobs surely active at once (at {at}), over its cap of {cap}"
+            ));
+        }
+    }
+    r.invariants.insert(
+        "L1".into(),
+        match opts.lane_cap {
+            Some(_) => "full for every lease whose end was recorded; others for as long as they were seen".into(),
+            None => "skipped: no lane cap given".into(),
+        },
+    );
+    if opts.drained {
+        for m in &state.lane_slots {
+            v.push(format!("L2 slot {:?} still held after the drain", m.replace('\0', "/")));
+        }
+        for (lane, n) in &state.lane_pending {
+            if *n > 0 {
+                v.push(format!("L2 lane {lane} has {n} pending jobs after the drain"));
+            }
+        }
+        for lane in state.lane_ring.keys() {
+            if !lane.is_empty() {
+                v.push(format!("L2 lane {lane} is still in the ring after the drain"));
+            }
+        }
+        r.invariants.insert("L2".into(), "full".into());
+    } else {
+        r.invariants
+            .insert("L2".into(), "skipped: the run did not drain".into());
+    }
+}
+
 impl Attempt {
     fn attempts_already_settled_complete(&self) -> bool {
         self.settled
@@ -908,6 +1047,7 @@ mod tests {
                 attempt,
                 deadline_ms: at + 1000,
                 server_ms: at,
+                lane: None,
             },
         )
     }
@@ -1237,6 +1377,114 @@ mod tests {
         assert!(violations(&h, &st).iter().all(|v| !v.starts_with("I10")));
         st.jobs.get_mut("j2").unwrap().created_ms = 1200; // while j1 still held it
         assert_violates(&h, &st, "I10");
+    }
+
+    /// Jobs j1..jn on lane "a", each claimed at `at(i)` and completed at
+    /// `at(i) + 100`, all recorded.
+    fn laned(n: u64, at: impl Fn(u64) -> u64) -> (Vec<Record>, ServerState) {
+        let mut h = vec![start("p1", "producer", 0), start("w1", "worker", 1000)];
+        let mut st = ServerState::default();
+        for s in crate::state::SETS {
+            st.sets.insert(s.into(), BTreeMap::new());
+        }
+        for i in 1..=n {
+            let id = format!("j{i}");
+            let t = T1 + i;
+            h.extend(enqueued(&id, None, 1));
+            h.push(rec(
+                "w1",
+                Ev::Claimed {
+                    id: id.clone(),
+                    token: t,
+                    attempt: 1,
+                    deadline_ms: at(i) + 1000,
+                    server_ms: at(i),
+                    lane: Some("a".into()),
+                },
+            ));
+            h.extend(effect("w1", &id, t));
+            h.extend(completed("w1", &id, t, at(i) + 100));
+            st.jobs.insert(
+                id.clone(),
+                JobRecord {
+                    state: "completed".into(),
+                    attempts: 1,
+                    token: t,
+                    created_ms: 1,
+                    finished_ms: Some(at(i) + 100),
+                    last_op: Some(format!("c:{t}")),
+                    settlements: vec![format!("c:{t}")],
+                    ..JobRecord::default()
+                },
+            );
+            st.sets.get_mut("completed").unwrap().insert(id.clone(), 1.0);
+            st.effects.insert(id.clone(), 1);
+            st.guarded.insert(id, 1);
+        }
+        (h, st)
+    }
+
+    fn capped(cap: u64) -> CheckOptions {
+        CheckOptions {
+            lane_cap: Some(cap),
+            ..CheckOptions::default()
+        }
+    }
+
+    // L1: three jobs of a lane active at once break a cap of 2, not a cap of 3; one after another keep a cap of 1.
+    #[test]
+    fn l1_lane_cap() {
+        let (h, st) = laned(3, |i| 1000 + 10 * i);
+        let r = check(&h, &st, &capped(2));
+        assert!(r.violations.iter().any(|v| v.starts_with("L1")), "{:?}", r.violations);
+        assert_eq!(r.lane_max_active["a"], 3);
+        assert!(check(&h, &st, &capped(3)).ok);
+        // Each completes (at +100) before the next claim (+100 later): never two at once.
+        let (h, st) = laned(3, |i| 1000 + 100 * i);
+        let r = check(&h, &st, &capped(1));
+        assert!(r.ok, "{:?}", r.violations);
+        assert_eq!((r.lane_claims, r.lane_max_active["a"]), (3, 1));
+    }
+
+    // L1 never reports a lease whose end went unrecorded past the time it was last seen.
+    #[test]
+    fn l1_unrecorded_ends_count_until_last_seen() {
+        let (mut h, st) = laned(3, |i| 1000 + 10 * i);
+        // j1's completion reply was lost: it is surely active only at its claim.
+        h.retain(|r| !matches!(&r.ev, Ev::Settled { id, .. } if id == "j1"));
+        let r = check(&h, &st, &capped(2));
+        assert!(r.violations.iter().all(|v| !v.starts_with("L1")), "{:?}", r.violations);
+        // Seen by a heartbeat at 1050 (deadline 2050, lease 1000): active with j2 and j3 then.
+        h.push(rec(
+            "w1",
+            Ev::Extended {
+                id: "j1".into(),
+                token: T1 + 1,
+                deadline_ms: 2050,
+            },
+        ));
+        assert!(
+            check(&h, &st, &capped(2))
+                .violations
+                .iter()
+                .any(|v| v.starts_with("L1"))
+        );
+    }
+
+    // L2: a slot still held, a lane with pending jobs, or a lane left in the ring after a drain is a violation.
+    #[test]
+    fn l2_slots_given_back() {
+        let (h, st) = laned(2, |i| 1000 + 100 * i);
+        assert!(check(&h, &st, &CheckOptions::default()).ok);
+        let mut leaked = st.clone();
+        leaked.lane_slots.push("a\0j1".into());
+        assert_violates(&h, &leaked, "L2");
+        let mut ringed = st.clone();
+        ringed.lane_ring.insert("a".into(), 2_251_799_813_685_248.0);
+        assert_violates(&h, &ringed, "L2");
+        let mut unlaned_turn = st;
+        unlaned_turn.lane_ring.insert(String::new(), 3.0);
+        assert!(check(&h, &unlaned_turn, &CheckOptions::default()).ok);
     }
 
     // I11: a call slower than the bound is a violation.

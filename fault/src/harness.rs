@@ -111,6 +111,10 @@ pub struct ProducerOpts {
     pub pace_ms: u64,
     /// Connect here instead of the run's URL.
     pub url: Option<String>,
+    /// Spread the jobs over this many lanes, `l0`.. (0: no lanes).
+    pub lanes: u64,
+    /// The cap to set on each of those lanes first.
+    pub lane_cap: Option<u32>,
 }
 
 impl Default for ProducerOpts {
@@ -122,6 +126,8 @@ impl Default for ProducerOpts {
             dedup_every: 0,
             pace_ms: 0,
             url: None,
+            lanes: 0,
+            lane_cap: None,
         }
     }
 }
@@ -312,14 +318,18 @@ impl Run {
 
     /// Starts a producer; returns its name.
     pub fn producer(&mut self, o: &ProducerOpts) -> String {
-        let args = vec![
+        let mut args = vec![
             format!("--url={}", o.url.as_deref().unwrap_or(&self.client_url)),
             format!("--from={}", o.from),
             format!("--count={}", o.count),
             format!("--concurrency={}", o.concurrency),
             format!("--dedup-every={}", o.dedup_every),
             format!("--pace-ms={}", o.pace_ms),
+            format!("--lanes={}", o.lanes),
         ];
+        if let Some(cap) = o.lane_cap {
+            args.push(format!("--lane-cap={cap}"));
+        }
         let bin = self.bins.producer.clone();
         self.spawn("producer", "p", bin, args)
     }

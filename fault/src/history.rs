@@ -98,6 +98,10 @@ pub enum Ev {
         deadline_ms: u64,
         /// When the claim ran.
         server_ms: u64,
+        /// The job's lane, if it has one (its lease holds one of the
+        /// lane's slots until it ends).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        lane: Option<String>,
     },
     /// A heartbeat renewed the lease.
     Extended {
@@ -346,6 +350,7 @@ mod tests {
             attempt: 1,
             deadline_ms: 1500,
             server_ms: 500,
+            lane: Some("l0".into()),
         });
         h.write(Ev::Reap {
             server_ms: 9,
@@ -367,7 +372,8 @@ mod tests {
                 token: 1_764_590_000_000_002,
                 attempt: 1,
                 deadline_ms: 1500,
-                server_ms: 500
+                server_ms: 500,
+                lane: Some("l0".into()),
             }
         );
         std::fs::remove_dir_all(&dir).unwrap();

@@ -95,9 +95,18 @@ impl Outcome {
     }
 }
 
-fn finish(mut run: Run, drained: bool, notes: BTreeMap<String, Value>) -> Outcome {
+fn finish(run: Run, drained: bool, notes: BTreeMap<String, Value>) -> Outcome {
+    finish_with(run, drained, notes, &[])
+}
+
+/// [`finish`], with more arguments for the checker.
+fn finish_with(mut run: Run, drained: bool, notes: BTreeMap<String, Value>, extra: &[&str]) -> Outcome {
     run.stop_all();
-    let check = run.check(if drained { &[] } else { &["--not-drained"] });
+    let mut args = extra.to_vec();
+    if !drained {
+        args.push("--not-drained");
+    }
+    let check = run.check(&args);
     let state = run.state();
     // Keep a failed run for reading, unless a negative control made it fail on purpose.
     run.keep |= (!check.ok || !drained) && !run.negative_control();
@@ -220,6 +229,68 @@ pub fn random_kills(ctx: &Ctx, jobs: u64, workers: usize, kill_every_ms: u64, li
     notes.insert("kills_at_random_times".into(), json!(random));
     notes.insert("kills_at_kill_points".into(), json!(at_points));
     finish(run, drained, notes)
+}
+
+/// Jobs spread over `lanes` lanes, each capped at `cap` (set in the server
+/// by the producer), flow through workers with more handlers than the caps
+/// allow, while workers are SIGKILLed at random times and kill points (the
+/// killed leases are reaped and given back) and replaced at once. The
+/// checker checks the usual invariants plus L1 (never more than `cap`
+/// jobs of a lane surely active at once) and L2 (no slot held after the
+/// drain). Notes: `lane_max_active`, kills.
+pub fn lane_caps(ctx: &Ctx, jobs: u64, lanes: u64, cap: u32, kill_every_ms: u64, limit: Duration) -> Outcome {
+    let server = ctx.server(false);
+    let mut run = Run::new(&ctx.bins, &server.url(), "lanes");
+    run.reaper(100, 1000, false);
+    run.producer(&ProducerOpts {
+        count: jobs,
+        concurrency: 4,
+        lanes,
+        lane_cap: Some(cap),
+        ..ProducerOpts::default()
+    });
+    let points = ["before_effect", "after_effect_before_ack", "after_ack"];
+    let opts = || WorkerOpts {
+        concurrency: 8,
+        prefetch: [None, Some(8), Some(0)][fastrand::usize(0..3)],
+        lease_ms: 1000,
+        work_ms: 4,
+        pause: Some((points[fastrand::usize(0..3)].into(), 0.004, 1)),
+        ..WorkerOpts::default()
+    };
+    for _ in 0..3 {
+        run.worker(&opts());
+    }
+    let mut next_kill = Instant::now() + Duration::from_millis(kill_every_ms);
+    let (mut random, mut at_points) = (0u64, 0u64);
+    let drained = run.drive(limit, |run| {
+        for w in run.live("worker") {
+            if run.paused_at_point(&w) {
+                run.kill(&w);
+                run.worker(&opts());
+                at_points += 1;
+            }
+        }
+        if Instant::now() >= next_kill {
+            let live = run.live("worker");
+            if !live.is_empty() {
+                let w = &live[fastrand::usize(0..live.len())];
+                run.kill(w);
+                run.worker(&opts());
+                random += 1;
+            }
+            next_kill =
+                Instant::now() + Duration::from_millis(fastrand::u64(kill_every_ms / 2..=kill_every_ms * 3 / 2));
+        }
+    });
+    let mut notes = BTreeMap::new();
+    notes.insert("kills_at_random_times".into(), json!(random));
+    notes.insert("kills_at_kill_points".into(), json!(at_points));
+    let cap_arg = format!("--lane-cap={cap}");
+    let mut out = finish_with(run, drained, notes, &[&cap_arg]);
+    out.notes
+        .insert("lane_max_active".into(), out.check.report["lane_max_active"].clone());
+    out
 }
 
 /// How [`ack_lost`] loses the acknowledgement of a `complete`.

@@ -49,6 +49,12 @@ pub struct ServerState {
     pub guarded: BTreeMap<String, i64>,
     /// Dedup markers still standing: dedup id → job id.
     pub dedup_markers: BTreeMap<String, String>,
+    /// Lanes: the slots still held (`lanes:active` members, `LANE\0ID`).
+    pub lane_slots: Vec<String>,
+    /// Lanes: the ring (lane → score).
+    pub lane_ring: BTreeMap<String, f64>,
+    /// Lanes: pending jobs per lane set (`lane:L`) that exists.
+    pub lane_pending: BTreeMap<String, u64>,
 }
 
 /// The hash the workers' unguarded effect increments (field = job id).
@@ -99,6 +105,7 @@ pub async fn read(url: &str, queue: &str) -> redis::RedisResult<ServerState> {
 
     let mut job_keys = Vec::new();
     let mut dedup_keys = Vec::new();
+    let mut lane_keys = Vec::new();
     {
         let mut it: redis::AsyncIter<String> = c.scan_match(format!("{base}*")).await?;
         while let Some(k) = it.next_item().await {
@@ -107,6 +114,8 @@ pub async fn read(url: &str, queue: &str) -> redis::RedisResult<ServerState> {
                 job_keys.push((id.to_owned(), k.clone()));
             } else if let Some(d) = k.strip_prefix(&format!("{base}de:")) {
                 dedup_keys.push((d.to_owned(), k.clone()));
+            } else if let Some(l) = k.strip_prefix(&format!("{base}lane:")) {
+                lane_keys.push((l.to_owned(), k.clone()));
             }
         }
     }
@@ -128,6 +137,13 @@ pub async fn read(url: &str, queue: &str) -> redis::RedisResult<ServerState> {
     st.effects = fx;
     let g: BTreeMap<String, i64> = c.hgetall(guarded_key(queue)).await?;
     st.guarded = g;
+    st.lane_slots = c.zrange(format!("{base}lanes:active"), 0, -1).await?;
+    let ring: Vec<(String, f64)> = c.zrange_withscores(format!("{base}lanes:ring"), 0, -1).await?;
+    st.lane_ring = ring.into_iter().collect();
+    for (l, k) in lane_keys {
+        let n: u64 = c.zcard(&k).await?;
+        st.lane_pending.insert(l, n);
+    }
     for (d, k) in dedup_keys {
         let v: Option<String> = c.get(&k).await?;
         if let Some(v) = v {

@@ -142,6 +142,23 @@ fn random_kills_over_5000_jobs() {
     assert!(out.check.n("redeliveries") > 0);
 }
 
+// Lanes capped at 2, workers with 8 handlers each, SIGKILLed at random: no lane ever has 3 jobs active at once, every slot comes back, nothing is lost.
+#[test]
+fn lane_caps_hold_under_kills() {
+    let _g = serial();
+    let (jobs, limit) = if long() { (20_000, 900) } else { (1_500, 180) };
+    let out = scenarios::lane_caps(&ctx(), jobs, 3, 2, 400, Duration::from_secs(limit));
+    passed("lane_caps", &out);
+    assert!(out.check.n("worker_kills") >= 3, "too few kills to mean anything");
+    assert!(out.check.n("lane_claims") >= jobs, "the jobs were laned");
+    let most = out.check.report["lane_max_active"].as_object().expect("lanes seen");
+    assert_eq!(most.len(), 3);
+    assert!(
+        most.values().any(|n| n.as_u64() == Some(2)),
+        "the caps never bound, so they proved nothing: {most:?}"
+    );
+}
+
 // The server runs a complete but its reply is lost: the worker's retry answers "already settled".
 #[test]
 fn ack_reply_lost_in_flight() {

@@ -3,7 +3,7 @@
 //! The library has test-only breakages behind `--cfg echomq_faults` (see
 //! `src/faults.rs`), selected at run time by `ECHOMQ_FAULT`:
 //! `no-token-check`, `client-clock`, `two-step-reaper`,
-//! `no-stall-increment`, `per-job-token`. This test builds the fault
+//! `no-stall-increment`, `per-job-token`, `no-lane-cap`. This test builds the fault
 //! binaries and the core tests once each with that cfg (into
 //! `target/faults`, so the normal build is untouched; a few minutes on 2
 //! cores), then for each control runs the scenario that exposes it and
@@ -36,6 +36,7 @@ use echomq_fault::scenarios::{self, Ctx, Outcome, Stale};
 static SERIAL: Mutex<()> = Mutex::new(());
 static BINS_BUILT: OnceLock<Result<PathBuf, String>> = OnceLock::new();
 static CORE_BUILT: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+static LANES_BUILT: OnceLock<Result<PathBuf, String>> = OnceLock::new();
 
 fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -111,6 +112,15 @@ fn core_build() {
     );
 }
 
+/// Builds the lane tests with `--cfg echomq_faults`, once.
+fn lanes_build() {
+    build_once(
+        &LANES_BUILT,
+        "the lane tests",
+        &["test", "-p", "echomq", "--all-features", "--test", "lanes", "--no-run"],
+    );
+}
+
 /// The faults build's binaries with `ECHOMQ_FAULT` set to `fault` (or unset).
 fn ctx(fault: Option<&str>) -> Ctx {
     let dir = faults_build();
@@ -130,6 +140,17 @@ fn ctx(fault: Option<&str>) -> Ctx {
 /// Runs one core test of the faults build; true when it passed.
 fn core_test(name: &str, fault: Option<&str>) -> bool {
     core_build();
+    test_of("core", name, fault)
+}
+
+/// Runs one lane test of the faults build; true when it passed.
+fn lanes_test(name: &str, fault: Option<&str>) -> bool {
+    lanes_build();
+    test_of("lanes", name, fault)
+}
+
+/// Runs test `name` of test binary `binary` of the faults build.
+fn test_of(binary: &str, name: &str, fault: Option<&str>) -> bool {
     let out = cargo(
         &[
             "test",
@@ -137,7 +158,7 @@ fn core_test(name: &str, fault: Option<&str>) -> bool {
             "echomq",
             "--all-features",
             "--test",
-            "core",
+            binary,
             "--",
             "--exact",
             name,
@@ -149,7 +170,7 @@ fn core_test(name: &str, fault: Option<&str>) -> bool {
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(
         text.contains("running 1 test"),
-        "core test {name} did not run:\n{text}\n{}",
+        "{binary} test {name} did not run:\n{text}\n{}",
         String::from_utf8_lossy(&out.stderr)
     );
     out.status.success()
@@ -196,6 +217,14 @@ fn without_a_control_the_faults_build_passes() {
     passed("none/takeover", &scenarios::paused_takeover(&c, Stale::Settle));
     passed("none/reapers", &scenarios::racing_reapers(&c, 1000, 4));
     passed("none/killpoint", &scenarios::kill_point(&c, "before_effect"));
+    passed(
+        "none/lanes",
+        &scenarios::lane_caps(&c, 600, 3, 2, 400, std::time::Duration::from_secs(120)),
+    );
+    assert!(
+        lanes_test("a_cap_bounds_active_jobs", None),
+        "the lane test fails without any control"
+    );
     if faketime().is_some() {
         passed(
             "none/skewed",
@@ -268,6 +297,23 @@ fn client_clock_is_caught() {
     failed("client-clock", &out);
     assert!(out.check.violates("I6"));
     assert!(!core_test("skewed_server_clock_decides", Some("client-clock")));
+}
+
+// no-lane-cap: claims ignore lane caps; the checker (L1) and a_cap_bounds_active_jobs fail.
+#[test]
+fn no_lane_cap_is_caught() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let out = scenarios::lane_caps(
+        &ctx(Some("no-lane-cap")),
+        600,
+        3,
+        2,
+        400,
+        std::time::Duration::from_secs(120),
+    );
+    failed("no-lane-cap", &out);
+    assert!(out.check.violates("L1"));
+    assert!(!lanes_test("a_cap_bounds_active_jobs", Some("no-lane-cap")));
 }
 
 // per-job-token: tokens restart at 1 for a reused id, so the deleted job's stale lease settles the new job; reused_id_cannot_be_settled_by_a_stale_token fails.

@@ -58,7 +58,10 @@ impl Queue {
     /// at most `limit` (1 to [`MAX_BATCH`]): pending jobs in the order they
     /// will be claimed, delayed ones by due time, active ones by lease
     /// deadline (with `deadline_ms` set for both), completed and failed
-    /// ones newest first (cancelled ones too).
+    /// ones newest first (cancelled ones too). Pending jobs with a lane
+    /// come after those without, ordered by id (lanes take turns, so no one
+    /// order says when they run); [`list_lane`](Self::list_lane) shows a
+    /// lane's in the order it will be claimed.
     ///
     /// While jobs move, a walk of pending, completed or failed jobs shows
     /// each job at most once (its place in the order is fixed while it
@@ -85,7 +88,6 @@ impl Queue {
     /// # Errors
     /// [`Error::InvalidOption`] for `limit` out of range; server errors.
     pub async fn list(&self, state: JobState, after: Option<&ListCursor>, limit: usize) -> Result<Page> {
-        crate::settings::count("list limit", limit, 1, MAX_BATCH)?;
         let k = self.keys();
         let (set, order) = match state {
             JobState::Pending => (&k.pending, "asc"),
@@ -95,6 +97,33 @@ impl Queue {
             JobState::Failed => (&k.failed, "desc"),
             JobState::Cancelled => (&k.cancelled, "desc"),
         };
+        self.list_set(set, order, state, after, limit).await
+    }
+
+    /// One page of the pending jobs of `lane`, in the order the lane gives
+    /// them out (priority, then enqueue order), after `after` (or from the
+    /// start), at most `limit` (1 to [`MAX_BATCH`]). A walk shows each job
+    /// at most once, as [`list`](Self::list) does for pending jobs.
+    ///
+    /// # Errors
+    /// [`Error::InvalidId`] for a bad lane name, [`Error::InvalidOption`]
+    /// for `limit` out of range; server errors.
+    pub async fn list_lane(&self, lane: &str, after: Option<&ListCursor>, limit: usize) -> Result<Page> {
+        crate::keys::validate_id("lane", lane)?;
+        let key = self.keys().lane(lane);
+        self.list_set(&key, "asc", JobState::Pending, after, limit).await
+    }
+
+    async fn list_set(
+        &self,
+        set: &str,
+        order: &str,
+        state: JobState,
+        after: Option<&ListCursor>,
+        limit: usize,
+    ) -> Result<Page> {
+        crate::settings::count("list limit", limit, 1, MAX_BATCH)?;
+        let k = self.keys();
         let mut call = SCRIPTS.list.call();
         call.key(set).arg(order).arg(limit);
         match after {

@@ -16,13 +16,22 @@
 //!   [`Queue::promote_all`](crate::Queue::promote_all).
 //! - `cancel`: [`Queue::cancel`](crate::Queue::cancel),
 //!   [`Queue::cancel_many`](crate::Queue::cancel_many).
+//! - `lanes`: [`Queue::set_lane_cap`](crate::Queue::set_lane_cap),
+//!   [`Queue::set_lane_weight`](crate::Queue::set_lane_weight),
+//!   [`Queue::set_lane_default_cap`](crate::Queue::set_lane_default_cap),
+//!   [`Queue::set_lane_default_weight`](crate::Queue::set_lane_default_weight),
+//!   [`Queue::lane`](crate::Queue::lane), [`Queue::lanes`](crate::Queue::lanes),
+//!   [`Queue::lane_defaults`](crate::Queue::lane_defaults),
+//!   [`Queue::list_lane`](crate::Queue::list_lane).
 
 mod cancel;
+mod lanes;
 mod lifecycle;
 mod list;
 mod pause;
 
 pub use self::cancel::Cancel;
+pub use self::lanes::{LaneCursor, LaneDefaults, LaneInfo, LanePage, LaneState, MAX_LANE_WEIGHT};
 pub use self::lifecycle::Moved;
 pub use self::list::{ListCursor, Page};
 

@@ -82,6 +82,8 @@ pub enum Event<'a> {
         deadline_ms: u64,
         /// When the claim ran.
         server_ms: u64,
+        /// The job's lane, if it has one (its slot is held until the job settles).
+        lane: Option<&'a str>,
     },
     /// A heartbeat renewed the lease.
     Extended {

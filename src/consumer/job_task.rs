@@ -154,8 +154,14 @@ where
     T: DeserializeOwned + Send + 'static,
     H: Handler<T>,
 {
-    let span =
-        info_span!("job", queue = ctx.queue.name(), job_id = %lease.id, attempt = lease.attempt, token = lease.token);
+    let span = info_span!(
+        "job",
+        queue = ctx.queue.name(),
+        job_id = %lease.id,
+        attempt = lease.attempt,
+        token = lease.token,
+        lane = lease.lane()
+    );
     async move {
         let s = &ctx.settings;
         let q = &ctx.queue;
@@ -165,6 +171,7 @@ where
             attempt: lease.attempt,
             deadline_ms: lease.deadline_ms,
             server_ms: lease.claimed_ms,
+            lane: lease.lane(),
         });
         let mut heart = Heartbeat::new(s, claimed_at);
         let payload: T = match lease.decode() {

@@ -92,7 +92,9 @@ where
 /// Reports one item's answer to the observers and the log.
 fn report<H>(ctx: &Ctx<H>, p: Pending, result: std::result::Result<Settled, &Error>) -> Option<Slot> {
     let (id, token, op) = (p.lease.id.as_str(), p.lease.token, p.op.op());
-    let _span = info_span!("job", queue = ctx.queue.name(), job_id = %id, attempt = p.lease.attempt).entered();
+    let _span =
+        info_span!("job", queue = ctx.queue.name(), job_id = %id, attempt = p.lease.attempt, lane = p.lease.lane())
+            .entered();
     let s = &ctx.settings;
     match result {
         Ok(done) => {

@@ -19,7 +19,9 @@ pub struct SweepReport {
     pub checked: u64,
     /// Repairs made (a job put back into the set its state names, removed
     /// from another set, given a fresh score or a known state, or a
-    /// dangling member or hash removed).
+    /// dangling member or hash removed; a laned job put on or taken off its
+    /// lane, a lane slot held by a job that is not active given back, or a
+    /// lane put back where its counts say in the turn of lanes).
     pub repaired: u64,
     /// Keys left alone because they cannot be read as echomq wrote them: a
     /// key under the queue's job pattern that is not a hash, or a job whose
@@ -37,12 +39,13 @@ impl SweepReport {
 }
 
 /// The phases of a sweep, as `lua/sweep.lua` takes them: the job hashes,
-/// then each set (by its index in the script's KEYS).
-const SWEEP_PHASES: [&str; 7] = ["jobs", "1", "2", "3", "4", "5", "6"];
+/// then each set (by its index in the script's KEYS), then the lanes' slots
+/// (`held`) and the ring of lanes (`ring`).
+const SWEEP_PHASES: [&str; 9] = ["jobs", "1", "2", "3", "4", "5", "6", "held", "ring"];
 
 /// Where a consistency sweep stands between two [`Queue::sweep_step`]
-/// calls: the phase (the job hashes, then each of the six sets) and the
-/// server's scan cursor within it.
+/// calls: the phase (the job hashes, then each of the six sets, then the
+/// lanes' slots and their ring) and the server's scan cursor within it.
 ///
 /// `SweepCursor::default()` is the start of a sweep. A cursor is only
 /// meaningful for the queue that returned it; a sweep resumed after a long
@@ -137,7 +140,12 @@ impl Queue {
     /// Runs a full consistency sweep in bounded steps of about `batch` keys
     /// each ([`Queue::sweep_step`] until done): every job hash is checked
     /// against the set its state names (and put back where a torn write
-    /// left it out), and every set member against its hash. Safe to run
+    /// left it out), and every set member against its hash. Lanes too: a
+    /// laned job is on its lane exactly while pending and holds a slot
+    /// exactly while active, every slot held belongs to an active job of
+    /// its lane, and every lane stands where its counts say (a lane with
+    /// pending jobs and a free slot takes turns again; one without jobs
+    /// leaves the ring). Safe to run
     /// beside live traffic; each step is one script. The maintenance task of
     /// a [`Client`](crate::Client) sweeps the queues its consumers serve.
     ///

@@ -33,6 +33,8 @@ pub(super) struct Encoded {
     dedup_ttl_ms: u64,
     /// Debounce: a waiting dedup holder takes this job's payload and due time.
     replace: bool,
+    /// The lane, "" for none.
+    lane: String,
 }
 
 /// One `enqueue_with` waiting for the coalescer.
@@ -115,7 +117,8 @@ async fn call_script(conn: &mut Conn, k: &Keys, jobs: &[&Encoded]) -> Result<Vec
             .arg(&j.limits)
             .arg(&j.dedup)
             .arg(j.dedup_ttl_ms)
-            .arg(if j.replace { "1" } else { "0" });
+            .arg(if j.replace { "1" } else { "0" })
+            .arg(&j.lane);
     }
     let mut r = call.run(conn).await?;
     let _now = r.uint()?;
@@ -158,6 +161,7 @@ impl Queue {
             dedup,
             dedup_ttl_ms,
             replace: opts.replace_waiting,
+            lane: opts.lane.clone().unwrap_or_default(),
         })
     }
 

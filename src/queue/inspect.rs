@@ -29,6 +29,7 @@ pub(crate) fn job_info(id: &str, fields: HashFields, deadline_ms: Option<u64>) -
         result: None,
         holder: None,
         cancel_requested_ms: None,
+        lane: None,
     };
     let num = |v: &[u8]| {
         std::str::from_utf8(v)
@@ -60,6 +61,7 @@ pub(crate) fn job_info(id: &str, fields: HashFields, deadline_ms: Option<u64>) -
             "rs" => info.result = serde_json::from_slice(&v).ok(),
             "hd" => info.holder = Some(String::from_utf8_lossy(&v).into_owned()),
             "cx" => info.cancel_requested_ms = Some(num(&v)),
+            "ln" => info.lane = Some(String::from_utf8_lossy(&v).into_owned()),
             _ => {}
         }
     }

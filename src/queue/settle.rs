@@ -200,10 +200,10 @@ pub(crate) fn encode_result<R: serde::Serialize + ?Sized>(result: &R) -> Result<
     Ok(Some(text))
 }
 
-/// Reads claim's `deadline, id, token, attempt, failures, limits, payload, ...` tail.
+/// Reads claim's `deadline, id, token, attempt, failures, limits, payload, lane, ...` tail.
 fn read_leases(q: &Queue, r: &mut Reply, claimed_ms: u64) -> Result<Vec<Lease>> {
     let deadline_ms = r.uint()?;
-    let mut leases = Vec::with_capacity(r.remaining() / 6);
+    let mut leases = Vec::with_capacity(r.remaining() / 7);
     while r.remaining() > 0 {
         leases.push(Lease {
             queue: q.base().clone(),
@@ -213,6 +213,7 @@ fn read_leases(q: &Queue, r: &mut Reply, claimed_ms: u64) -> Result<Vec<Lease>> 
             failures: r.uint()?,
             limits: Limits::decode(&r.bytes()?),
             payload: r.bytes()?,
+            lane: Some(r.string()?).filter(|l| !l.is_empty()),
             deadline_ms,
             claimed_ms,
             cancel_requested: false,
@@ -253,7 +254,8 @@ fn lease_ms(lease: Duration) -> Result<u64> {
 impl Queue {
     /// Leases up to `max` ready jobs for `lease` (deadline = server time +
     /// lease). Promotes due delayed jobs first. Returns an empty vector
-    /// when nothing is ready.
+    /// when nothing is ready. While lanes are in use, lanes take turns and
+    /// a lane at its cap gives none (the README's "Lanes").
     ///
     /// ```no_run
     /// # async fn demo(queue: echomq::Queue) -> echomq::Result<()> {

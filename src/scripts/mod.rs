@@ -93,6 +93,8 @@ pub(crate) struct Scripts {
     pub schedule_due: Spec,
     #[cfg(feature = "cron")]
     pub schedule_fire: Spec,
+    pub lane_config: Spec,
+    pub lanes: Spec,
 }
 
 #[cfg(test)]
@@ -118,6 +120,8 @@ impl Scripts {
             (&self.list, include_str!("../../lua/list.lua")),
             (&self.obliterate, include_str!("../../lua/obliterate.lua")),
             (&self.cancel, include_str!("../../lua/cancel.lua")),
+            (&self.lane_config, include_str!("../../lua/lane_config.lua")),
+            (&self.lanes, include_str!("../../lua/lanes.lua")),
         ];
         #[cfg(feature = "cron")]
         all.extend([
@@ -244,6 +248,20 @@ pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
         &["prefix", "keep_failed"],
     ),
     progress: Spec::new("progress", lua!("progress"), &["job"], false, &["token", "value"]),
+    lane_config: Spec::new(
+        "lane_config",
+        lua!("lane_config"),
+        &["ring", "setting"],
+        false,
+        &["prefix", "lane", "value", "cursor", "count"],
+    ),
+    lanes: Spec::new(
+        "lanes",
+        lua!("lanes"),
+        &["ring", "held", "caps", "weights"],
+        false,
+        &["prefix", "cursor", "count"],
+    ),
     remove: Spec::new(
         "remove",
         lua!("remove"),

@@ -5,6 +5,7 @@
 //!
 //! ```text
 //! fault-check --dir=DIR --url=redis://127.0.0.1:PORT/ --queue=Q [--not-drained] [--call-bound-ms=15000]
+//!     [--lane-cap=C]
 //! ```
 
 use std::path::PathBuf;
@@ -37,6 +38,7 @@ async fn main() {
     let opts = CheckOptions {
         drained: !a.get("not-drained", false),
         call_bound_ms: a.get("call-bound-ms", CheckOptions::default().call_bound_ms),
+        lane_cap: a.opt("lane-cap").map(|c| c.parse().expect("--lane-cap")),
     };
     let mut report = check(&records, &st, &opts);
     report.torn_lines = torn;
@@ -81,6 +83,12 @@ async fn main() {
         "stale settles rejected {}, stale heartbeats rejected {}, already-settled answers {}, lost {}",
         report.stale_settles_rejected, report.stale_heartbeats_rejected, report.already_settled, report.lost
     );
+    if report.lane_claims > 0 {
+        println!(
+            "lane claims {}, most surely active at once per lane {:?}",
+            report.lane_claims, report.lane_max_active
+        );
+    }
     for (inv, how) in &report.invariants {
         println!("  {inv}: {how}");
     }

@@ -3,7 +3,10 @@
 //! outcome is unknown (timeout, dropped connection, server restart) is
 //! retried safely with the same id until the server answers. Every
 //! `--dedup-every`-th job carries a dedup id `g{k % groups}` (marker until
-//! the job finishes). Records invoke / ok / fail (definite or unknown).
+//! the job finishes). With `--lanes=N`, job k is on lane `l{k % N}`, and
+//! `--lane-cap=C` first sets the cap of each of those lanes to C (stored in
+//! the server, so every worker's claims honour it). Records invoke / ok /
+//! fail (definite or unknown).
 //!
 //! Limits belong to the job and are fixed here, at enqueue: the handle's
 //! defaults (`Args::queue_options`) give every job 1,000 attempts, 1,000
@@ -13,7 +16,7 @@
 //! ```text
 //! fault-producer --url=U --queue=Q --history=p1.jsonl --src=p1 --from=0 --count=1000 \
 //!     [--prefix=j] [--concurrency=8] [--dedup-every=0] [--dedup-groups=5]
-//!     [--pace-ms=0] [--response-timeout-ms=1000]
+//!     [--pace-ms=0] [--response-timeout-ms=1000] [--lanes=0] [--lane-cap=C]
 //!     [--max-attempts=1000] [--max-stalls=1000] [--backoff-ms=20]
 //! ```
 
@@ -39,7 +42,17 @@ async fn main() {
     let dedup_every: u64 = a.get("dedup-every", 0);
     let groups: u64 = a.get("dedup-groups", 5);
     let pace = Duration::from_millis(a.get("pace-ms", 0));
+    let lanes: u64 = a.get("lanes", 0);
     let queue = a.connect(&url).await;
+    if let Some(cap) = a.opt("lane-cap") {
+        let cap: u32 = cap.parse().expect("--lane-cap");
+        for l in 0..lanes {
+            queue
+                .set_lane_cap(&format!("l{l}"), Some(cap))
+                .await
+                .expect("set a lane's cap");
+        }
+    }
     hist.write(Ev::Start {
         role: "producer".into(),
         pid: std::process::id(),
@@ -58,7 +71,8 @@ async fn main() {
                 }
                 let id = format!("{prefix}{k}");
                 let dedup = (dedup_every > 0 && k % dedup_every == 0).then(|| format!("g{}", k % groups));
-                enqueue(&q, &h, &id, k, dedup).await;
+                let lane = (lanes > 0).then(|| format!("l{}", k % lanes));
+                enqueue(&q, &h, &id, k, dedup, lane).await;
                 if !pace.is_zero() {
                     tokio::time::sleep(pace).await;
                 }
@@ -72,10 +86,13 @@ async fn main() {
 }
 
 /// Enqueues one job, retrying an unknown outcome with the same id.
-async fn enqueue(q: &Queue, h: &History, id: &str, n: u64, dedup: Option<String>) {
+async fn enqueue(q: &Queue, h: &History, id: &str, n: u64, dedup: Option<String>, lane: Option<String>) {
     let mut opts = EnqueueOptions::new().id(id);
     if let Some(d) = &dedup {
         opts = opts.dedup(d.clone());
+    }
+    if let Some(l) = lane {
+        opts = opts.lane(l);
     }
     let payload = serde_json::json!({ "n": n });
     let give_up = Instant::now() + GIVE_UP;

@@ -199,12 +199,14 @@ impl Worker {
                 attempt,
                 deadline_ms,
                 server_ms,
+                lane,
             } => Ev::Claimed {
                 id: id.into(),
                 token,
                 attempt,
                 deadline_ms,
                 server_ms,
+                lane: lane.map(Into::into),
             },
             Event::Extended { id, token, deadline_ms } => Ev::Extended {
                 id: id.into(),
@@ -373,6 +375,7 @@ async fn run_raw(a: &Args, w: &Worker, lease: Duration) {
         attempt: lease.attempt(),
         deadline_ms: lease.deadline_ms(),
         server_ms: lease.claimed_ms(),
+        lane: lease.lane().map(Into::into),
     });
     w.hist.write(Ev::EffectBegin { id: id.clone(), token });
     let mut fx = w.fx.clone();
