@@ -16,15 +16,20 @@
 //!   [`Queue::promote_all`](crate::Queue::promote_all).
 //! - `cancel`: [`Queue::cancel`](crate::Queue::cancel),
 //!   [`Queue::cancel_many`](crate::Queue::cancel_many).
+//! - `queues`: finding the queues on a server,
+//!   [`Client::queue_names`](crate::Client::queue_names) and
+//!   [`Client::queue_exists`](crate::Client::queue_exists).
 
 mod cancel;
 mod lifecycle;
 mod list;
 mod pause;
+mod queues;
 
 pub use self::cancel::Cancel;
 pub use self::lifecycle::Moved;
 pub use self::list::{ListCursor, Page};
+pub use self::queues::DISCOVERY_STEP;
 
 /// Most job ids one operator call takes.
 pub const MAX_IDS: usize = 1_000;
