@@ -23,17 +23,22 @@
 //!   [`Queue::lane`](crate::Queue::lane), [`Queue::lanes`](crate::Queue::lanes),
 //!   [`Queue::lane_defaults`](crate::Queue::lane_defaults),
 //!   [`Queue::list_lane`](crate::Queue::list_lane).
+//! - `queues`: finding the queues on a server,
+//!   [`Client::queue_names`](crate::Client::queue_names) and
+//!   [`Client::queue_exists`](crate::Client::queue_exists).
 
 mod cancel;
 mod lanes;
 mod lifecycle;
 mod list;
 mod pause;
+mod queues;
 
 pub use self::cancel::Cancel;
 pub use self::lanes::{LaneCursor, LaneDefaults, LaneInfo, LanePage, LaneState, MAX_LANE_WEIGHT};
 pub use self::lifecycle::Moved;
 pub use self::list::{ListCursor, Page};
+pub use self::queues::DISCOVERY_STEP;
 
 /// Most job ids one operator call takes.
 pub const MAX_IDS: usize = 1_000;

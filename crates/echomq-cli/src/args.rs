@@ -1,0 +1,205 @@
+//! The command line: global options and one subcommand each.
+
+use clap::{Parser, Subcommand, ValueEnum};
+use echomq::JobState;
+use echomq::admin::ListCursor;
+
+/// Inspect and operate echomq queues on Valkey and Redis.
+///
+/// Every command takes the server (--url, else $ECHOMQ_URL), the key
+/// prefix (--prefix) and the queue (-q NAME, else $ECHOMQ_QUEUE); `stats`,
+/// `schedules` and `doctor` look at every queue on the server when no
+/// queue is given. --json prints one JSON document instead of text.
+#[derive(Debug, Parser)]
+#[command(name = "echomq", version, after_help = crate::exit::HELP)]
+pub struct Cli {
+    /// The server: redis://[USER:PASSWORD@]HOST:PORT/DB
+    #[arg(
+        long,
+        env = "ECHOMQ_URL",
+        default_value = "redis://127.0.0.1:6379",
+        hide_env_values = true,
+        global = true
+    )]
+    pub url: String,
+
+    /// The key prefix the queues were opened with
+    #[arg(long, env = "ECHOMQ_PREFIX", default_value = echomq::keys::DEFAULT_PREFIX, global = true)]
+    pub prefix: String,
+
+    /// The queue
+    #[arg(short, long, env = "ECHOMQ_QUEUE", global = true)]
+    pub queue: Option<String>,
+
+    /// Print one JSON document (stable field names) instead of text
+    #[arg(long, global = true)]
+    pub json: bool,
+
+    /// What to do
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// The subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Jobs per state and whether paused, for the queue or every queue
+    Stats,
+
+    /// List a state's jobs in its order, a page at a time
+    ///
+    /// Pending jobs in the order they will be claimed, delayed ones by due
+    /// time, active ones by lease deadline (with their holder), completed,
+    /// failed and cancelled ones newest first. A full page ends with the
+    /// cursor to pass to --after for the next one.
+    Jobs {
+        /// The state
+        state: State,
+        /// Jobs per page (1 to 1000)
+        #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u16).range(1..=1000))]
+        limit: u16,
+        /// Go on after this cursor (printed at the end of the previous page)
+        #[arg(long, value_parser = parse_cursor)]
+        after: Option<ListCursor>,
+    },
+
+    /// Show a job's whole record
+    Show {
+        /// The job id
+        id: String,
+    },
+
+    /// Move failed jobs back to pending, to run again with their full max_attempts
+    Retry {
+        /// Job ids
+        #[arg(required_unless_present = "all", conflicts_with = "all")]
+        ids: Vec<String>,
+        /// Every failed job of the queue
+        #[arg(long)]
+        all: bool,
+    },
+
+    /// Remove jobs that are not active (records and dedup markers)
+    Remove {
+        /// Job ids
+        #[arg(required = true)]
+        ids: Vec<String>,
+    },
+
+    /// Cancel jobs: a waiting one at once, a running one by request to its consumer
+    Cancel {
+        /// Job ids
+        #[arg(required = true)]
+        ids: Vec<String>,
+    },
+
+    /// Run delayed jobs now
+    Promote {
+        /// Job ids
+        #[arg(required_unless_present = "all", conflicts_with = "all")]
+        ids: Vec<String>,
+        /// Every delayed job of the queue
+        #[arg(long)]
+        all: bool,
+    },
+
+    /// Stop every consumer in every process from leasing the queue's jobs
+    Pause,
+
+    /// Let consumers lease the queue's jobs again
+    Resume,
+
+    /// Remove every pending and delayed job (running and finished ones stay)
+    Drain {
+        /// Do it (without: say what it would remove)
+        #[arg(long)]
+        yes: bool,
+    },
+
+    /// Delete every key of the queue: jobs, sets, counters, schedules, user keys
+    ///
+    /// Refused while jobs are active unless --force: forced, the running
+    /// jobs' records go first and their workers' settlements find nothing.
+    /// Stop producers first.
+    Obliterate {
+        /// Go on while jobs are active
+        #[arg(long)]
+        force: bool,
+        /// Do it (without: say what it would delete)
+        #[arg(long)]
+        yes: bool,
+    },
+
+    /// List the cron schedules of the queue (or of every queue), or remove one
+    Schedules {
+        /// Remove a schedule instead of listing
+        #[command(subcommand)]
+        action: Option<SchedulesAction>,
+    },
+
+    /// Check the server's settings and sweep the queue (or every queue)
+    ///
+    /// Reads what the server's persistence, eviction and replication
+    /// settings let echomq promise, then runs a full consistency sweep of
+    /// each queue, which repairs what a torn write left behind (as every
+    /// worker's maintenance does every 10 minutes). Exits with 4 when it
+    /// finds problems: an evicting server, a server older than Redis 7, a
+    /// queue it cannot open, repairs made or keys skipped by a sweep.
+    Doctor,
+}
+
+/// What `schedules` does instead of listing.
+#[derive(Debug, Subcommand)]
+pub enum SchedulesAction {
+    /// Remove a schedule: no job is made for it from now on (jobs it made stay)
+    Remove {
+        /// The schedule's name
+        name: String,
+    },
+}
+
+/// A job state, as the command line names it.
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum State {
+    /// Ready to be claimed
+    Pending,
+    /// Waiting for a due time
+    Delayed,
+    /// Leased to a worker
+    Active,
+    /// Done
+    Completed,
+    /// Failed for good
+    Failed,
+    /// Cancelled
+    Cancelled,
+}
+
+impl State {
+    /// The library's state.
+    pub fn job_state(self) -> JobState {
+        match self {
+            State::Pending => JobState::Pending,
+            State::Delayed => JobState::Delayed,
+            State::Active => JobState::Active,
+            State::Completed => JobState::Completed,
+            State::Failed => JobState::Failed,
+            State::Cancelled => JobState::Cancelled,
+        }
+    }
+}
+
+fn parse_cursor(s: &str) -> Result<ListCursor, String> {
+    s.parse::<ListCursor>().map_err(|e| e.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    // The definitions are consistent (clap's own check).
+    #[test]
+    fn cli_definition_is_valid() {
+        super::Cli::command().debug_assert();
+    }
+}

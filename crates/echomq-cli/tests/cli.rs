@@ -1,0 +1,492 @@
+//! The `echomq` binary run as a process against a private server: what it
+//! prints, what it changes on the server (checked through the library),
+//! and its exit codes.
+
+use std::process::Command;
+use std::time::Duration;
+
+use echomq::server::LocalServer;
+use echomq::{Client, EnqueueOptions, JobState, Lease, Queue};
+use serde_json::Value;
+
+/// What one run of the binary did.
+#[derive(Debug)]
+struct Run {
+    code: i32,
+    stdout: String,
+    stderr: String,
+}
+
+impl Run {
+    /// Its stdout as the one JSON document it must be.
+    fn json(&self) -> Value {
+        serde_json::from_str(&self.stdout).unwrap_or_else(|e| panic!("not JSON ({e}): {self:?}"))
+    }
+}
+
+/// Runs `echomq --url URL ARGS...` with none of the ECHOMQ_* variables of
+/// the test's environment.
+async fn echomq(url: &str, args: &[&str]) -> Run {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_echomq"));
+    cmd.arg("--url")
+        .arg(url)
+        .args(args)
+        .env_remove("ECHOMQ_URL")
+        .env_remove("ECHOMQ_QUEUE")
+        .env_remove("ECHOMQ_PREFIX");
+    let out = tokio::task::spawn_blocking(move || cmd.output().unwrap())
+        .await
+        .unwrap();
+    Run {
+        code: out.status.code().unwrap_or(-1),
+        stdout: String::from_utf8(out.stdout).unwrap(),
+        stderr: String::from_utf8(out.stderr).unwrap(),
+    }
+}
+
+/// A private server and a client on it.
+async fn server() -> (LocalServer, Client) {
+    let server = LocalServer::start().expect("start a local server (set ECHOMQ_SERVER_BIN)");
+    let client = Client::connect(&server.url()).await.unwrap();
+    (server, client)
+}
+
+/// Enqueues a job with id `id`.
+async fn add(q: &Queue, id: &str, opts: EnqueueOptions) {
+    q.enqueue_with(&serde_json::json!({"job": id}), &opts.id(id))
+        .await
+        .unwrap();
+}
+
+/// Claims the next pending job, which must be `id`.
+async fn claim(q: &Queue, id: &str) -> Lease {
+    let mut leases = q.claim(1, Duration::from_secs(60)).await.unwrap();
+    let lease = leases.pop().expect("a pending job");
+    assert_eq!(lease.id(), id);
+    lease
+}
+
+/// Makes job `id` fail for good after two attempts ("boom 1", "boom 2").
+async fn failed(q: &Queue, id: &str) {
+    add(q, id, EnqueueOptions::new().max_attempts(2)).await;
+    let lease = claim(q, id).await;
+    q.retry(&lease, Some(Duration::ZERO), "boom 1").await.unwrap();
+    let lease = claim(q, id).await;
+    q.retry(&lease, Some(Duration::ZERO), "boom 2").await.unwrap();
+    assert_eq!(q.job(id).await.unwrap().state, JobState::Failed);
+}
+
+/// Makes job `id` completed with result `{"sent": 3}`.
+async fn completed(q: &Queue, id: &str) {
+    add(q, id, EnqueueOptions::new()).await;
+    let lease = claim(q, id).await;
+    q.complete_with_result(&lease, &serde_json::json!({"sent": 3}))
+        .await
+        .unwrap();
+}
+
+/// The keys on the server.
+async fn dbsize(server: &LocalServer) -> u64 {
+    let mut c = echomq::redis::Client::open(server.url())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    echomq::redis::cmd("DBSIZE").query_async(&mut c).await.unwrap()
+}
+
+// `stats` counts every state and the pause of one queue, and lists every
+// queue of the server when given none, as text and as JSON.
+#[tokio::test]
+async fn stats_counts_every_state() {
+    let (server, client) = server().await;
+    let url = server.url();
+    let q = client.queue("mail").await.unwrap();
+    client.queue("billing").await.unwrap();
+    failed(&q, "f1").await;
+    completed(&q, "c1").await;
+    add(&q, "active-1", EnqueueOptions::new()).await;
+    let _held = claim(&q, "active-1").await;
+    add(&q, "p1", EnqueueOptions::new()).await;
+    add(&q, "p2", EnqueueOptions::new()).await;
+    add(&q, "x1", EnqueueOptions::new()).await;
+    q.cancel("x1").await.unwrap();
+    add(&q, "d1", EnqueueOptions::new().delay(Duration::from_secs(3_600))).await;
+    q.pause().await.unwrap();
+
+    let run = echomq(&url, &["stats", "-q", "mail", "--json"]).await;
+    assert_eq!(run.code, 0, "{run:?}");
+    let doc = run.json();
+    let row = &doc["queues"][0];
+    assert_eq!(doc["queues"].as_array().unwrap().len(), 1);
+    assert_eq!(row["queue"], "mail");
+    assert_eq!(row["paused"], true);
+    for (state, n) in [
+        ("pending", 2),
+        ("delayed", 1),
+        ("active", 1),
+        ("completed", 1),
+        ("failed", 1),
+        ("cancelled", 1),
+    ] {
+        assert_eq!(row[state], n, "{state}: {row}");
+    }
+
+    let run = echomq(&url, &["stats"]).await;
+    assert_eq!(run.code, 0, "{run:?}");
+    let lines: Vec<&str> = run.stdout.lines().collect();
+    assert_eq!(lines.len(), 3, "{}", run.stdout);
+    assert!(lines[0].starts_with("QUEUE "), "{}", run.stdout);
+    assert!(
+        lines[1].starts_with("billing ") && lines[2].starts_with("mail "),
+        "{}",
+        run.stdout
+    );
+    let mail: Vec<&str> = lines[2].split_whitespace().collect();
+    assert_eq!(mail, ["mail", "yes", "2", "1", "1", "1", "1", "1"]);
+    let all = echomq(&url, &["stats", "--json"]).await.json();
+    assert_eq!(all["queues"].as_array().unwrap().len(), 2);
+}
+
+// `jobs` pages through a state in its order with the cursor it prints,
+// each job once, and shows the lease holder and deadline of active jobs.
+#[tokio::test]
+async fn jobs_pages_with_the_cursor() {
+    let (server, client) = server().await;
+    let url = server.url();
+    let q = client.queue("pages").await.unwrap();
+    let ids: Vec<String> = (0..7).map(|i| format!("job-{i}")).collect();
+    for id in &ids {
+        add(&q, id, EnqueueOptions::new()).await;
+    }
+    let mut seen = Vec::new();
+    let mut after: Option<String> = None;
+    let mut pages = 0;
+    loop {
+        let mut args = vec!["jobs", "pending", "-q", "pages", "--limit", "3", "--json"];
+        if let Some(c) = &after {
+            args.extend(["--after", c.as_str()]);
+        }
+        let run = echomq(&url, &args).await;
+        assert_eq!(run.code, 0, "{run:?}");
+        let doc = run.json();
+        assert_eq!(doc["state"], "pending");
+        for job in doc["jobs"].as_array().unwrap() {
+            assert_eq!(job["state"], "pending");
+            seen.push(job["id"].as_str().unwrap().to_owned());
+        }
+        pages += 1;
+        match doc["next"].as_str() {
+            Some(c) => after = Some(c.to_owned()),
+            None => break,
+        }
+    }
+    assert_eq!(seen, ids, "in claim order, each once");
+    assert_eq!(pages, 3);
+
+    // Text: a table and the next page's flag.
+    let run = echomq(&url, &["jobs", "pending", "-q", "pages", "--limit", "2"]).await;
+    assert_eq!(run.code, 0, "{run:?}");
+    assert!(run.stdout.starts_with("ID "), "{}", run.stdout);
+    assert!(
+        run.stdout.contains("job-0 ") && run.stdout.contains("job-1 "),
+        "{}",
+        run.stdout
+    );
+    assert!(!run.stdout.contains("job-2"), "{}", run.stdout);
+    assert!(run.stdout.contains("next page: --after "), "{}", run.stdout);
+
+    // Active jobs with their holder and deadline.
+    let lease = claim(&q.with_holder("worker-a:42/1").unwrap(), "job-0").await;
+    let run = echomq(&url, &["jobs", "active", "-q", "pages"]).await;
+    assert!(run.stdout.contains("worker-a:42/1"), "{}", run.stdout);
+    assert!(
+        run.stdout.contains("(in 59s)") || run.stdout.contains("(in 1m)"),
+        "{}",
+        run.stdout
+    );
+    let doc = echomq(&url, &["jobs", "active", "-q", "pages", "--json"]).await.json();
+    assert_eq!(doc["jobs"][0]["deadline_ms"], lease.deadline_ms());
+    assert_eq!(doc["jobs"][0]["holder"], "worker-a:42/1");
+
+    // A cursor that is not one is a usage error.
+    let run = echomq(&url, &["jobs", "pending", "-q", "pages", "--after", "nonsense"]).await;
+    assert_eq!(run.code, 2, "{run:?}");
+}
+
+// `show` prints a failed job's errors and a completed job's result, the
+// whole record in JSON, and exits 1 for a job that is not there.
+#[tokio::test]
+async fn show_prints_the_whole_record() {
+    let (server, client) = server().await;
+    let url = server.url();
+    let q = client.queue("shown").await.unwrap();
+    failed(&q, "order-17").await;
+    completed(&q, "order-18").await;
+
+    let run = echomq(&url, &["show", "order-17", "-q", "shown"]).await;
+    assert_eq!(run.code, 0, "{run:?}");
+    for text in [
+        "state       failed",
+        "failures 2 of 2",
+        "last error  boom 2",
+        "errors (newest first):",
+        "boom 1",
+        "\"job\": \"order-17\"",
+        "max_attempts 2",
+    ] {
+        assert!(run.stdout.contains(text), "{text:?} in\n{}", run.stdout);
+    }
+    let doc = echomq(&url, &["show", "order-17", "-q", "shown", "--json"])
+        .await
+        .json();
+    let job = &doc["job"];
+    assert_eq!(job["state"], "failed");
+    assert_eq!(job["attempts"], 2);
+    assert_eq!(job["errors"][0]["message"], "boom 2");
+    assert_eq!(job["errors"][1]["message"], "boom 1");
+    assert_eq!(job["payload"]["job"], "order-17");
+    assert_eq!(job["limits"]["max_attempts"], 2);
+    assert!(job["finished_ms"].as_u64().unwrap() <= doc["server_time_ms"].as_u64().unwrap());
+
+    let run = echomq(&url, &["show", "order-18", "-q", "shown"]).await;
+    assert!(run.stdout.contains("result      {\"sent\":3}"), "{}", run.stdout);
+    let doc = echomq(&url, &["show", "order-18", "-q", "shown", "--json"])
+        .await
+        .json();
+    assert_eq!(doc["job"]["result"], serde_json::json!({"sent": 3}));
+    assert_eq!(doc["job"]["state"], "completed");
+
+    let run = echomq(&url, &["show", "order-99", "-q", "shown"]).await;
+    assert_eq!(run.code, 1, "{run:?}");
+    assert!(run.stderr.contains("no job \"order-99\""), "{run:?}");
+    let run = echomq(&url, &["show", "order-99", "-q", "shown", "--json"]).await;
+    assert_eq!(run.json()["exit_code"], 1);
+}
+
+// retry, remove, cancel, promote, pause and resume change the server as
+// they say; an id a call leaves alone makes it exit 1.
+#[tokio::test]
+async fn operations_change_the_server() {
+    let (server, client) = server().await;
+    let url = server.url();
+    let q = client.queue("ops").await.unwrap();
+    failed(&q, "f1").await;
+    failed(&q, "f2").await;
+    failed(&q, "f3").await;
+    add(&q, "p1", EnqueueOptions::new()).await;
+    add(&q, "p2", EnqueueOptions::new()).await;
+    add(&q, "d1", EnqueueOptions::new().delay(Duration::from_secs(3_600))).await;
+
+    let run = echomq(&url, &["retry", "f1", "-q", "ops"]).await;
+    assert_eq!(run.code, 0, "{run:?}");
+    assert!(run.stdout.contains("1 of 1 retried"), "{}", run.stdout);
+    assert_eq!(q.job("f1").await.unwrap().state, JobState::Pending);
+
+    // One of two left alone: exit 1, each id's outcome said.
+    let run = echomq(&url, &["retry", "f2", "p1", "-q", "ops", "--json"]).await;
+    assert_eq!(run.code, 1, "{run:?}");
+    let results = run.json()["results"].clone();
+    assert_eq!(results[0], serde_json::json!({"id": "f2", "outcome": "retried"}));
+    assert_eq!(results[1], serde_json::json!({"id": "p1", "outcome": "not_failed"}));
+    assert_eq!(q.job("f2").await.unwrap().state, JobState::Pending);
+
+    let run = echomq(&url, &["retry", "--all", "-q", "ops", "--json"]).await;
+    assert_eq!((run.code, run.json()["moved"].as_u64()), (0, Some(1)), "{run:?}");
+    assert_eq!(q.counts().await.unwrap().failed, 0);
+
+    let run = echomq(&url, &["promote", "d1", "-q", "ops"]).await;
+    assert_eq!(run.code, 0, "{run:?}");
+    assert_eq!(q.job("d1").await.unwrap().state, JobState::Pending);
+
+    let run = echomq(&url, &["cancel", "p2", "-q", "ops"]).await;
+    assert_eq!(run.code, 0, "{run:?}");
+    assert_eq!(q.job("p2").await.unwrap().state, JobState::Cancelled);
+
+    let run = echomq(&url, &["remove", "p1", "nope", "-q", "ops"]).await;
+    assert_eq!(run.code, 1, "{run:?}");
+    assert!(run.stdout.contains("not found"), "{}", run.stdout);
+    assert!(matches!(q.job("p1").await, Err(echomq::Error::JobNotFound(_))));
+
+    let run = echomq(&url, &["pause", "-q", "ops"]).await;
+    assert_eq!(run.code, 0, "{run:?}");
+    assert!(q.is_paused().await.unwrap());
+    let run = echomq(&url, &["resume", "-q", "ops", "--json"]).await;
+    assert_eq!(run.json()["paused"], false);
+    assert!(!q.is_paused().await.unwrap());
+
+    // drain asks first, then removes every waiting job.
+    let waiting = q.counts().await.unwrap().pending;
+    assert!(waiting > 0);
+    let run = echomq(&url, &["drain", "-q", "ops"]).await;
+    assert_eq!(run.code, 1, "{run:?}");
+    assert!(run.stderr.contains("--yes"), "{run:?}");
+    assert_eq!(q.counts().await.unwrap().pending, waiting);
+    let run = echomq(&url, &["drain", "--yes", "-q", "ops", "--json"]).await;
+    assert_eq!(
+        (run.code, run.json()["removed"].as_u64()),
+        (0, Some(waiting)),
+        "{run:?}"
+    );
+    assert_eq!(q.counts().await.unwrap().pending, 0);
+}
+
+// obliterate asks for --yes, is refused while a job is active (exit 1,
+// nothing deleted), and with --force deletes every key of the queue.
+#[tokio::test]
+async fn obliterate_is_refused_while_active() {
+    let (server, client) = server().await;
+    let url = server.url();
+    let q = client.queue("doomed").await.unwrap();
+    add(&q, "a", EnqueueOptions::new()).await;
+    add(&q, "b", EnqueueOptions::new()).await;
+    let _held = claim(&q, "a").await;
+    let before = dbsize(&server).await;
+
+    let run = echomq(&url, &["obliterate", "-q", "doomed"]).await;
+    assert_eq!(run.code, 1, "{run:?}");
+    assert!(run.stderr.contains("--yes and --force"), "{run:?}");
+    let run = echomq(&url, &["obliterate", "--yes", "-q", "doomed"]).await;
+    assert_eq!(run.code, 1, "{run:?}");
+    assert!(run.stderr.contains("1 active job: obliterate refused"), "{run:?}");
+    assert_eq!(dbsize(&server).await, before, "nothing deleted");
+    assert_eq!(q.counts().await.unwrap().active, 1);
+
+    let run = echomq(&url, &["obliterate", "--yes", "--force", "-q", "doomed", "--json"]).await;
+    assert_eq!(run.code, 0, "{run:?}");
+    assert!(run.json()["deleted"].as_u64().unwrap() > 0);
+    assert_eq!(dbsize(&server).await, 0);
+    assert!(!client.queue_exists("emq", "doomed").await.unwrap());
+}
+
+// A queue that is not on the server is reported (exit 1) and not created;
+// a command that needs a queue and has none is a usage error (exit 2).
+#[tokio::test]
+async fn unknown_queue_is_not_created() {
+    let (server, client) = server().await;
+    let url = server.url();
+    let run = echomq(&url, &["jobs", "failed", "-q", "mial"]).await;
+    assert_eq!(run.code, 1, "{run:?}");
+    assert!(run.stderr.contains("no queue \"mial\""), "{run:?}");
+    assert_eq!(dbsize(&server).await, 0);
+    assert!(!client.queue_exists("emq", "mial").await.unwrap());
+    let run = echomq(&url, &["pause"]).await;
+    assert_eq!(run.code, 2, "{run:?}");
+    assert!(run.stderr.contains("needs a queue"), "{run:?}");
+    let run = echomq(&url, &["stats", "-q", "a{b"]).await;
+    assert_eq!(run.code, 2, "{run:?}");
+    let run = echomq(&url, &["stats", "--json"]).await;
+    assert_eq!(run.json()["queues"], serde_json::json!([]));
+}
+
+// A server that cannot be reached, or a URL that is not one, exits 3 with
+// a readable message, and a password in the URL is never printed.
+#[tokio::test]
+async fn bad_url_exits_3() {
+    // A port no server listens on: a free one, closed again.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let url = format!("redis://:hunter2secret@127.0.0.1:{port}/");
+    let run = echomq(&url, &["stats"]).await;
+    assert_eq!(run.code, 3, "{run:?}");
+    assert!(
+        run.stderr
+            .contains(&format!("cannot connect to redis://:***@127.0.0.1:{port}/")),
+        "{run:?}"
+    );
+    assert!(!run.stderr.contains("hunter2secret") && !run.stdout.contains("hunter2secret"));
+    let run = echomq(&url, &["stats", "--json"]).await;
+    assert_eq!(run.json()["exit_code"], 3);
+    assert!(!run.stdout.contains("hunter2secret"));
+
+    let run = echomq("nonsense", &["stats"]).await;
+    assert_eq!(run.code, 3, "{run:?}");
+    assert!(run.stderr.contains("bad server URL nonsense"), "{run:?}");
+}
+
+// doctor passes a healthy queue (exit 0); a record torn out of its set by
+// raw commands makes it exit 4, and its sweep puts the job back.
+#[tokio::test]
+async fn doctor_finds_and_repairs_a_torn_record() {
+    let (server, client) = server().await;
+    let url = server.url();
+    let q = client.queue("health").await.unwrap();
+    completed(&q, "c1").await;
+    add(&q, "j1", EnqueueOptions::new()).await;
+    add(&q, "j2", EnqueueOptions::new()).await;
+
+    let run = echomq(&url, &["doctor"]).await;
+    assert_eq!(run.code, 0, "{run:?}");
+    assert!(run.stdout.contains("no problems found"), "{}", run.stdout);
+    assert!(
+        run.stdout.contains("maxmemory") || run.stdout.contains("noeviction"),
+        "{}",
+        run.stdout
+    );
+
+    // A torn write: the record says pending, the pending set lost it.
+    let mut raw = echomq::redis::Client::open(server.url())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let removed: u64 = echomq::redis::cmd("ZREM")
+        .arg("emq:{health}:pending")
+        .arg("j2")
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    assert_eq!(removed, 1);
+    assert_eq!(q.counts().await.unwrap().pending, 1);
+
+    let run = echomq(&url, &["doctor", "-q", "health", "--json"]).await;
+    assert_eq!(run.code, 4, "{run:?}");
+    let doc = run.json();
+    assert!(doc["queues"][0]["repaired"].as_u64().unwrap() >= 1, "{doc}");
+    assert_eq!(doc["problems"].as_array().unwrap().len(), 1, "{doc}");
+    assert_eq!(doc["server"]["maxmemory_policy"], "noeviction");
+    assert_eq!(q.counts().await.unwrap().pending, 2, "the sweep put j2 back");
+    let page = q.list(JobState::Pending, None, 10).await.unwrap();
+    assert!(page.jobs.iter().any(|j| j.id == "j2"));
+
+    let run = echomq(&url, &["doctor", "-q", "health"]).await;
+    assert_eq!(run.code, 0, "repaired: {run:?}");
+}
+
+// schedules lists a queue's schedules (every queue's without -q) and
+// removes one by name; removing it again exits 1.
+#[tokio::test]
+async fn schedules_list_and_remove() {
+    let (server, client) = server().await;
+    let url = server.url();
+    let q = client.queue("cron").await.unwrap();
+    let nightly = echomq::Schedule::new("nightly", "0 30 2 * * *").time_zone("Europe/Berlin");
+    q.upsert_schedule(&nightly, &serde_json::json!({"report": "sales"}))
+        .await
+        .unwrap();
+
+    let run = echomq(&url, &["schedules"]).await;
+    assert_eq!(run.code, 0, "{run:?}");
+    assert!(
+        run.stdout.contains("nightly") && run.stdout.contains("Europe/Berlin"),
+        "{}",
+        run.stdout
+    );
+    let doc = echomq(&url, &["schedules", "-q", "cron", "--json"]).await.json();
+    let s = &doc["schedules"][0];
+    assert_eq!(
+        (s["queue"].as_str(), s["name"].as_str()),
+        (Some("cron"), Some("nightly"))
+    );
+    assert_eq!(s["payload"]["report"], "sales");
+    assert!(s["next_tick_ms"].as_u64().unwrap() > doc["server_time_ms"].as_u64().unwrap());
+
+    let run = echomq(&url, &["schedules", "remove", "nightly", "-q", "cron"]).await;
+    assert_eq!(run.code, 0, "{run:?}");
+    assert!(q.schedule("nightly").await.unwrap().is_none());
+    let run = echomq(&url, &["schedules", "remove", "nightly", "-q", "cron"]).await;
+    assert_eq!(run.code, 1, "{run:?}");
+}
