@@ -5,6 +5,18 @@
 //! each [`Queue`]: they share one multiplexed connection (consumers add one
 //! blocking connection each for their wake-ups), and the consumers' queues
 //! are reaped by one maintenance task instead of one reaper each.
+//!
+//! # Production connections
+//!
+//! - **TLS** (feature `tls`): a `rediss://` URL; the server's certificate
+//!   is checked against the system's roots, or only against the CA given
+//!   to `ClientOptions::tls_ca`; `ClientOptions::tls_client_cert`
+//!   presents a client certificate (mutual TLS). A refused handshake is
+//!   [`Error::Tls`].
+//! - **ACL**: a user needs only the commands and keys
+//!   [`crate::acl::rules`] lists (no `@dangerous` command).
+//!
+//! Passwords never appear in this crate's `Debug` output, errors or logs.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -31,12 +43,20 @@ pub const MAX_TIMEOUT: Duration = Duration::from_secs(3_600);
 /// use std::time::Duration;
 /// let opts = echomq::ClientOptions::new().response_timeout(Duration::from_secs(2));
 /// ```
-#[derive(Debug, Clone)]
+///
+/// Its `Debug` output shows no password and no key.
+#[derive(Clone)]
 #[must_use]
 pub struct ClientOptions {
     response_timeout: Duration,
     connection_timeout: Duration,
     allow_eviction: bool,
+    /// PEM certificates of the CA to trust instead of the system's roots.
+    #[cfg(feature = "tls")]
+    tls_ca: Option<Vec<u8>>,
+    /// PEM certificate chain and private key presented to the server.
+    #[cfg(feature = "tls")]
+    tls_client: Option<(Vec<u8>, Vec<u8>)>,
 }
 
 impl Default for ClientOptions {
@@ -45,7 +65,24 @@ impl Default for ClientOptions {
             response_timeout: DEFAULT_RESPONSE_TIMEOUT,
             connection_timeout: DEFAULT_CONNECTION_TIMEOUT,
             allow_eviction: false,
+            #[cfg(feature = "tls")]
+            tls_ca: None,
+            #[cfg(feature = "tls")]
+            tls_client: None,
         }
+    }
+}
+
+impl std::fmt::Debug for ClientOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut d = f.debug_struct("ClientOptions");
+        d.field("response_timeout", &self.response_timeout)
+            .field("connection_timeout", &self.connection_timeout)
+            .field("allow_eviction", &self.allow_eviction);
+        #[cfg(feature = "tls")]
+        d.field("tls_ca", &self.tls_ca.as_ref().map(|_| "<set>"))
+            .field("tls_client_cert", &self.tls_client.as_ref().map(|_| "<redacted>"));
+        d.finish()
     }
 }
 
@@ -74,6 +111,52 @@ impl ClientOptions {
         self
     }
 
+    /// Trusts only the CA certificates in `pem` (one or more PEM
+    /// certificates) for the server's certificate, instead of the system's
+    /// roots: for a server whose certificate a private CA signed. Only
+    /// with a `rediss://` URL (else connecting refuses with
+    /// [`Error::InvalidOption`]); a server whose certificate this CA did not
+    /// sign is refused with [`Error::Tls`]. Feature `tls`.
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+    /// let opts = echomq::ClientOptions::new()
+    ///     .tls_ca(std::fs::read("ca.crt")?)
+    ///     .tls_client_cert(std::fs::read("client.crt")?, std::fs::read("client.key")?);
+    /// let client = echomq::Client::connect_with("rediss://queue.internal:6380", opts).await?;
+    /// # let _ = client; Ok(()) }
+    /// ```
+    #[cfg(feature = "tls")]
+    pub fn tls_ca(mut self, pem: impl Into<Vec<u8>>) -> Self {
+        self.tls_ca = Some(pem.into());
+        self
+    }
+
+    /// Presents this client certificate (a PEM chain, the client's own
+    /// first) and its PEM private key to the server: mutual TLS, for a
+    /// server with `tls-auth-clients yes`. Only with a `rediss://` URL.
+    /// Feature `tls`. The key is kept in memory and never shown by `Debug`.
+    #[cfg(feature = "tls")]
+    pub fn tls_client_cert(mut self, cert_pem: impl Into<Vec<u8>>, key_pem: impl Into<Vec<u8>>) -> Self {
+        self.tls_client = Some((cert_pem.into(), key_pem.into()));
+        self
+    }
+
+    /// The certificates for the redis crate, if any were given.
+    #[cfg(feature = "tls")]
+    fn certificates(&self) -> Option<redis::TlsCertificates> {
+        if self.tls_ca.is_none() && self.tls_client.is_none() {
+            return None;
+        }
+        Some(redis::TlsCertificates {
+            client_tls: self.tls_client.as_ref().map(|(cert, key)| redis::ClientTlsConfig {
+                client_cert: cert.clone(),
+                client_key: key.clone(),
+            }),
+            root_cert: self.tls_ca.clone(),
+        })
+    }
+
     fn check(&self) -> Result<()> {
         let min = Duration::from_millis(1);
         settings::duration("response_timeout", self.response_timeout, min, MAX_TIMEOUT)?;
@@ -98,9 +181,10 @@ pub struct Client {
 }
 
 struct Inner {
-    /// Opens the dedicated connections consumers block on (BLPOP must not
-    /// share the multiplexed connection, and needs its timeout off).
-    redis: redis::Client,
+    /// The shared connection; it also opens the dedicated connections
+    /// consumers block on (BLPOP must not share the multiplexed
+    /// connection, and needs its timeout off), to the same server with the
+    /// same credentials and TLS settings.
     conn: Conn,
     opts: ClientOptions,
     /// Reaps (and sweeps) the queues that consumers of this client serve.
@@ -114,7 +198,8 @@ impl std::fmt::Debug for Client {
 }
 
 impl Client {
-    /// Connects to `url` (`redis://[user:password@]host:port/db`) with
+    /// Connects to `url` (`redis://[user:password@]host:port/db`, or
+    /// `rediss://` for TLS with feature `tls`) with
     /// default options and runs the server self-check
     /// ([`Queue::self_check`]), which logs what the server's persistence
     /// settings let echomq promise.
@@ -131,19 +216,41 @@ impl Client {
     /// Connects to `url` with `opts`.
     ///
     /// # Errors
-    /// As [`connect`](Self::connect), and [`Error::InvalidOption`].
+    /// As [`connect`](Self::connect); [`Error::InvalidOption`] for an
+    /// option out of range, a URL that does not parse, a `rediss://` URL
+    /// without feature `tls`, or TLS certificates with a `redis://` URL;
+    /// [`Error::Tls`] when the TLS handshake fails. No error shows the
+    /// URL's password.
     pub async fn connect_with(url: &str, opts: ClientOptions) -> Result<Client> {
-        let redis = redis::Client::open(url).map_err(Error::from_redis)?;
-        Self::from_redis(redis, opts).await
+        let redis = open(url, &opts)?;
+        Self::build(redis, opts).await
     }
 
-    /// Builds a client on a `redis::Client` (for TLS, auth or any
-    /// connection settings the URL form does not cover).
+    /// Builds a client on a `redis::Client` (for connection settings the
+    /// URL form and [`ClientOptions`] do not cover). Its TLS settings are
+    /// the `redis::Client`'s own.
     ///
     /// # Errors
-    /// As [`connect_with`](Self::connect_with).
+    /// As [`connect_with`](Self::connect_with); [`Error::InvalidOption`]
+    /// when `opts` holds TLS certificates (give them to the
+    /// `redis::Client` instead).
     pub async fn from_redis(redis: redis::Client, opts: ClientOptions) -> Result<Client> {
+        #[cfg(feature = "tls")]
+        if opts.certificates().is_some() {
+            return Err(Error::InvalidOption {
+                name: "tls_ca",
+                reason: "Client::from_redis takes the redis::Client's TLS settings: \
+                         build it with redis::Client::build_with_tls instead"
+                    .into(),
+            });
+        }
+        Self::build(redis, opts).await
+    }
+
+    async fn build(redis: redis::Client, opts: ClientOptions) -> Result<Client> {
         opts.check()?;
+        #[cfg(feature = "tls")]
+        install_crypto_provider();
         let config = ConnectionManagerConfig::new()
             .set_response_timeout(Some(opts.response_timeout))
             .set_connection_timeout(Some(opts.connection_timeout))
@@ -152,10 +259,14 @@ impl Client {
         let manager = ConnectionManager::new_with_config(redis.clone(), config)
             .await
             .map_err(Error::from_redis)?;
+        Self::start(Conn::new(manager, redis), opts).await
+    }
+
+    /// Wraps `conn` and runs the start-up self-check.
+    async fn start(conn: Conn, opts: ClientOptions) -> Result<Client> {
         let client = Client {
             inner: Arc::new(Inner {
-                redis,
-                conn: Conn::new(manager),
+                conn,
                 opts,
                 maintenance: Arc::new(Maintenance::default()),
             }),
@@ -193,10 +304,47 @@ impl Client {
         let config = AsyncConnectionConfig::new()
             .set_response_timeout(None)
             .set_connection_timeout(Some(self.inner.opts.connection_timeout));
-        self.inner
-            .redis
-            .get_multiplexed_async_connection_with_config(&config)
-            .await
-            .map_err(Error::from_redis)
+        self.inner.conn.dedicated(&config).await.map_err(Error::from_redis)
     }
+}
+
+/// A `redis::Client` for `url` with the TLS settings of `opts`. Errors
+/// name what is wrong without repeating the URL (it may hold a password).
+fn open(url: &str, opts: &ClientOptions) -> Result<redis::Client> {
+    let info = redis::IntoConnectionInfo::into_connection_info(url).map_err(|e| bad_url(url, e))?;
+    #[cfg(feature = "tls")]
+    if let Some(certs) = opts.certificates() {
+        if !matches!(info.addr(), redis::ConnectionAddr::TcpTls { .. }) {
+            return Err(Error::InvalidOption {
+                name: "tls_ca",
+                reason: format!(
+                    "TLS certificates were given for a URL without TLS ({}): use rediss://",
+                    crate::error::redact_url(url)
+                ),
+            });
+        }
+        return redis::Client::build_with_tls(info, certs).map_err(Error::from_redis);
+    }
+    let _ = opts;
+    redis::Client::open(info).map_err(Error::from_redis)
+}
+
+/// The error for a URL the redis crate refused.
+fn bad_url(url: &str, e: redis::RedisError) -> Error {
+    let url = crate::error::redact_url(url);
+    let tls = url.starts_with("rediss://") || url.starts_with("valkeys://");
+    let reason = if tls && !cfg!(feature = "tls") {
+        format!("{url}: a TLS URL needs echomq's `tls` feature")
+    } else {
+        format!("{url}: {e}")
+    };
+    Error::InvalidOption { name: "url", reason }
+}
+
+/// Makes ring the process's rustls crypto provider unless one is set:
+/// rustls cannot choose by itself when another crate of the program turns
+/// on a second provider.
+#[cfg(feature = "tls")]
+fn install_crypto_provider() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
 }

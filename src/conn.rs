@@ -2,18 +2,27 @@
 //! connection can take its place without touching the scripts or the API:
 //! every script is single-slot (a queue's keys share its hash tag).
 
-use redis::aio::{ConnectionLike, ConnectionManager};
-use redis::{Cmd, Pipeline, RedisFuture, Value};
+use redis::aio::{ConnectionLike, ConnectionManager, MultiplexedConnection};
+use redis::{AsyncConnectionConfig, Cmd, Pipeline, RedisFuture, RedisResult, Value};
 
 /// A cheap `Clone` handle on a shared, auto-reconnecting connection.
 #[derive(Clone)]
 pub(crate) struct Conn {
     inner: ConnectionManager,
+    /// Opens the dedicated connections (consumers' blocking reads), with
+    /// the same address, credentials and TLS settings.
+    client: redis::Client,
 }
 
 impl Conn {
-    pub(crate) fn new(inner: ConnectionManager) -> Conn {
-        Conn { inner }
+    pub(crate) fn new(inner: ConnectionManager, client: redis::Client) -> Conn {
+        Conn { inner, client }
+    }
+
+    /// A new connection of its own to the same server (for a consumer's
+    /// blocking reads, which must not share the multiplexed connection).
+    pub(crate) async fn dedicated(&self, config: &AsyncConnectionConfig) -> RedisResult<MultiplexedConnection> {
+        self.client.get_multiplexed_async_connection_with_config(config).await
     }
 }
 
