@@ -15,6 +15,12 @@
 //! let line = format!("ACL SETUSER echomq on >secret {}", echomq::acl::rules("emq"));
 //! assert!(line.starts_with("ACL SETUSER echomq on >secret resetkeys ~emq:* resetchannels -@all +evalsha"));
 //! ```
+//!
+//! With Sentinel ([`Client::connect_sentinel`](crate::Client::connect_sentinel)),
+//! the same user works (create it on every data node: ACL users are not
+//! replicated); add `+role` to let echomq check that the node the
+//! sentinels name is a master (without it, echomq takes the sentinels'
+//! word). The sentinels' own users need `+sentinel|get-master-addr-by-name`.
 
 /// Commands echomq sends itself: scripts by SHA (loaded on `NOSCRIPT`),
 /// `MULTI`/`EXEC` around the reads of `Queue::job` and `Queue::counts`,

@@ -15,6 +15,8 @@
 //!   [`Error::Tls`].
 //! - **ACL**: a user needs only the commands and keys
 //!   [`crate::acl::rules`] lists (no `@dangerous` command).
+//! - **Sentinel**: [`Client::connect_sentinel`] finds
+//!   the master through the sentinels, and finds it again after a failover.
 //!
 //! Passwords never appear in this crate's `Debug` output, errors or logs.
 
@@ -22,9 +24,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use redis::AsyncConnectionConfig;
-use redis::aio::{ConnectionManager, ConnectionManagerConfig, MultiplexedConnection};
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 
-use crate::conn::Conn;
+use crate::conn::sentinel::{SentinelConn, Sentinels};
+use crate::conn::{Conn, Dedicated};
 use crate::error::{Error, Result};
 use crate::maintenance::Maintenance;
 use crate::queue::{Queue, QueueOptions};
@@ -57,6 +60,10 @@ pub struct ClientOptions {
     /// PEM certificate chain and private key presented to the server.
     #[cfg(feature = "tls")]
     tls_client: Option<(Vec<u8>, Vec<u8>)>,
+    /// User and password on the master Sentinel names.
+    master_auth: Option<(Option<String>, String)>,
+    /// Database on the master Sentinel names.
+    master_db: i64,
 }
 
 impl Default for ClientOptions {
@@ -69,6 +76,8 @@ impl Default for ClientOptions {
             tls_ca: None,
             #[cfg(feature = "tls")]
             tls_client: None,
+            master_auth: None,
+            master_db: 0,
         }
     }
 }
@@ -82,6 +91,11 @@ impl std::fmt::Debug for ClientOptions {
         #[cfg(feature = "tls")]
         d.field("tls_ca", &self.tls_ca.as_ref().map(|_| "<set>"))
             .field("tls_client_cert", &self.tls_client.as_ref().map(|_| "<redacted>"));
+        d.field(
+            "master_auth",
+            &self.master_auth.as_ref().map(|(user, _)| (user, "<redacted>")),
+        )
+        .field("master_db", &self.master_db);
         d.finish()
     }
 }
@@ -139,6 +153,21 @@ impl ClientOptions {
     #[cfg(feature = "tls")]
     pub fn tls_client_cert(mut self, cert_pem: impl Into<Vec<u8>>, key_pem: impl Into<Vec<u8>>) -> Self {
         self.tls_client = Some((cert_pem.into(), key_pem.into()));
+        self
+    }
+
+    /// The user (`None` for the `default` user) and password with which
+    /// [`Client::connect_sentinel`] logs in to the master the sentinels
+    /// name (the sentinels' own user and password go in their URLs).
+    pub fn master_auth(mut self, username: Option<&str>, password: &str) -> Self {
+        self.master_auth = Some((username.map(str::to_owned), password.to_owned()));
+        self
+    }
+
+    /// The database [`Client::connect_sentinel`] selects on the master
+    /// (default 0).
+    pub fn master_db(mut self, db: i64) -> Self {
+        self.master_db = db;
         self
     }
 
@@ -259,7 +288,7 @@ impl Client {
         let manager = ConnectionManager::new_with_config(redis.clone(), config)
             .await
             .map_err(Error::from_redis)?;
-        Self::start(Conn::new(manager, redis), opts).await
+        Self::start(Conn::single(manager, redis), opts).await
     }
 
     /// Wraps `conn` and runs the start-up self-check.
@@ -273,6 +302,49 @@ impl Client {
         };
         client.startup_check(client.inner.opts.allow_eviction).await?;
         Ok(client)
+    }
+
+    /// Connects to the master that the sentinels at `sentinels` name
+    /// `master_name`, and follows it through failovers.
+    ///
+    /// Each of `sentinels` is a sentinel's URL (`redis://host:26379`,
+    /// with its user and password if it requires one); they are asked in
+    /// this order. The master's user and password are
+    /// [`ClientOptions::master_auth`]. With `rediss://` sentinel URLs
+    /// (feature `tls`), the master is reached over TLS too, with the same
+    /// `tls_ca` and `tls_client_cert` options.
+    ///
+    /// Every call, and every consumer's blocking connection, goes to the
+    /// master found. When a call fails in a way that says the master is
+    /// gone or demoted (connection refused, dropped or timed out,
+    /// `READONLY`, `MASTERDOWN`), that call returns its error
+    /// ([`Error::is_transient`]) and the next one asks the sentinels again,
+    /// so consumers, the maintenance task and producers that retry carry
+    /// on against the promoted replica by themselves once Sentinel has
+    /// promoted it. Replication is asynchronous: writes acknowledged by the
+    /// old master that had not reached the replica are lost in a failover
+    /// (the README's "Production connections" measures how many).
+    ///
+    /// ```no_run
+    /// # async fn demo() -> echomq::Result<()> {
+    /// let sentinels = ["redis://10.0.0.1:26379", "redis://10.0.0.2:26379", "redis://10.0.0.3:26379"];
+    /// let opts = echomq::ClientOptions::new().master_auth(Some("echomq"), "secret");
+    /// let client = echomq::Client::connect_sentinel(&sentinels, "mymaster", opts).await?;
+    /// # let _ = client; Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::InvalidOption`] for no sentinel, a URL that does not parse,
+    /// or URLs that mix `redis://` and `rediss://`; a server error when
+    /// no sentinel names a reachable master (no error shows a password);
+    /// then as [`connect`](Self::connect).
+    pub async fn connect_sentinel(sentinels: &[&str], master_name: &str, opts: ClientOptions) -> Result<Client> {
+        opts.check()?;
+        #[cfg(feature = "tls")]
+        install_crypto_provider();
+        let found = self::sentinels(sentinels, master_name, &opts)?;
+        let conn = SentinelConn::connect(found).await.map_err(Error::from_redis)?;
+        Self::start(Conn::sentinel(conn), opts).await
     }
 
     /// A handle on queue `name` with default options.
@@ -300,7 +372,7 @@ impl Client {
     }
 
     /// A dedicated connection with no response timeout, for blocking reads.
-    pub(crate) async fn blocking_connection(&self) -> Result<MultiplexedConnection> {
+    pub(crate) async fn blocking_connection(&self) -> Result<Dedicated> {
         let config = AsyncConnectionConfig::new()
             .set_response_timeout(None)
             .set_connection_timeout(Some(self.inner.opts.connection_timeout));
@@ -347,4 +419,47 @@ fn bad_url(url: &str, e: redis::RedisError) -> Error {
 #[cfg(feature = "tls")]
 fn install_crypto_provider() {
     let _ = rustls::crypto::ring::default_provider().install_default();
+}
+
+/// How [`Client::connect_sentinel`] finds the master: the sentinels at
+/// `sentinels`, the master's credentials and TLS settings from `opts`.
+fn sentinels(sentinels: &[&str], master_name: &str, opts: &ClientOptions) -> Result<Sentinels> {
+    let invalid = |reason: String| Error::InvalidOption {
+        name: "sentinels",
+        reason,
+    };
+    if sentinels.is_empty() {
+        return Err(invalid("no sentinel URL given".into()));
+    }
+    let mut clients = Vec::new();
+    let mut tls = Vec::new();
+    for url in sentinels {
+        let client = open(url, opts)?;
+        tls.push(matches!(
+            client.get_connection_info().addr(),
+            redis::ConnectionAddr::TcpTls { .. }
+        ));
+        clients.push(client);
+    }
+    if tls.iter().any(|t| *t != tls[0]) {
+        return Err(invalid("the sentinels' URLs mix redis:// and rediss://".into()));
+    }
+    let mut master = redis::RedisConnectionInfo::default().set_db(opts.master_db);
+    if let Some((user, password)) = &opts.master_auth {
+        if let Some(user) = user {
+            master = master.set_username(user);
+        }
+        master = master.set_password(password);
+    }
+    Ok(Sentinels {
+        sentinels: clients,
+        master_name: master_name.to_owned(),
+        master,
+        tls: tls[0],
+        #[cfg(feature = "tls")]
+        certs: opts.certificates(),
+        config: AsyncConnectionConfig::new()
+            .set_response_timeout(Some(opts.response_timeout))
+            .set_connection_timeout(Some(opts.connection_timeout)),
+    })
 }

@@ -376,7 +376,10 @@ impl Error {
                     || e.is_timeout()
                     || e.is_connection_dropped()
                     || e.is_connection_refusal()
-                    || matches!(e.code(), Some("LOADING" | "BUSY" | "TRYAGAIN" | "MASTERDOWN"))
+                    || matches!(
+                        e.code(),
+                        Some("LOADING" | "BUSY" | "TRYAGAIN" | "MASTERDOWN" | "READONLY")
+                    )
             }
             _ => false,
         }

@@ -16,6 +16,8 @@
 //! output does not), and [`LocalServerBuilder::tls`] adds a TLS port
 //! ([`LocalServer::tls_url`]) with the certificates you give it, for
 //! testing `rediss://` connections and mutual TLS.
+//! [`SentinelGroup`] starts a master, its replicas and the sentinels that
+//! watch them, for failover tests.
 //!
 //! Everything here is blocking `std` code. That is fine inside async tests
 //! too: starting or restarting takes milliseconds, bounded by a 10 s
@@ -33,6 +35,10 @@
 //! server.restart()?; // the AOF in server.dir() is replayed
 //! # Ok::<(), echomq::server::ServerError>(())
 //! ```
+
+mod sentinel;
+
+pub use sentinel::{DEFAULT_DOWN_AFTER, DEFAULT_FAILOVER_TIMEOUT, SentinelGroup, SentinelGroupBuilder};
 
 use std::fs::{self, OpenOptions};
 use std::io::{self, Read, Write};
@@ -100,6 +106,10 @@ pub struct LocalServer {
     password: Option<String>,
     /// Server arguments without `--port`/`--tls-port` (fixed for the server's lifetime).
     args: Vec<String>,
+    /// Run as a Sentinel with this configuration (written to
+    /// `sentinel.conf` in the directory before each start, since a
+    /// sentinel rewrites its configuration file as it learns).
+    sentinel: Option<String>,
     /// Extra environment of the server process (e.g. libfaketime's).
     envs: Vec<(String, String)>,
     child: Option<Child>,
@@ -114,6 +124,7 @@ impl std::fmt::Debug for LocalServer {
             .field("tls_port", &self.tls_port)
             .field("password", &self.password.as_ref().map(|_| REDACTED))
             .field("args", &redact_args(&self.args))
+            .field("sentinel", &self.sentinel.is_some())
             .field("pid", &self.pid())
             .finish_non_exhaustive()
     }
@@ -129,6 +140,10 @@ pub struct LocalServerBuilder {
     appendfsync: String,
     password: Option<String>,
     tls: Option<ServerTls>,
+    /// `replicaof 127.0.0.1 PORT`.
+    replica_of: Option<u16>,
+    /// Sentinel configuration lines (`sentinel monitor ...`), for a sentinel.
+    sentinel: Option<Vec<String>>,
     extra: Vec<(String, String)>,
     envs: Vec<(String, String)>,
 }
@@ -141,6 +156,8 @@ impl Default for LocalServerBuilder {
             appendfsync: "everysec".to_owned(),
             password: None,
             tls: None,
+            replica_of: None,
+            sentinel: None,
             extra: Vec::new(),
             envs: Vec::new(),
         }
@@ -160,6 +177,14 @@ impl std::fmt::Debug for LocalServerBuilder {
             .field("appendfsync", &self.appendfsync)
             .field("password", &self.password.as_ref().map(|_| REDACTED))
             .field("tls", &self.tls)
+            .field("replica_of", &self.replica_of)
+            .field(
+                "sentinel",
+                &self
+                    .sentinel
+                    .as_ref()
+                    .map(|lines| lines.iter().map(|l| redact_arg("sentinel", l)).collect::<Vec<_>>()),
+            )
             .field("extra", &extra)
             .finish_non_exhaustive()
     }
@@ -278,6 +303,37 @@ impl LocalServerBuilder {
         self
     }
 
+    /// Starts the server as a replica of the server on `127.0.0.1:port`
+    /// (`--replicaof 127.0.0.1 PORT`).
+    pub fn replica_of(mut self, port: u16) -> Self {
+        self.replica_of = Some(port);
+        self
+    }
+
+    /// Starts the server as a Sentinel (`--sentinel`) that monitors the
+    /// master on `127.0.0.1:master_port` under `master_name`, agreeing it
+    /// is down once `quorum` sentinels do. Its configuration file is
+    /// `sentinel.conf` in its directory (a sentinel rewrites it as it
+    /// learns about replicas and other sentinels). See
+    /// [`SentinelGroup`] for a master, replicas and sentinels together.
+    pub fn sentinel(mut self, master_name: &str, master_port: u16, quorum: u32) -> Self {
+        self.sentinel = Some(vec![format!(
+            "sentinel monitor {master_name} 127.0.0.1 {master_port} {quorum}"
+        )]);
+        self
+    }
+
+    /// Adds `sentinel OPTION MASTER_NAME VALUE` to a sentinel's
+    /// configuration, e.g. `("down-after-milliseconds", "1000")`. Only
+    /// matters after [`sentinel`](Self::sentinel).
+    pub fn sentinel_option(mut self, option: &str, value: &str) -> Self {
+        if let Some(lines) = self.sentinel.as_mut() {
+            let name = lines[0].split(' ').nth(2).unwrap_or_default().to_owned();
+            lines.push(format!("sentinel {option} {name} {value}"));
+        }
+        self
+    }
+
     /// Adds an extra `--name value` server argument (a leading `--` on
     /// `name` is optional). Extra arguments come after the defaults, so they
     /// override them.
@@ -313,21 +369,30 @@ impl LocalServerBuilder {
             "127.0.0.1".into(),
             "--dir".into(),
             dir.display().to_string(),
-            "--save".into(),
-            String::new(),
-            "--appendonly".into(),
-            if self.aof { "yes" } else { "no" }.into(),
-            "--appendfsync".into(),
-            self.appendfsync,
             "--daemonize".into(),
             "no".into(),
             "--protected-mode".into(),
             "no".into(),
             "--logfile".into(),
             dir.join(LOG_FILE).display().to_string(),
+        ];
+        // Persistence and eviction settings are a data node's, not a sentinel's.
+        let data: Vec<String> = vec![
+            "--save".into(),
+            String::new(),
+            "--appendonly".into(),
+            if self.aof { "yes" } else { "no" }.into(),
+            "--appendfsync".into(),
+            self.appendfsync,
             "--maxmemory-policy".into(),
             "noeviction".into(),
         ];
+        if self.sentinel.is_none() {
+            args.extend(data);
+        }
+        if let Some(port) = self.replica_of {
+            args.extend(["--replicaof".into(), "127.0.0.1".into(), port.to_string()]);
+        }
         if let Some(password) = &self.password {
             args.push("--requirepass".into());
             args.push(password.clone());
@@ -356,6 +421,7 @@ impl LocalServerBuilder {
             tls_port: None,
             password: self.password,
             args,
+            sentinel: self.sentinel.map(|lines| lines.join("\n") + "\n"),
             envs: self.envs,
             child: None,
         };
@@ -563,7 +629,15 @@ impl LocalServer {
             Some(port) => vec!["--tls-port".into(), port.to_string()],
             None => Vec::new(),
         };
+        // A sentinel: `BINARY sentinel.conf --sentinel --port ...`.
+        let mut sentinel: Vec<String> = Vec::new();
+        if let Some(conf) = &self.sentinel {
+            let path = self.dir.join("sentinel.conf");
+            fs::write(&path, conf)?;
+            sentinel = vec![path.display().to_string(), "--sentinel".into()];
+        }
         let spawned = Command::new(&self.binary)
+            .args(&sentinel)
             .arg("--port")
             .arg(self.port.to_string())
             .args(&tls_port)

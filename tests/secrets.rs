@@ -86,7 +86,9 @@ async fn passwords_never_show() {
         .unwrap();
 
     // Logged in with the password: nothing shows it.
-    let client = Client::connect(&server.url()).await.unwrap();
+    let opts = ClientOptions::new().master_auth(Some("echomq"), PASSWORD);
+    assert_clean("ClientOptions", &format!("{opts:?}"));
+    let client = Client::connect_with(&server.url(), opts).await.unwrap();
     let q = client.queue(&common::unique("secrets")).await.unwrap();
     let consumer = Consumer::new(q.clone(), |_job: Job<u32>| async { Ok(()) })
         .spawn()
@@ -123,6 +125,16 @@ async fn passwords_never_show() {
         .unwrap_err();
     assert!(e.is_transient(), "{e}");
     assert_clean_error("a refused connection", &e);
+    // Sentinels that do not answer.
+    let opts = ClientOptions::new()
+        .connection_timeout(Duration::from_millis(500))
+        .master_auth(Some("ops"), WRONG);
+    let sentinel = format!("redis://ops:{WRONG}@127.0.0.1:{closed}/");
+    let e = Client::connect_sentinel(&[&sentinel], "mymaster", opts)
+        .await
+        .unwrap_err();
+    assert!(e.is_transient(), "{e}");
+    assert_clean_error("unreachable sentinels", &e);
     // A URL that does not parse: the message shows it, redacted.
     let e = Client::connect(&format!("redis://ops:{WRONG}@127.0.0.1:notaport/"))
         .await
