@@ -12,7 +12,8 @@
 //!   is checked against the system's roots, or only against the CA given
 //!   to `ClientOptions::tls_ca`; `ClientOptions::tls_client_cert`
 //!   presents a client certificate (mutual TLS). A refused handshake is
-//!   [`Error::Tls`].
+//!   [`Error::Tls`]. Connecting makes ring rustls's process-wide crypto
+//!   provider unless the program installed one.
 //! - **ACL**: a user needs only the commands and keys
 //!   [`crate::acl::rules`] lists (no `@dangerous` command).
 //! - **Sentinel**: [`Client::connect_sentinel`] finds
