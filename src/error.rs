@@ -123,6 +123,22 @@ pub enum Error {
     /// The server is configured so that jobs could be lost (see `Queue::self_check`).
     #[error("unsafe server configuration: {0}")]
     UnsafeServer(String),
+    /// The TLS handshake with the server failed: its certificate is not
+    /// signed by a trusted CA ([`ClientOptions::tls_ca`]) or names another
+    /// host, or the server refused the client's certificate, or asked for
+    /// one and got none ([`ClientOptions::tls_client_cert`]). Retrying does
+    /// not help.
+    ///
+    /// [`ClientOptions::tls_ca`]: crate::ClientOptions
+    /// [`ClientOptions::tls_client_cert`]: crate::ClientOptions
+    #[error("TLS handshake failed: {detail}")]
+    Tls {
+        /// What the TLS layer said, e.g. `invalid peer certificate: UnknownIssuer`.
+        detail: String,
+        /// The error as the redis crate gave it.
+        #[source]
+        source: redis::RedisError,
+    },
     /// A call did not finish within its timeout.
     #[error("timed out after {0:?}")]
     Timeout(Duration),
@@ -193,6 +209,57 @@ pub(crate) fn truncate(text: &str, max: usize) -> String {
     format!("{}… ({} bytes)", &text[..end], text.len())
 }
 
+/// `url` with its password, if any, replaced by `<redacted>`
+/// (`redis://user:<redacted>@host:6379/0`), for messages and `Debug`
+/// output. Handles the `user:password@` of every scheme and the `pass=`
+/// query parameter of `unix://` URLs.
+pub(crate) fn redact_url(url: &str) -> String {
+    let mut out = url.to_owned();
+    if let Some(start) = out.find("://").map(|i| i + 3) {
+        let end = out[start..].find(['/', '?', '#']).map_or(out.len(), |i| start + i);
+        if let Some(at) = out[start..end].rfind('@').map(|i| start + i)
+            && let Some(colon) = out[start..at].find(':').map(|i| start + i)
+        {
+            out.replace_range(colon + 1..at, "<redacted>");
+        }
+    }
+    if let Some(q) = out.find('?') {
+        let (head, query) = out.split_at(q + 1);
+        let query: Vec<String> = query
+            .split('&')
+            .map(|kv| match kv.split_once('=') {
+                Some((k, _)) if k.eq_ignore_ascii_case("pass") || k.eq_ignore_ascii_case("password") => {
+                    format!("{k}=<redacted>")
+                }
+                _ => kv.to_owned(),
+            })
+            .collect();
+        out = format!("{head}{}", query.join("&"));
+    }
+    out
+}
+
+/// What went wrong in a TLS handshake, if `e` is a failed one: rustls's
+/// error inside the I/O error the redis crate keeps (behind an `Arc`).
+#[cfg(feature = "tls")]
+fn tls_failure(e: &redis::RedisError) -> Option<String> {
+    use std::error::Error as StdError;
+    type Shared = std::sync::Arc<dyn StdError + Send + Sync>;
+    let source = StdError::source(e)?;
+    let inner: &(dyn StdError + 'static) = match source.downcast_ref::<Shared>() {
+        Some(shared) => shared.as_ref(),
+        None => source,
+    };
+    let io = inner.downcast_ref::<std::io::Error>()?;
+    let tls = io.get_ref()?.downcast_ref::<rustls::Error>()?;
+    Some(tls.to_string())
+}
+
+#[cfg(not(feature = "tls"))]
+fn tls_failure(_: &redis::RedisError) -> Option<String> {
+    None
+}
+
 fn held_or_done(done: bool) -> &'static str {
     if done { "done" } else { "held" }
 }
@@ -204,6 +271,10 @@ impl Error {
     pub(crate) fn duplicate(&self) -> Error {
         match self {
             Error::Redis(e) => Error::Redis(e.clone()),
+            Error::Tls { detail, source } => Error::Tls {
+                detail: detail.clone(),
+                source: source.clone(),
+            },
             Error::Timeout(d) => Error::Timeout(*d),
             Error::Protocol { script, detail } => Error::Protocol {
                 script,
@@ -231,6 +302,9 @@ impl Error {
     /// | Redis 7.0 | command in a script | `ERR The user executing the script can't run this command or subcommand script: ...` |
     /// | Redis 7.0 | key in a script | `ERR The user executing the script can't access at least one of the keys mentioned in the command arguments script: ...` |
     pub(crate) fn from_redis(e: redis::RedisError) -> Error {
+        if let Some(detail) = tls_failure(&e) {
+            return Error::Tls { detail, source: e };
+        }
         let text = e.detail().map_or_else(|| e.to_string(), str::to_owned);
         let in_script = e.code() == Some("ERR")
             && (text.starts_with("ACL failure in script") || text.starts_with("The user executing the script can't"));
@@ -302,7 +376,10 @@ impl Error {
                     || e.is_timeout()
                     || e.is_connection_dropped()
                     || e.is_connection_refusal()
-                    || matches!(e.code(), Some("LOADING" | "BUSY" | "TRYAGAIN" | "MASTERDOWN"))
+                    || matches!(
+                        e.code(),
+                        Some("LOADING" | "BUSY" | "TRYAGAIN" | "MASTERDOWN" | "READONLY")
+                    )
             }
             _ => false,
         }

