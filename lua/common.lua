@@ -80,6 +80,15 @@ local function sget(key)
   return r
 end
 
+-- True while obliterate.lua deletes the queue: its first step marks the
+-- meta hash (deleted last), and the scripts that could make a key the
+-- deletion has already passed (promotion, a retry or promotion by hand,
+-- the sweep, a schedule's tick) write nothing meanwhile.
+local function obliterating(prefix)
+  local r = redis.pcall('HEXISTS', prefix .. 'meta', 'ob')
+  return r == 1
+end
+
 -- A whole number as a decimal string (tostring would give "1.8e+15").
 local function int_s(n)
   return string.format('%d', n)
@@ -485,17 +494,22 @@ local function claim_turns(k, prefix, limit, picked)
         local gone, held = {}, {}
         for i = 1, #popped, 2 do
           local id = popped[i]
-          gone[#gone + 1] = id
           -- Only a pending job of this lane is leased: an id without a
           -- record, or one a torn write (or an older echomq's claim) left
-          -- here, is dropped, as claim drops pending ids without a record.
+          -- here, is dropped from the lane, as claim drops pending ids
+          -- without a record. Its entry in `pending` goes too unless a
+          -- pending job holds that id (another lane's, or an unlaned job
+          -- that reuses the id): that one stays claimable.
           local job = hfields(prefix .. 'job:' .. id, 'p', 'f', 'a', 'lm', 'st', 'ln')
           if job and job[1] and job[5] == 'pending' and job[6] == lane then
+            gone[#gone + 1] = id
             picked[#picked + 1] = {id = id, job = job, lane = lane}
             held[#held + 1] = 0
             held[#held + 1] = held_member(lane, id)
             active = active + 1
             used = used + 1
+          elseif not (job and job[5] == 'pending') then
+            gone[#gone + 1] = id
           end
         end
         if #gone > 0 then rcall('ZREM', k.pending, unpack(gone)) end

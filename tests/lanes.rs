@@ -710,3 +710,32 @@ async fn a_lost_ring_is_skipped_then_repaired() {
         "cap 1 holds"
     );
 }
+
+// A lane holding a stray id (a torn write, or a key left from before an
+// obliterate) that a live pending job of the queue now uses: the claim
+// drops the stray from the lane, and the live job stays claimable.
+#[tokio::test]
+async fn a_stray_lane_entry_does_not_strand_a_live_job() {
+    let (s, q) = setup("lane-stray").await;
+    let live = q
+        .enqueue_with(&1u32, &EnqueueOptions::new().id("job-a"))
+        .await
+        .unwrap()
+        .id;
+    let mut c = raw(&s).await;
+    let lane_key = format!("emq:{{{}}}:lane:L", q.name());
+    let _: () = redis::cmd("ZADD")
+        .arg(&lane_key)
+        .arg(0)
+        .arg(&live)
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    let laned = q.enqueue_with(&2u32, &lane("L")).await.unwrap().id;
+    let mut claimed = BTreeSet::new();
+    for l in claim_one_by_one(&q, 5).await {
+        claimed.insert(l.id().to_owned());
+    }
+    assert_eq!(claimed, BTreeSet::from([live.clone(), laned]), "both jobs claimed once");
+    assert_eq!(q.counts().await.unwrap().pending, 0);
+}
