@@ -679,3 +679,56 @@ async fn the_record_names_the_holder() {
         assert!(matches!(c.spawn(), Err(Error::InvalidOption { .. })), "{bad:?}");
     }
 }
+
+// A job leased ahead (prefetch) and cancelled while it waits for a free
+// handler never starts: it is renewed before it starts, learns of the
+// request, and ends cancelled.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_cancelled_while_leased_ahead_never_starts() {
+    use echomq::JobState;
+    use echomq::admin::Cancel;
+    let (_s, q) = setup("cancel-ahead").await;
+    let first = q.enqueue(&1u32).await.unwrap();
+    let second = q.enqueue(&2u32).await.unwrap();
+    let gate = Arc::new(tokio::sync::Notify::new());
+    let started: Arc<Mutex<Vec<String>>> = Arc::default();
+    let (g, st) = (gate.clone(), started.clone());
+    let consumer = Consumer::new(q.clone(), move |job: Job<u32>| {
+        let (g, st) = (g.clone(), st.clone());
+        async move {
+            st.lock().unwrap().push(job.id().to_owned());
+            if *job.payload() == 1 {
+                g.notified().await;
+            }
+            Ok(())
+        }
+    })
+    .concurrency(1)
+    .prefetch(1)
+    .spawn()
+    .unwrap();
+    assert!(
+        eventually(Duration::from_secs(10), || async {
+            q.job(&second).await.unwrap().state == JobState::Active && started.lock().unwrap().len() == 1
+        })
+        .await,
+        "the second job is leased ahead while the first runs"
+    );
+    assert_eq!(q.cancel(&second).await.unwrap(), Cancel::Requested);
+    gate.notify_one();
+    assert!(
+        eventually(Duration::from_secs(10), || async {
+            q.job(&second).await.unwrap().state == JobState::Cancelled
+        })
+        .await,
+        "{:?}",
+        q.job(&second).await.unwrap()
+    );
+    assert_eq!(
+        *started.lock().unwrap(),
+        vec![first.clone()],
+        "the cancelled job never started"
+    );
+    assert!(common::completes(&q, &first).await);
+    consumer.shutdown().await.unwrap();
+}

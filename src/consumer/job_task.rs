@@ -192,10 +192,12 @@ where
         let lease = Arc::new(lease);
         let running = match ctx.turn(claimed_at).await {
             Turn::Now(p) => p,
-            Turn::AfterWait(p) if s.heartbeat().is_some() => p,
             Turn::AfterWait(p) => {
-                // Heartbeats off: the lease is the handler's whole time
-                // budget, so renew it once rather than let the wait eat into it.
+                // The job waited: renew its lease before it starts (with
+                // heartbeats off the lease is the handler's whole time
+                // budget, so the wait must not eat into it), and learn of a
+                // cancel request made while it waited, so a job cancelled
+                // before it started never runs.
                 let sent = Instant::now();
                 match timeout_at(later(claimed_at, s.safety_window()), q.renew(&lease, s.lease)).await {
                     Ok(Ok((deadline_ms, cancel))) => {

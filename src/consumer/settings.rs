@@ -106,8 +106,8 @@ impl Settings {
     }
 
     /// How long a prefetched job may wait for a handler before it is
-    /// released: within it the lease surely holds, and the job's first
-    /// heartbeat (due at once after such a wait) renews it in time.
+    /// released: within it the lease surely holds, and a job that waited
+    /// is renewed before it starts (job_task.rs).
     pub(super) fn prefetch_wait(&self) -> Duration {
         let wait = self.heartbeat().unwrap_or(self.safety_window() / 2);
         if self.prefetch.is_none() {
