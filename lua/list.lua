@@ -1,6 +1,6 @@
 -- list: one page of a state's jobs, in the set's order, after a cursor.
 --
--- KEYS[1] set (pending, delayed, active, completed or failed)
+-- KEYS[1] set (pending, delayed, active, completed, failed, cancelled, or a lane's pending set)
 -- ARGV[1] order   "asc" (oldest score first) or "desc" (newest first)
 -- ARGV[2] limit   the most jobs on the page
 -- ARGV[3] score   the cursor's score ("" to start at the beginning)

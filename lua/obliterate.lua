@@ -9,7 +9,9 @@
 -- ARGV[4] force   "1" to go on while jobs are active
 --
 -- The first step (cursor "0") refuses while jobs are leased unless forced,
--- and pauses the queue, so no job is leased again while the keys go. Then:
+-- and pauses the queue, so no job is leased again while the keys go, and
+-- marks it as going (`ob`, see obliterating() in common.lua), so no
+-- promotion, hand retry, sweep or schedule writes meanwhile. Then:
 -- 1. Fence (cursor "f"): the leased jobs' records are deleted, `count` a
 --    step, with their entries in active, until no job is active. From then
 --    every settlement, renewal, progress report and effect of a lease held
@@ -31,7 +33,7 @@ local prefix, cursor, count, force = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4
 if cursor == '0' then
   local active = rcall('ZCARD', active_key)
   if active > 0 and not force then return {CODE.BUSY, '0', 0, active} end
-  rcall('HSET', meta_key, 'paused', '1')
+  rcall('HSET', meta_key, 'paused', '1', 'ob', '1')
   cursor = 'f'
 end
 

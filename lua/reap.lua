@@ -52,7 +52,9 @@ end
 apply_moves(moves, {active = active_key, failed = failed_key, cancelled = cancelled_key}, prefix, KEEP_ALL, keep,
   now)
 if back > 0 then wake(wake_key, back) end
-out[2] = promote_due(delayed_key, pending_key, wake_key, prefix, now, limit)
+if not obliterating(prefix) then
+  out[2] = promote_due(delayed_key, pending_key, wake_key, prefix, now, limit)
+end
 out[3] = rcall('ZCARD', active_key)
 local first = rcall('ZRANGE', delayed_key, 0, 0, 'WITHSCORES')
 if first[2] then out[4] = tonumber(first[2]) end

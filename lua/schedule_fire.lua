@@ -35,6 +35,8 @@ local index_key, sched_key, seq_key, pending_key, wake_key = KEYS[1], KEYS[2], K
 local prefix, name, cron, tz = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 local NEVER = 9007199254740991
 local now = server_now()
+-- A queue being obliterated makes no more jobs.
+if obliterating(prefix) then return {CODE.NOT_FOUND, now, 0, 0, 0} end
 local f = hfields(sched_key, 'ex', 'tz', 'lt', 'mi', 'gr', 'p', 'pr', 'lm')
 if not f or not f[1] then
   rcall('ZREM', index_key, name)

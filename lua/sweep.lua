@@ -40,6 +40,8 @@
 local prefix, phase, cursor, count = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 local seq_key = KEYS[7]
 local now = server_now()
+-- A queue being obliterated is left to it.
+if obliterating(prefix) then return {'0', 0, 0, 0} end
 local sets = {pending = 1, active = 2, delayed = 3, completed = 4, failed = 5, cancelled = 6}
 local NSETS = 6
 local checked, repaired, skipped = 0, 0, 0

@@ -12,12 +12,19 @@
 -- ARGV[4..] ids   the jobs to move
 --
 -- Returns {now, moved, left, id_1, code_1, ...} with a code per id given
--- (OK moved; NOT_FOUND no such job; REFUSED not in `state`); `left` is how
--- many jobs remain in `from`.
+-- (OK moved; NOT_FOUND no such job; REFUSED not in `state`, or the queue
+-- is being obliterated); `left` is how many jobs remain in `from`.
 local from_key, pending_key, wake_key = KEYS[1], KEYS[2], KEYS[3]
 local prefix, limit, state = ARGV[1], tonumber(ARGV[2]), ARGV[3]
 local now = server_now()
 local out = {now, 0, 0}
+if obliterating(prefix) then
+  for i = 4, #ARGV do
+    out[#out + 1] = ARGV[i]
+    out[#out + 1] = CODE.REFUSED
+  end
+  return out
+end
 local ids = {}
 local given = #ARGV > 3
 if given then

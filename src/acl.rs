@@ -16,10 +16,10 @@
 //! assert!(line.starts_with("ACL SETUSER echomq on >secret resetkeys ~emq:* resetchannels -@all +evalsha"));
 //! ```
 //!
-//! Finding the queues on a server ([`Client::queue_names`](crate::Client::queue_names),
-//! the command line's `stats` without `-q`) also needs `+scan`, which
-//! shows key names outside the pattern: give it to an operator's user, not
-//! a worker's.
+//! The rules grant `+scan` (the sweep and obliterate walk the queue's keys
+//! with it), which also lets [`Client::queue_names`](crate::Client::queue_names)
+//! and the command line's `stats` without `-q` find queues. Mind that SCAN
+//! shows key *names* outside the pattern (never their values).
 //!
 //! With Sentinel ([`Client::connect_sentinel`](crate::Client::connect_sentinel)),
 //! the same user works (create it on every data node: ACL users are not

@@ -44,6 +44,8 @@ pub(crate) struct Keys {
     pub lane_caps: String,
     /// Lanes: weights per lane; field `""` the queue-wide default.
     pub lane_weights: String,
+    /// Lanes: the turn counter, and the lane whose turn runs.
+    pub lane_turn: String,
 }
 
 impl Keys {
@@ -75,13 +77,14 @@ impl Keys {
             lane_held: k("lanes:active"),
             lane_caps: k("lanes:cap"),
             lane_weights: k("lanes:weight"),
+            lane_turn: k("lanes:turn"),
             base,
         })
     }
 
     /// Every fixed key of the queue (not the job records, markers or user
     /// keys): what obliterate deletes last, and what the hash-tag test checks.
-    pub fn own(&self) -> [&String; 15] {
+    pub fn own(&self) -> [&String; 16] {
         [
             &self.pending,
             &self.active,
@@ -98,6 +101,7 @@ impl Keys {
             &self.lane_held,
             &self.lane_caps,
             &self.lane_weights,
+            &self.lane_turn,
         ]
     }
 
