@@ -13,6 +13,24 @@ local key, order, limit = KEYS[1], ARGV[1], tonumber(ARGV[2])
 local cs, cid = ARGV[3], ARGV[4]
 local asc = order == 'asc'
 local out = {}
+-- The cursor's job still where the cursor says: the page starts right
+-- after it by rank (bounded, however many jobs share its score, as laned
+-- pending jobs all do).
+if cs ~= '' then
+  local at = rcall('ZSCORE', KEYS[1], cid)
+  if at and tonumber(at) == tonumber(cs) then
+    local r
+    if asc then
+      local rank = rcall('ZRANK', key, cid)
+      r = rcall('ZRANGE', key, rank + 1, rank + limit, 'WITHSCORES')
+    else
+      local rank = rcall('ZREVRANK', key, cid)
+      r = rcall('ZRANGE', key, rank + 1, rank + limit, 'REV', 'WITHSCORES')
+    end
+    return r
+  end
+end
+-- Otherwise (it left the set or moved): walk from its score.
 local offset = 0
 local chunk = limit + 16
 while #out < limit * 2 do

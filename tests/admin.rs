@@ -688,16 +688,20 @@ async fn a_job_cancelled_while_leased_ahead_never_starts() {
     use echomq::JobState;
     use echomq::admin::Cancel;
     let (_s, q) = setup("cancel-ahead").await;
-    let first = q.enqueue(&1u32).await.unwrap();
-    let second = q.enqueue(&2u32).await.unwrap();
+    let ids = [q.enqueue(&1u32).await.unwrap(), q.enqueue(&2u32).await.unwrap()];
     let gate = Arc::new(tokio::sync::Notify::new());
     let started: Arc<Mutex<Vec<String>>> = Arc::default();
     let (g, st) = (gate.clone(), started.clone());
+    // Whichever job gets the one handler first holds it until the gate opens.
     let consumer = Consumer::new(q.clone(), move |job: Job<u32>| {
         let (g, st) = (g.clone(), st.clone());
         async move {
-            st.lock().unwrap().push(job.id().to_owned());
-            if *job.payload() == 1 {
+            let first = {
+                let mut st = st.lock().unwrap();
+                st.push(job.id().to_owned());
+                st.len() == 1
+            };
+            if first {
                 g.notified().await;
             }
             Ok(())
@@ -708,27 +712,41 @@ async fn a_job_cancelled_while_leased_ahead_never_starts() {
     .spawn()
     .unwrap();
     assert!(
-        eventually(Duration::from_secs(10), || async {
-            q.job(&second).await.unwrap().state == JobState::Active && started.lock().unwrap().len() == 1
+        eventually(Duration::from_secs(10), || {
+            let (q, st) = (q.clone(), started.clone());
+            let ids = ids.clone();
+            async move {
+                let Some(running) = st.lock().unwrap().first().cloned() else {
+                    return false;
+                };
+                let other = if running == ids[0] { &ids[1] } else { &ids[0] };
+                q.job(other).await.unwrap().state == JobState::Active
+            }
         })
         .await,
-        "the second job is leased ahead while the first runs"
+        "one job runs while the other is leased ahead"
     );
-    assert_eq!(q.cancel(&second).await.unwrap(), Cancel::Requested);
+    let running = started.lock().unwrap()[0].clone();
+    let other = if running == ids[0] {
+        ids[1].clone()
+    } else {
+        ids[0].clone()
+    };
+    assert_eq!(q.cancel(&other).await.unwrap(), Cancel::Requested);
     gate.notify_one();
     assert!(
         eventually(Duration::from_secs(10), || async {
-            q.job(&second).await.unwrap().state == JobState::Cancelled
+            q.job(&other).await.unwrap().state == JobState::Cancelled
         })
         .await,
         "{:?}",
-        q.job(&second).await.unwrap()
+        q.job(&other).await.unwrap()
     );
     assert_eq!(
         *started.lock().unwrap(),
-        vec![first.clone()],
+        vec![running.clone()],
         "the cancelled job never started"
     );
-    assert!(common::completes(&q, &first).await);
+    assert!(common::completes(&q, &running).await);
     consumer.shutdown().await.unwrap();
 }
