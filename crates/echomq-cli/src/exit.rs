@@ -54,6 +54,10 @@ impl Failure {
             Error::Redis(r) if r.kind() == ErrorKind::InvalidClientConfig => {
                 format!("bad server URL {}: {}", url.shown(), url.scrub(&r.to_string()))
             }
+            // The library says which URL and why (password already hidden).
+            Error::InvalidOption { name: "url", reason } => {
+                format!("bad server URL {}: {}", url.shown(), url.scrub(reason))
+            }
             other => format!("cannot connect to {}: {}", url.shown(), url.scrub(&other.to_string())),
         };
         Failure { code: CONNECT, message }
