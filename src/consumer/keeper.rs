@@ -6,7 +6,7 @@
 //! timer per job: almost every settlement is answered within milliseconds,
 //! long before its lease needs renewing.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 
 use tokio::sync::Notify;
@@ -19,37 +19,74 @@ use crate::queue::Queue;
 
 #[derive(Default)]
 pub(super) struct Keeper {
-    /// Settlements in flight, by fencing token (unique in the queue).
-    held: Mutex<HashMap<u64, (Arc<Lease>, Heartbeat)>>,
+    state: Mutex<State>,
     /// Wakes the keeper when the first settlement comes in.
     first: Notify,
 }
 
+#[derive(Default)]
+struct State {
+    /// Settlements in flight, by fencing token (unique in the queue).
+    held: HashMap<u64, (Arc<Lease>, Heartbeat)>,
+    /// Tokens whose renewal is running (taken out of `held` meanwhile).
+    renewing: HashSet<u64>,
+    /// Tokens released while their renewal ran: not put back after it.
+    released: HashSet<u64>,
+}
+
 impl Keeper {
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<u64, (Arc<Lease>, Heartbeat)>> {
-        self.held.lock().unwrap_or_else(|e| e.into_inner())
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Keeps `lease` alive (renewing it as `heart` says) until [`release`](Self::release).
     pub(super) fn hold(&self, lease: Arc<Lease>, heart: Heartbeat) {
-        let mut held = self.lock();
-        let was_empty = held.is_empty();
-        held.insert(lease.token, (lease, heart));
-        drop(held);
+        let mut s = self.lock();
+        let was_empty = s.held.is_empty();
+        s.held.insert(lease.token, (lease, heart));
+        drop(s);
         if was_empty {
             self.first.notify_one();
         }
     }
 
-    /// The settlement of the job with `token` was answered.
+    /// The settlement of the job with `token` was answered (or given up).
     pub(super) fn release(&self, token: u64) {
-        self.lock().remove(&token);
+        let mut s = self.lock();
+        if s.held.remove(&token).is_none() && s.renewing.contains(&token) {
+            s.released.insert(token);
+        }
+    }
+
+    /// Takes out what is due at `now`, marked as being renewed.
+    fn take_due(&self, now: Instant) -> Vec<(Arc<Lease>, Heartbeat)> {
+        let mut s = self.lock();
+        let tokens: Vec<u64> = s
+            .held
+            .iter()
+            .filter(|(_, (_, h))| h.next() <= now)
+            .map(|(t, _)| *t)
+            .collect();
+        let due: Vec<_> = tokens.into_iter().filter_map(|t| s.held.remove(&t)).collect();
+        s.renewing.extend(due.iter().map(|(l, _)| l.token));
+        due
+    }
+
+    /// A renewal ended: holds the lease again if it is still alive and
+    /// was not released meanwhile.
+    fn renewed(&self, lease: Arc<Lease>, heart: Heartbeat, alive: bool) {
+        let mut s = self.lock();
+        s.renewing.remove(&lease.token);
+        if s.released.remove(&lease.token) || !alive {
+            return;
+        }
+        s.held.entry(lease.token).or_insert((lease, heart));
     }
 
     /// Renews what it holds when due, until `done` fires.
     pub(super) async fn run(self: Arc<Self>, queue: Queue, done: CancellationToken) {
         loop {
-            let next = self.lock().values().map(|(_, h)| h.next()).min();
+            let next = self.lock().held.values().map(|(_, h)| h.next()).min();
             match next {
                 None => tokio::select! {
                     _ = self.first.notified() => continue,
@@ -64,21 +101,10 @@ impl Keeper {
                     _ = done.cancelled() => return,
                 },
             }
-            let now = Instant::now();
-            let due: Vec<(Arc<Lease>, Heartbeat)> = {
-                let mut held = self.lock();
-                let tokens: Vec<u64> = held
-                    .iter()
-                    .filter(|(_, (_, h))| h.next() <= now)
-                    .map(|(t, _)| *t)
-                    .collect();
-                tokens.into_iter().filter_map(|t| held.remove(&t)).collect()
-            };
-            for (lease, mut heart) in due {
+            for (lease, mut heart) in self.take_due(Instant::now()) {
                 // Quiet: a loss here is most likely the settlement landing first.
-                if let Beat::Alive { .. } = heart.beat(&queue, &lease, None).await {
-                    self.lock().entry(lease.token).or_insert((lease, heart));
-                }
+                let alive = matches!(heart.beat(&queue, &lease, None).await, Beat::Alive { .. });
+                self.renewed(lease, heart, alive);
             }
         }
     }
@@ -86,10 +112,61 @@ impl Keeper {
     /// A quarter of the shortest beat interval of what it holds.
     fn quarter(&self) -> std::time::Duration {
         self.lock()
+            .held
             .values()
             .map(|(_, h)| h.interval())
             .min()
             .unwrap_or_default()
             / 4
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::consumer::settings::Settings;
+    use crate::limits::Limits;
+
+    fn lease(token: u64) -> Arc<Lease> {
+        Arc::new(Lease {
+            queue: Arc::from("emq:{q}:"),
+            id: token.to_string(),
+            token,
+            attempt: 1,
+            failures: 0,
+            limits: Limits::default(),
+            payload: Vec::new(),
+            deadline_ms: 0,
+            claimed_ms: 0,
+            cancel_requested: false,
+            lane: None,
+        })
+    }
+
+    // A settlement answered while its lease's renewal runs is not held
+    // again afterwards (it would be renewed until the process exits); one
+    // still in flight is, unless its renewal found the lease lost.
+    #[test]
+    fn a_release_during_a_renewal_sticks() {
+        let k = Keeper::default();
+        let s = Settings::default();
+        let start = Instant::now();
+        for t in [1, 2, 3] {
+            k.hold(lease(t), Heartbeat::new(&s, start));
+        }
+        let due = k.take_due(start + Duration::from_secs(3600));
+        assert_eq!(due.len(), 3);
+        assert!(k.lock().held.is_empty());
+        k.release(1);
+        for (l, h) in due {
+            let alive = l.token != 3;
+            k.renewed(l, h, alive);
+        }
+        let s = k.lock();
+        let held: Vec<u64> = s.held.keys().copied().collect();
+        assert_eq!(held, vec![2]);
+        assert!(s.renewing.is_empty() && s.released.is_empty());
     }
 }

@@ -36,7 +36,6 @@ use tracing::{debug, error, warn};
 
 use self::backoff::RetryBackoff;
 pub use self::backoff::RetryContext;
-use self::event::Observers;
 pub use self::event::{Event, HandlerResult};
 pub use self::handler::{Handler, HandlerError};
 use self::prefetch::{AutoPrefetch, Slots};
@@ -44,7 +43,6 @@ use self::settings::{Beat, Settings};
 use self::settler::Pending;
 use crate::error::{Error, Result};
 use crate::limits::Backoff;
-use crate::maintenance::reaper::DEFAULT_REAP_INTERVAL;
 use crate::queue::Queue;
 use crate::settings::later;
 
@@ -127,19 +125,7 @@ where
         Consumer {
             queue,
             handler: Arc::new(handler),
-            settings: Settings {
-                observers: Observers::default(),
-                name: None,
-                concurrency: DEFAULT_CONCURRENCY,
-                prefetch: None,
-                lease: DEFAULT_LEASE,
-                beat: Beat::Auto,
-                shutdown_timeout: DEFAULT_SHUTDOWN_TIMEOUT,
-                poll_interval: DEFAULT_POLL_INTERVAL,
-                reaper: true,
-                reap_interval: DEFAULT_REAP_INTERVAL,
-                backoff: RetryBackoff::Job,
-            },
+            settings: Settings::default(),
             _payload: PhantomData,
         }
     }
@@ -286,7 +272,7 @@ where
         self
     }
     /// How often the queue is reaped while busy (default
-    /// [`DEFAULT_REAP_INTERVAL`]; 1 ms to
+    /// [`DEFAULT_REAP_INTERVAL`](crate::maintenance::reaper::DEFAULT_REAP_INTERVAL); 1 ms to
     /// [`MAX_REAP_INTERVAL`](crate::maintenance::reaper::MAX_REAP_INTERVAL)).
     pub fn reap_interval(mut self, d: Duration) -> Self {
         self.settings.reap_interval = d;

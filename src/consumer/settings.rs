@@ -42,6 +42,25 @@ pub(super) struct Settings {
     pub backoff: RetryBackoff,
 }
 
+/// The defaults a new [`Consumer`](super::Consumer) starts from.
+impl Default for Settings {
+    fn default() -> Self {
+        Settings {
+            observers: Observers::default(),
+            name: None,
+            concurrency: super::DEFAULT_CONCURRENCY,
+            prefetch: None,
+            lease: super::DEFAULT_LEASE,
+            beat: Beat::Auto,
+            shutdown_timeout: super::DEFAULT_SHUTDOWN_TIMEOUT,
+            poll_interval: super::DEFAULT_POLL_INTERVAL,
+            reaper: true,
+            reap_interval: crate::maintenance::reaper::DEFAULT_REAP_INTERVAL,
+            backoff: super::backoff::RetryBackoff::Job,
+        }
+    }
+}
+
 impl Settings {
     pub(super) fn check(&self) -> Result<()> {
         if let Some(name) = &self.name {
