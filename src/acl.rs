@@ -73,6 +73,8 @@ pub const SCRIPT_COMMANDS: &[&str] = &[
     "zpopmin",
     "zrange",
     "zrangebyscore",
+    "zrank",
+    "zrevrank",
     "zrem",
     "zscan",
     "zscore",
