@@ -36,25 +36,23 @@
 //! # Ok::<(), echomq::server::ServerError>(())
 //! ```
 
+mod binary;
+mod resp;
 mod sentinel;
 
+use binary::resolve_binary;
+pub use binary::{find_server_binary, find_tls_server_binary};
+use resp::{Probe, probe};
 pub use sentinel::{DEFAULT_DOWN_AFTER, DEFAULT_FAILOVER_TIMEOUT, SentinelGroup, SentinelGroupBuilder};
 
 use std::fs::{self, OpenOptions};
-use std::io::{self, Read, Write};
-use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
+use std::io;
+use std::net::{Ipv4Addr, TcpListener};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
-use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-/// Environment variable naming the server binary to use.
-const SERVER_BIN_ENV: &str = "ECHOMQ_SERVER_BIN";
-/// Environment variable naming the server binary to use for TLS.
-const TLS_SERVER_BIN_ENV: &str = "ECHOMQ_TLS_SERVER_BIN";
-/// Where `scripts/find-server` installs Valkey, relative to the crate root.
-const TOOLS_BINARY: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/.tools/valkey/valkey-server");
 /// How long one start attempt may take to answer `PING`.
 const READY_TIMEOUT: Duration = Duration::from_secs(10);
 /// Start attempts before giving up (each with a new port on a fresh start).
@@ -735,138 +733,6 @@ pub fn url_from_env_or_start() -> Result<(String, Option<LocalServer>), ServerEr
     }
 }
 
-/// Finds the server binary to use, in this order:
-///
-/// 1. the `ECHOMQ_SERVER_BIN` environment variable (a path, or a bare name
-///    looked up on `PATH`); if it is set but unusable, that is an error
-///    rather than a silent fallback;
-/// 2. `.tools/valkey/valkey-server` in the echomq crate root, where
-///    `scripts/find-server` installs Valkey;
-/// 3. `valkey-server` on `PATH`;
-/// 4. `redis-server` on `PATH`.
-///
-/// [`ServerError::NotFound`] lists what was tried.
-pub fn find_server_binary() -> Result<PathBuf, ServerError> {
-    if let Some(value) = std::env::var_os(SERVER_BIN_ENV).filter(|v| !v.is_empty()) {
-        let path = PathBuf::from(&value);
-        return resolve_binary(&path).ok_or_else(|| {
-            ServerError::NotFound(format!("{SERVER_BIN_ENV}={} (not an executable file)", path.display()))
-        });
-    }
-    let tools = Path::new(TOOLS_BINARY);
-    if is_executable(tools) {
-        return Ok(tools.to_path_buf());
-    }
-    for name in ["valkey-server", "redis-server"] {
-        if let Some(found) = search_path(name) {
-            return Ok(found);
-        }
-    }
-    Err(ServerError::NotFound(format!(
-        "{SERVER_BIN_ENV} (unset), {TOOLS_BINARY}, valkey-server on PATH, redis-server on PATH"
-    )))
-}
-
-/// Finds a server binary built with TLS, for [`LocalServerBuilder::tls`]:
-///
-/// 1. the `ECHOMQ_TLS_SERVER_BIN` environment variable (a path or a bare
-///    name on `PATH`); if it is set but unusable or has no TLS, that is an
-///    error rather than a silent fallback;
-/// 2. else the first of [`find_server_binary`]'s choice, `valkey-server`
-///    and `redis-server` on `PATH`, `/usr/bin/valkey-server` and
-///    `/usr/bin/redis-server` that is built with TLS.
-///
-/// A binary is tried by starting it with a TLS port and certificate files
-/// that do not exist: a build with TLS fails to load them, one without
-/// fails to find TLS at all. The answer is kept for the process.
-/// [`ServerError::NoTls`] lists what was tried.
-pub fn find_tls_server_binary() -> Result<PathBuf, ServerError> {
-    static FOUND: OnceLock<Result<PathBuf, String>> = OnceLock::new();
-    FOUND.get_or_init(search_tls_binary).clone().map_err(ServerError::NoTls)
-}
-
-fn search_tls_binary() -> Result<PathBuf, String> {
-    let mut tried = Vec::new();
-    let mut candidates = Vec::new();
-    if let Some(value) = std::env::var_os(TLS_SERVER_BIN_ENV).filter(|v| !v.is_empty()) {
-        let path = PathBuf::from(&value);
-        return match resolve_binary(&path) {
-            Some(bin) if has_tls(&bin) => Ok(bin),
-            Some(bin) => Err(format!("{TLS_SERVER_BIN_ENV}={} (built without TLS)", bin.display())),
-            None => Err(format!(
-                "{TLS_SERVER_BIN_ENV}={} (not an executable file)",
-                path.display()
-            )),
-        };
-    }
-    tried.push(format!("{TLS_SERVER_BIN_ENV} (unset)"));
-    match find_server_binary() {
-        Ok(bin) => candidates.push(bin),
-        Err(e) => tried.push(e.to_string()),
-    }
-    candidates.extend(["valkey-server", "redis-server"].into_iter().filter_map(search_path));
-    candidates.extend(
-        ["/usr/bin/valkey-server", "/usr/bin/redis-server"]
-            .into_iter()
-            .map(PathBuf::from)
-            .filter(|p| is_executable(p)),
-    );
-    let mut seen = Vec::new();
-    for bin in candidates {
-        let real = fs::canonicalize(&bin).unwrap_or_else(|_| bin.clone());
-        if seen.contains(&real) {
-            continue;
-        }
-        seen.push(real);
-        if has_tls(&bin) {
-            return Ok(bin);
-        }
-        tried.push(format!("{} (built without TLS)", bin.display()));
-    }
-    Err(tried.join(", "))
-}
-
-/// Whether `binary` is built with TLS (see [`find_tls_server_binary`]).
-fn has_tls(binary: &Path) -> bool {
-    let Ok(dir) = make_temp_dir() else { return false };
-    let missing = |name: &str| dir.join(name).display().to_string();
-    let port = free_port().map(|p| p.to_string()).unwrap_or_else(|_| "1".into());
-    let out = dir.join(STDIO_FILE);
-    let ran = OpenOptions::new().create(true).append(true).open(&out).and_then(|f| {
-        Command::new(binary)
-            .args(["--port", "0", "--tls-port", &port, "--save", "", "--appendonly", "no"])
-            .args([
-                "--tls-cert-file",
-                &missing("none.crt"),
-                "--tls-key-file",
-                &missing("none.key"),
-            ])
-            .args(["--tls-ca-cert-file", &missing("none-ca.crt"), "--logfile", ""])
-            .current_dir(&dir)
-            .stdin(Stdio::null())
-            .stdout(f.try_clone()?)
-            .stderr(f)
-            .spawn()
-    });
-    let tls = match ran {
-        Ok(mut child) => {
-            // Both kinds of build exit at once; one that keeps running
-            // ignored the TLS port, so it has no TLS.
-            let deadline = Instant::now() + Duration::from_secs(5);
-            while matches!(child.try_wait(), Ok(None)) && Instant::now() < deadline {
-                std::thread::sleep(Duration::from_millis(10));
-            }
-            let _ = child.kill();
-            let _ = child.wait();
-            let log = fs::read_to_string(&out).unwrap_or_default();
-            log.contains("Failed to configure TLS") || log.contains("Failed to load certificate")
-        }
-        Err(_) => false,
-    };
-    let _ = fs::remove_dir_all(&dir);
-    tls
-}
-
 /// The outcome of one start attempt.
 enum Attempt {
     Ready,
@@ -875,98 +741,6 @@ enum Attempt {
     Retry(String),
     /// Alive but silent past the deadline (and now killed); not retried.
     TimedOut(String),
-}
-
-/// The outcome of one readiness probe.
-enum Probe {
-    /// `+PONG`, with the answering server's `process_id` if INFO told it.
-    Pong(Option<u32>),
-    /// Refused, `-LOADING`, a timeout or anything else: ask again.
-    NotYet,
-}
-
-fn probe(port: u16, password: Option<&str>) -> Probe {
-    let timeout = Duration::from_millis(500);
-    let mut requests = Vec::new();
-    if let Some(pw) = password {
-        requests.push(resp(&["AUTH", pw]));
-    }
-    requests.push(resp(&["PING"]));
-    requests.push(resp(&["INFO", "server"]));
-    let Ok(replies) = roundtrips(port, &requests, timeout) else {
-        return Probe::NotYet;
-    };
-    let (info, pong) = (&replies[replies.len() - 1], &replies[replies.len() - 2]);
-    if !pong.starts_with(b"+PONG") {
-        return Probe::NotYet;
-    }
-    Probe::Pong(info_field(info, "process_id").and_then(|v| v.parse().ok()))
-}
-
-/// `args` as one RESP request.
-fn resp(args: &[&str]) -> Vec<u8> {
-    let mut out = format!("*{}\r\n", args.len()).into_bytes();
-    for a in args {
-        out.extend_from_slice(format!("${}\r\n", a.len()).as_bytes());
-        out.extend_from_slice(a.as_bytes());
-        out.extend_from_slice(b"\r\n");
-    }
-    out
-}
-
-/// Sends raw RESP requests one after the other on one new connection and
-/// reads one reply to each (simple string, error, integer or bulk string).
-fn roundtrips(port: u16, requests: &[Vec<u8>], timeout: Duration) -> io::Result<Vec<Vec<u8>>> {
-    let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
-    let mut stream = TcpStream::connect_timeout(&addr, timeout)?;
-    stream.set_read_timeout(Some(timeout))?;
-    stream.set_write_timeout(Some(timeout))?;
-    requests.iter().map(|r| request(&mut stream, r)).collect()
-}
-
-/// Sends one raw RESP request on a new connection and reads one reply.
-#[cfg(test)]
-fn roundtrip(port: u16, request: &[u8], timeout: Duration) -> io::Result<Vec<u8>> {
-    Ok(roundtrips(port, &[request.to_vec()], timeout)?.remove(0))
-}
-
-fn request(stream: &mut TcpStream, request: &[u8]) -> io::Result<Vec<u8>> {
-    stream.write_all(request)?;
-    let mut reply = Vec::new();
-    let mut chunk = [0u8; 4096];
-    while !reply_complete(&reply) {
-        let n = stream.read(&mut chunk)?;
-        if n == 0 {
-            return Err(io::Error::new(
-                io::ErrorKind::UnexpectedEof,
-                "connection closed before a full reply",
-            ));
-        }
-        reply.extend_from_slice(&chunk[..n]);
-    }
-    Ok(reply)
-}
-
-fn reply_complete(buf: &[u8]) -> bool {
-    let Some(line_end) = buf.windows(2).position(|w| w == b"\r\n") else {
-        return false;
-    };
-    if buf[0] != b'$' {
-        return true;
-    }
-    let len: i64 = match std::str::from_utf8(&buf[1..line_end]).ok().and_then(|s| s.parse().ok()) {
-        Some(len) => len,
-        None => return true, // malformed: let the caller look at it
-    };
-    len < 0 || buf.len() >= line_end + 2 + len as usize + 2
-}
-
-/// Reads `name:value` out of an `INFO` reply.
-fn info_field(reply: &[u8], name: &str) -> Option<String> {
-    let text = String::from_utf8_lossy(reply);
-    text.lines()
-        .find_map(|line| line.strip_prefix(name)?.strip_prefix(':'))
-        .map(|v| v.trim().to_owned())
 }
 
 fn exited_message(status: ExitStatus) -> String {
@@ -1031,39 +805,10 @@ fn make_temp_dir() -> io::Result<PathBuf> {
     }
 }
 
-/// A path to an executable file, or a bare name looked up on `PATH`.
-fn resolve_binary(path: &Path) -> Option<PathBuf> {
-    let bare = path.components().count() == 1 && path.parent() == Some(Path::new(""));
-    if bare && !path.exists() {
-        return search_path(path.to_str()?);
-    }
-    is_executable(path).then(|| path.to_path_buf())
-}
-
-fn search_path(name: &str) -> Option<PathBuf> {
-    let paths = std::env::var_os("PATH")?;
-    std::env::split_paths(&paths)
-        .map(|dir| dir.join(name))
-        .find(|candidate| is_executable(candidate))
-}
-
-fn is_executable(path: &Path) -> bool {
-    let Ok(meta) = fs::metadata(path) else {
-        return false;
-    };
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::PermissionsExt;
-        meta.is_file() && meta.permissions().mode() & 0o111 != 0
-    }
-    #[cfg(not(unix))]
-    {
-        meta.is_file()
-    }
-}
-
 #[cfg(test)]
 mod tests {
+    use super::binary::is_executable;
+    use super::resp::roundtrip;
     use super::*;
 
     fn send(server: &LocalServer, request: &[u8]) -> String {

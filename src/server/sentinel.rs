@@ -3,7 +3,8 @@
 
 use std::time::{Duration, Instant};
 
-use super::{LocalServer, LocalServerBuilder, ServerError, info_field, resp, roundtrips};
+use super::resp::{info_field, resp, roundtrips};
+use super::{LocalServer, LocalServerBuilder, ServerError};
 
 /// Default `down-after-milliseconds` of a test group: short, so a
 /// failover starts about a second after the master dies.
