@@ -362,17 +362,24 @@ local function store_job(prefix, pending_key, delayed_key, id, score, due, h, la
 end
 
 -- Moves due delayed jobs (score <= now) to pending, at most `limit`.
--- Returns how many moved.
+-- Only a job whose record says delayed moves: a torn write (a restart
+-- replaying part of a script) can leave the id of a job that has since
+-- finished, or runs, on delayed too, and promoting it would run it again.
+-- Such an id just leaves delayed; the sweep puts any job back where its
+-- state says. Returns how many moved.
 local function promote_due(delayed_key, pending_key, wake_key, prefix, now, limit)
   local due = rcall('ZRANGEBYSCORE', delayed_key, '-inf', now, 'LIMIT', 0, limit)
+  local moved = 0
   for _, id in ipairs(due) do
-    to_pending(pending_key, prefix .. 'job:' .. id, id)
+    local jk = prefix .. 'job:' .. id
+    local st = hfields(jk, 'st')
+    if st and st[1] == 'delayed' and to_pending(pending_key, jk, id) then moved = moved + 1 end
   end
   if #due > 0 then
     rcall('ZREM', delayed_key, unpack(due))
-    wake(wake_key, #due)
+    if moved > 0 then wake(wake_key, moved) end
   end
-  return #due
+  return moved
 end
 
 -- Mints `n` fencing tokens from the queue-wide counter and returns the

@@ -7,7 +7,7 @@
 -- KEYS[5] failed   KEYS[6] cancelled
 -- KEYS[7] seq (mint counter, for a job that lost its score)
 -- ARGV[1] prefix  key prefix "emq:{Q}:"
--- ARGV[2] phase   "jobs", a set's KEYS index 1..6, "held" or "ring"
+-- ARGV[2] phase   "jobs", a set's KEYS index 1..6, "held", "ring" or "markers"
 -- ARGV[3] cursor  "0" to start
 -- ARGV[4] count   COUNT hint per step
 --
@@ -217,6 +217,37 @@ if phase == 'ring' then
         skipped = skipped + 1
       elseif lane_settle(prefix, lane) then
         repaired = repaired + 1
+      end
+    end
+  end
+  return {r[1], checked, repaired, skipped}
+end
+
+-- Phase "markers": a dedup marker without a TTL (`de:<dedup id>`, holding
+-- a job id) stands until its job finishes, and only a job that names it
+-- (`dd`) releases it then. One whose job is gone, finished or does not
+-- name it (a torn write kept `SET de:X id` and lost the job, and the id
+-- was minted again for another job) would answer "deduplicated" to every
+-- later enqueue with that dedup id, forever: it is deleted. Markers with a
+-- TTL expire by themselves and are left alone.
+if phase == 'markers' then
+  local mine = prefix .. 'de:'
+  local pattern = string.gsub(mine, '[%*%?%[%]\\]', '\\%0') .. '*'
+  local r = rcall('SCAN', cursor, 'MATCH', pattern, 'COUNT', count)
+  local done = {completed = true, failed = true, cancelled = true}
+  for _, mk in ipairs(r[2]) do
+    if string.sub(mk, 1, #mine) == mine then
+      checked = checked + 1
+      local id = sget(mk)
+      if not id then
+        -- another type: someone's data under our pattern
+        if rcall('EXISTS', mk) == 1 then skipped = skipped + 1 end
+      elseif rcall('PTTL', mk) == -1 then
+        local job = hfields(prefix .. 'job:' .. id, 'st', 'dd')
+        if not (job and job[1] and not done[job[1]] and job[2] == string.sub(mk, #mine + 1)) then
+          rcall('DEL', mk)
+          repaired = repaired + 1
+        end
       end
     end
   end

@@ -29,8 +29,10 @@
 
 /// Commands echomq sends itself: scripts by SHA (loaded on `NOSCRIPT`),
 /// `MULTI`/`EXEC` around the reads of `Queue::job` and `Queue::counts`,
-/// `TIME`, a consumer's `BLPOP` wake-up wait, and `SELECT` for a database
-/// other than 0.
+/// `TIME`, a consumer's `BLPOP` wake-up wait, `SELECT` for a database
+/// other than 0, and `CLIENT ID`, with which the maintenance task notices
+/// that its connection was made anew (a server restart or failover: it
+/// then sweeps its queues).
 pub const DIRECT_COMMANDS: &[&str] = &[
     "evalsha",
     "script|load",
@@ -43,6 +45,7 @@ pub const DIRECT_COMMANDS: &[&str] = &[
     "time",
     "blpop",
     "select",
+    "client|id",
 ];
 
 /// Commands echomq's scripts call.
@@ -54,6 +57,7 @@ pub const SCRIPT_COMMANDS: &[&str] = &[
     "incr",
     "incrby",
     "pexpire",
+    "pttl",
     "type",
     "unlink",
     "scan",

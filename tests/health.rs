@@ -355,3 +355,112 @@ async fn foreign_keys_do_not_break_scripts() {
     let v: String = redis::cmd("GET").arg(k("job:alien")).query_async(&mut c).await.unwrap();
     assert_eq!(v, "x");
 }
+
+// A dedup marker that no waiting or running job holds (a torn write kept the marker and lost its job, or the id went to another job) is deleted by the sweep, so the dedup id works again; held and TTL markers stay.
+#[tokio::test]
+async fn sweep_frees_orphaned_dedup_markers() {
+    let (s, q) = setup("markers").await;
+    let held = q
+        .enqueue_with(&1u32, &echomq::EnqueueOptions::new().dedup("held"))
+        .await
+        .unwrap();
+    let plain = q.enqueue(&2u32).await.unwrap();
+    let done = q.enqueue(&3u32).await.unwrap();
+    let lease = q.claim(3, Duration::from_secs(30)).await.unwrap();
+    let finished = lease.iter().find(|l| l.id() == done).unwrap();
+    q.complete(finished).await.unwrap();
+    assert_eq!(
+        q.sweep(100).await.unwrap().repaired,
+        0,
+        "a healthy queue needs no repair"
+    );
+
+    let mut c = raw(&s).await;
+    let mk = |d: &str| format!("emq:{{{}}}:de:{d}", q.name());
+    run(&mut c, &["SET", &mk("lost"), "999"]).await; // its job was never stored
+    run(&mut c, &["SET", &mk("finished"), &done]).await; // its id went to a job that finished
+    run(&mut c, &["SET", &mk("other"), &plain]).await; // a live job that does not name it
+    run(&mut c, &["SET", &mk("ttl"), "999", "PX", "60000"]).await; // expires by itself
+    let r = q.sweep(2).await.unwrap();
+    assert_eq!(r.repaired, 3, "{r:?}");
+    assert_eq!(q.sweep(2).await.unwrap().repaired, 0, "the sweep did not converge");
+    let again = |d: &'static str| {
+        let q = q.clone();
+        async move {
+            q.enqueue_with(&0u32, &echomq::EnqueueOptions::new().dedup(d))
+                .await
+                .unwrap()
+                .status
+        }
+    };
+    assert_eq!(again("lost").await, echomq::EnqueueStatus::Created);
+    assert_eq!(again("finished").await, echomq::EnqueueStatus::Created);
+    assert_eq!(again("held").await, echomq::EnqueueStatus::Deduplicated, "{held:?}");
+    assert_eq!(again("ttl").await, echomq::EnqueueStatus::Deduplicated);
+}
+
+// Promotion moves only jobs whose record says delayed: a finished job that a torn write left on delayed is not run again.
+#[tokio::test]
+async fn promotion_skips_finished_jobs_left_on_delayed() {
+    let (s, q) = setup("torn-delayed").await;
+    let id = q.enqueue(&1u32).await.unwrap();
+    let lease = q.claim(1, Duration::from_secs(30)).await.unwrap().remove(0);
+    q.complete(&lease).await.unwrap();
+    let mut c = raw(&s).await;
+    run(&mut c, &["ZADD", &format!("emq:{{{}}}:delayed", q.name()), "0", &id]).await;
+    let rep = Reaper::new(q.clone()).run_once().await.unwrap();
+    assert_eq!(rep.promoted, 0);
+    assert!(
+        q.claim(1, Duration::from_secs(30)).await.unwrap().is_empty(),
+        "ran again"
+    );
+    let counts = q.counts().await.unwrap();
+    assert_eq!((counts.delayed, counts.pending, counts.completed), (0, 0, 1));
+    assert_eq!(q.job(&id).await.unwrap().state, JobState::Completed);
+}
+
+// A consumer's maintenance sweeps its queue when it starts, and again as soon as it finds its connection made anew after a server restart.
+#[tokio::test]
+async fn maintenance_sweeps_at_start_and_after_a_restart() {
+    let mut s = LocalServer::builder().aof(true).appendfsync("always").start().unwrap();
+    let q = Queue::connect(&s.url(), &common::unique("restart-sweep"))
+        .await
+        .unwrap();
+    let mk = |d: &str| format!("emq:{{{}}}:de:{d}", q.name());
+    let mut c = raw(&s).await;
+    run(&mut c, &["SET", &mk("before"), "999"]).await;
+    let url = s.url();
+    let gone = move |key: String| {
+        let url = url.clone();
+        async move {
+            let Ok(mut c) = redis::Client::open(url)
+                .unwrap()
+                .get_multiplexed_async_connection()
+                .await
+            else {
+                return false;
+            };
+            !redis::cmd("EXISTS")
+                .arg(key)
+                .query_async::<bool>(&mut c)
+                .await
+                .unwrap_or(true)
+        }
+    };
+    let worker = echomq::Consumer::new(q.clone(), |_job: echomq::Job<u32>| async { Ok(()) })
+        .spawn()
+        .unwrap();
+    assert!(
+        common::eventually(Duration::from_secs(10), || gone(mk("before"))).await,
+        "the start-up sweep did not run"
+    );
+    // A marker written now would wait for the next periodic sweep (10 minutes)...
+    run(&mut c, &["SET", &mk("after"), "999"]).await;
+    s.restart().unwrap();
+    // ...but the restart makes the maintenance sweep at once.
+    assert!(
+        common::eventually(Duration::from_secs(10), || gone(mk("after"))).await,
+        "no sweep after the restart"
+    );
+    worker.shutdown().await.unwrap();
+}

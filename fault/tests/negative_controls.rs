@@ -108,7 +108,7 @@ fn core_build() {
     build_once(
         &CORE_BUILT,
         "the core tests",
-        &["test", "-p", "echomq", "--all-features", "--test", "core", "--no-run"],
+        &["test", "-p", "echomq", "--test", "core", "--no-run"],
     );
 }
 
@@ -117,7 +117,7 @@ fn lanes_build() {
     build_once(
         &LANES_BUILT,
         "the lane tests",
-        &["test", "-p", "echomq", "--all-features", "--test", "lanes", "--no-run"],
+        &["test", "-p", "echomq", "--test", "lanes", "--no-run"],
     );
 }
 
@@ -152,17 +152,7 @@ fn lanes_test(name: &str, fault: Option<&str>) -> bool {
 /// Runs test `name` of test binary `binary` of the faults build.
 fn test_of(binary: &str, name: &str, fault: Option<&str>) -> bool {
     let out = cargo(
-        &[
-            "test",
-            "-p",
-            "echomq",
-            "--all-features",
-            "--test",
-            binary,
-            "--",
-            "--exact",
-            name,
-        ],
+        &["test", "-p", "echomq", "--test", binary, "--", "--exact", name],
         fault,
     )
     .output()

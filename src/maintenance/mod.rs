@@ -145,7 +145,10 @@ impl Maintenance {
                 intervals: Vec::new(),
                 next: Instant::now(),
                 sweep: SweepCursor::default(),
-                next_sweep: Instant::now() + SWEEP_INTERVAL,
+                // At once: a process starting up after a crash (its own, or
+                // the server's) sweeps before its consumers have been at it
+                // long; paced as every sweep is.
+                next_sweep: Instant::now(),
                 next_schedules: schedules_from_now(),
             });
             e.intervals.push(interval);
@@ -206,8 +209,18 @@ impl Maintenance {
         }
     }
 
+    /// Starts a new sweep of every queue at once.
+    fn sweep_all_now(&self) {
+        let now = Instant::now();
+        for e in self.lock().queues.values_mut() {
+            e.sweep = SweepCursor::default();
+            e.next_sweep = now;
+        }
+    }
+
     /// The task: reaps each queue when due, until no queue is registered.
     async fn run(self: Arc<Self>, _running: Running) {
+        let mut link = Link::default();
         loop {
             let (due, wake_at) = {
                 let mut st = self.lock();
@@ -244,6 +257,14 @@ impl Maintenance {
                 }
                 continue;
             }
+            if link.remade(&due[0].queue).await {
+                // What the server holds may have lost the tail of its
+                // writes (a restart from a torn AOF, a failover to a
+                // replica that lagged): sweep before reaping promotes.
+                tracing::info!("connection to the server made anew; sweeping every queue");
+                self.sweep_all_now();
+                continue;
+            }
             for Due {
                 queue,
                 interval,
@@ -252,11 +273,14 @@ impl Maintenance {
                 schedules,
             } in due
             {
-                let next = if reap { Some(pass(&queue, interval).await) } else { None };
+                // The sweep step first, so a sweep due since start-up or a
+                // reconnection repairs (a little of) the queue before the
+                // reap promotes and returns jobs.
                 let swept = match sweep {
                     Some(cursor) => step(&queue, &cursor).await,
                     None => None,
                 };
+                let next = if reap { Some(pass(&queue, interval).await) } else { None };
                 let next_schedules = match schedules {
                     Some(due_at) => Some((due_at, schedule_pass(&queue).await)),
                     None => None,
@@ -286,6 +310,40 @@ impl Maintenance {
                 }
             }
         }
+    }
+}
+
+/// How often the maintenance task asks the server (`CLIENT ID`) whether
+/// its connection is the one it had; a new one (a server restart, a
+/// failover) starts a consistency sweep of every queue at once.
+pub const LINK_CHECK_INTERVAL: Duration = Duration::from_secs(1);
+
+/// Notices that the client's connection to the server was made anew (a
+/// restart of the server, a failover, a dropped connection): the server
+/// numbers its connections, so `CLIENT ID` answers another number then.
+#[derive(Default)]
+struct Link {
+    id: Option<i64>,
+    next_check: Option<Instant>,
+}
+
+impl Link {
+    /// True when the connection's id changed since the last look (at most
+    /// one look per [`LINK_CHECK_INTERVAL`]; a failed look changes nothing).
+    async fn remade(&mut self, queue: &Queue) -> bool {
+        let now = Instant::now();
+        if self.next_check.is_some_and(|t| t > now) {
+            return false;
+        }
+        self.next_check = Some(now + LINK_CHECK_INTERVAL);
+        let id: i64 = match redis::cmd("CLIENT").arg("ID").query_async(&mut queue.conn()).await {
+            Ok(id) => id,
+            Err(e) => {
+                tracing::debug!(error = %e, "CLIENT ID failed; not checking the connection");
+                return false;
+            }
+        };
+        self.id.replace(id).is_some_and(|old| old != id)
     }
 }
 

@@ -21,7 +21,8 @@ pub struct SweepReport {
     /// from another set, given a fresh score or a known state, or a
     /// dangling member or hash removed; a laned job put on or taken off its
     /// lane, a lane slot held by a job that is not active given back, or a
-    /// lane put back where its counts say in the turn of lanes).
+    /// lane put back where its counts say in the turn of lanes; a dedup
+    /// marker held by no waiting or running job deleted).
     pub repaired: u64,
     /// Keys left alone because they cannot be read as echomq wrote them: a
     /// key under the queue's job pattern that is not a hash, or a job whose
@@ -40,12 +41,13 @@ impl SweepReport {
 
 /// The phases of a sweep, as `lua/sweep.lua` takes them: the job hashes,
 /// then each set (by its index in the script's KEYS), then the lanes' slots
-/// (`held`) and the ring of lanes (`ring`).
-const SWEEP_PHASES: [&str; 9] = ["jobs", "1", "2", "3", "4", "5", "6", "held", "ring"];
+/// (`held`), the ring of lanes (`ring`) and the dedup markers (`markers`).
+const SWEEP_PHASES: [&str; 10] = ["jobs", "1", "2", "3", "4", "5", "6", "held", "ring", "markers"];
 
 /// Where a consistency sweep stands between two [`Queue::sweep_step`]
 /// calls: the phase (the job hashes, then each of the six sets, then the
-/// lanes' slots and their ring) and the server's scan cursor within it.
+/// lanes' slots and their ring, then the dedup markers) and the server's
+/// scan cursor within it.
 ///
 /// `SweepCursor::default()` is the start of a sweep. A cursor is only
 /// meaningful for the queue that returned it; a sweep resumed after a long
@@ -145,7 +147,9 @@ impl Queue {
     /// exactly while active, every slot held belongs to an active job of
     /// its lane, and every lane stands where its counts say (a lane with
     /// pending jobs and a free slot takes turns again; one without jobs
-    /// leaves the ring). Safe to run
+    /// leaves the ring). Dedup markers too: a marker without a TTL whose job
+    /// is gone, finished, or does not name it (a torn write's leftover,
+    /// which would answer "deduplicated" forever) is deleted. Safe to run
     /// beside live traffic; each step is one script. The maintenance task of
     /// a [`Client`](crate::Client) sweeps the queues its consumers serve.
     ///
