@@ -546,11 +546,21 @@ pub fn check(records: &[Record], state: &ServerState, opts: &CheckOptions) -> Re
             }
         }
     }
+    // Every marker (the producers set no TTL) must be held by a live job
+    // that names it: any other would answer "deduplicated" forever.
     for (d, holder) in &state.dedup_markers {
-        if let Some(j) = state.jobs.get(holder)
-            && matches!(j.state.as_str(), "completed" | "failed")
-        {
-            v.push(format!("I10 dedup marker {d} still stands for finished job {holder}"));
+        match state.jobs.get(holder) {
+            Some(j) if matches!(j.state.as_str(), "completed" | "failed" | "cancelled") => {
+                v.push(format!("I10 dedup marker {d} still stands for finished job {holder}"));
+            }
+            Some(j) if j.dedup.as_deref() != Some(d.as_str()) => v.push(format!(
+                "I10 dedup marker {d} stands for job {holder}, which holds {:?}",
+                j.dedup
+            )),
+            Some(_) => {}
+            None => v.push(format!(
+                "I10 dedup marker {d} stands for job {holder}, which does not exist"
+            )),
         }
     }
     r.invariants.insert("I10".into(), "full".into());
@@ -1376,6 +1386,18 @@ mod tests {
         h.extend(enqueued("j1", Some("g"), 2));
         assert!(violations(&h, &st).iter().all(|v| !v.starts_with("I10")));
         st.jobs.get_mut("j2").unwrap().created_ms = 1200; // while j1 still held it
+        assert_violates(&h, &st, "I10");
+    }
+
+    // I10: a marker standing for a job that does not exist, or does not name it, blocks its dedup id forever.
+    #[test]
+    fn i10_orphaned_markers() {
+        let (h, mut st) = good();
+        assert!(violations(&h, &st).iter().all(|v| !v.starts_with("I10")));
+        st.dedup_markers.insert("lost".into(), "j9".into());
+        assert_violates(&h, &st, "I10");
+        st.dedup_markers.clear();
+        st.dedup_markers.insert("other".into(), "j1".into()); // j1 holds no dedup id
         assert_violates(&h, &st, "I10");
     }
 
