@@ -771,6 +771,13 @@ local function apply_moves(moves, k, prefix, keep_completed, keep_failed, now)
   for _, m in ipairs({{'completed', keep_completed}, {'failed', keep_failed}, {'cancelled', keep_failed}}) do
     local into = moves[m[1]]
     if #into > 0 then
+      -- A finish is never scored below the newest of its set: after the
+      -- server's clock went back, finishes keep the order they happened
+      -- in, and retention still trims the oldest records first.
+      local newest = rcall('ZRANGE', k[m[1]], -1, -1, 'WITHSCORES')[2]
+      if newest and tonumber(newest) > now then
+        for i = 1, #into, 2 do into[i] = newest end
+      end
       rcall('ZADD', k[m[1]], unpack(into))
       trim(k[m[1]], prefix, m[2], now)
     end

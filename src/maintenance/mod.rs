@@ -28,6 +28,7 @@
 //! phase SCANs the whole database, so on a large one a sweep takes many
 //! steps; it is a safety net for torn writes, not a hot path.)
 
+mod clock;
 pub mod reaper;
 pub mod sweep;
 
@@ -39,6 +40,7 @@ use tokio::sync::Notify;
 use tokio::time::{Instant, sleep_until};
 use tracing::warn;
 
+pub use self::clock::{CLOCK_STEP_TOLERANCE, MAX_STEP_HOLD};
 use self::reaper::{DEFAULT_REAP_BATCH, log_report};
 pub use self::reaper::{ReapReport, Reaper, ReaperHandle};
 pub use self::sweep::{SweepCursor, SweepReport};
@@ -221,6 +223,7 @@ impl Maintenance {
     /// The task: reaps each queue when due, until no queue is registered.
     async fn run(self: Arc<Self>, _running: Running) {
         let mut link = Link::default();
+        let mut clock = clock::ClockWatch::default();
         loop {
             let (due, wake_at) = {
                 let mut st = self.lock();
@@ -265,6 +268,14 @@ impl Maintenance {
                 self.sweep_all_now();
                 continue;
             }
+            // Read the server's clock right before reaping: a step since the
+            // last look holds lease reaping (see `clock`).
+            if due.iter().any(|d| d.reap)
+                && let Err(e) = clock.look(&due[0].queue).await
+            {
+                tracing::debug!(error = %e, "TIME failed; the reap will fail too and be retried");
+            }
+            let held = clock.held_for(Instant::now());
             for Due {
                 queue,
                 interval,
@@ -280,7 +291,12 @@ impl Maintenance {
                     Some(cursor) => step(&queue, &cursor).await,
                     None => None,
                 };
-                let next = if reap { Some(pass(&queue, interval).await) } else { None };
+                let next = match (reap, held) {
+                    (false, _) => None,
+                    (true, None) => Some(pass(&queue, interval).await),
+                    // Held after a clock step: look again when the hold ends.
+                    (true, Some(hold)) => Some(Instant::now() + hold),
+                };
                 let next_schedules = match schedules {
                     Some(due_at) => Some((due_at, schedule_pass(&queue).await)),
                     None => None,

@@ -216,6 +216,10 @@ impl Reaper {
 
     /// Runs passes until `shutdown` resolves. A full batch is followed by
     /// another pass at once; an error is logged and retried after `interval`.
+    /// Before each pass it reads the server's clock: after a forward step of
+    /// that clock it holds off (see
+    /// [`MAX_STEP_HOLD`](crate::maintenance::MAX_STEP_HOLD)) so that live
+    /// workers renew their leases against the new clock before any is reaped.
     ///
     /// # Errors
     /// [`Error::InvalidOption`](crate::Error::InvalidOption) for a bad
@@ -223,22 +227,35 @@ impl Reaper {
     pub async fn run(self, shutdown: impl Future<Output = ()>) -> Result<()> {
         self.check()?;
         tokio::pin!(shutdown);
+        let mut clock = super::clock::ClockWatch::default();
         loop {
-            let pause = match self.run_once().await {
-                Ok(r) if r.is_full(self.batch) => Duration::ZERO,
-                Ok(_) => self.interval,
-                Err(e) => {
-                    warn!(queue = self.queue.name(), error = %e, "reaper pass failed; retrying");
-                    self.interval
-                }
+            if let Err(e) = clock.look(&self.queue).await {
+                debug!(queue = self.queue.name(), error = %e, "TIME failed");
+            }
+            let held = clock.held_for(tokio::time::Instant::now());
+            let pause = match held {
+                // The server's clock stepped ahead: let live workers renew first.
+                Some(hold) => hold,
+                None => self.pass_pause().await,
             };
             tokio::select! {
                 _ = &mut shutdown => break,
                 _ = tokio::time::sleep(pause) => {}
             }
         }
-        debug!(queue = self.queue.name(), "reaper stopped");
         Ok(())
+    }
+
+    /// One pass; returns the pause before the next (none after a full batch).
+    async fn pass_pause(&self) -> Duration {
+        match self.run_once().await {
+            Ok(r) if r.is_full(self.batch) => Duration::ZERO,
+            Ok(_) => self.interval,
+            Err(e) => {
+                warn!(queue = self.queue.name(), error = %e, "reaper pass failed; retrying");
+                self.interval
+            }
+        }
     }
 
     /// Spawns [`run`](Self::run) on the current Tokio runtime.
