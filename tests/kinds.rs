@@ -180,3 +180,41 @@ async fn a_tower_service_with_layers_handles_jobs() {
     assert!(slow.last_error.unwrap().contains("timed out"));
     assert!(most.load(Ordering::SeqCst) <= 2, "the concurrency limit held");
 }
+
+// A cron schedule carries a kind to each job it makes; a schedule stored
+// before kinds (no `kd` field) upserted again without one is unchanged.
+#[tokio::test]
+async fn a_schedule_carries_its_kind() {
+    use echomq::schedule::{Schedule, ScheduleStatus, job_id};
+    let (s, q) = setup("kinds-cron").await;
+    let every = Schedule::new("every", "* * * * * *").kind(Sms::KIND);
+    let payload = Sms { number: 7 };
+    assert_eq!(
+        q.upsert_schedule(&every, &payload).await.unwrap(),
+        ScheduleStatus::Created
+    );
+    assert_eq!(
+        q.upsert_schedule(&every, &payload).await.unwrap(),
+        ScheduleStatus::Unchanged
+    );
+    let info = q.schedule("every").await.unwrap().unwrap();
+    assert_eq!(info.kind.as_deref(), Some("sms"));
+    let tick = info.next_tick_ms.unwrap();
+    common::past(&q, tick).await;
+    q.run_schedules().await.unwrap();
+    let job = q.job(&job_id("every", tick)).await.unwrap();
+    assert_eq!(job.kind.as_deref(), Some("sms"));
+
+    let plain = Schedule::new("plain", "* * * * * *");
+    q.upsert_schedule(&plain, &1).await.unwrap();
+    let mut c = common::raw(&s).await;
+    let key = format!("emq:{{{}}}:schedule:plain", q.name());
+    let _: () = redis::cmd("HDEL")
+        .arg(&key)
+        .arg("kd")
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    assert_eq!(q.upsert_schedule(&plain, &1).await.unwrap(), ScheduleStatus::Unchanged);
+    assert_eq!(q.schedule("plain").await.unwrap().unwrap().kind, None);
+}
