@@ -138,6 +138,7 @@ where
             Ok(p) => p,
             Err(e) => {
                 let kind = job.kind().unwrap_or_default();
+                warn!(kind, error = %e, "payload does not decode as its kind's type; failing the job");
                 let reason = format!("job kind {kind:?}: undecodable payload: {e}");
                 return Box::pin(std::future::ready(Err(HandlerError::fail(reason))));
             }
