@@ -42,7 +42,6 @@
 //! ```
 
 use std::future::Future;
-use std::marker::PhantomData;
 
 use crate::consumer::{Handler, HandlerError};
 use crate::job::Job;
@@ -111,6 +110,7 @@ pub use self::tower_handler::{ServiceHandler, service};
 
 #[cfg(feature = "tower")]
 mod tower_handler {
+    use std::marker::PhantomData;
     use std::pin::Pin;
     use std::sync::{Mutex, PoisonError};
 

@@ -76,4 +76,20 @@ mod tests {
             }
         }
     }
+
+    // Enqueue options and schedules check their kind when they are used.
+    #[test]
+    fn options_check_their_kind() {
+        use crate::EnqueueOptions;
+        assert!(EnqueueOptions::new().kind("email").validate().is_ok());
+        let bad = EnqueueOptions::new().kind("").validate();
+        assert!(matches!(bad, Err(Error::InvalidId { what: "job kind", .. })), "{bad:?}");
+        #[cfg(feature = "cron")]
+        {
+            use crate::schedule::Schedule;
+            assert!(Schedule::new("s", "* * * * *").kind("report").check().is_ok());
+            let bad = Schedule::new("s", "* * * * *").kind("a\tb").check();
+            assert!(matches!(bad, Err(Error::InvalidId { what: "job kind", .. })));
+        }
+    }
 }
