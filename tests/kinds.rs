@@ -80,7 +80,7 @@ async fn kinds_route_to_their_handlers() {
     assert_eq!(sms.result_as::<u64>().unwrap(), Some(42));
 
     // A lease carries the kind too; a typed enqueue's kind wins over the options'.
-    q.enqueue_job_with(&Sms { number: 1 }, EnqueueOptions::new().kind("ignored"))
+    q.enqueue_job_with(&Sms { number: 1 }, &EnqueueOptions::new().kind("ignored"))
         .await
         .unwrap();
     let leases = q.claim(10, Duration::from_secs(30)).await.unwrap();

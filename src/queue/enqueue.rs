@@ -281,7 +281,10 @@ impl Queue {
     /// As [`enqueue`](Self::enqueue), plus [`Error::InvalidId`] for a
     /// `KIND` that is not a valid kind.
     pub async fn enqueue_job<J: JobKind>(&self, job: &J) -> Result<String> {
-        Ok(self.enqueue_job_with(job, EnqueueOptions::default()).await?.id)
+        Ok(self
+            .enqueue_with(job, &EnqueueOptions::default().kind(J::KIND))
+            .await?
+            .id)
     }
 
     /// Enqueues a typed job with options; its kind is `J::KIND`, whatever
@@ -289,8 +292,8 @@ impl Queue {
     ///
     /// # Errors
     /// As [`enqueue_with`](Self::enqueue_with).
-    pub async fn enqueue_job_with<J: JobKind>(&self, job: &J, opts: EnqueueOptions) -> Result<Enqueued> {
-        self.enqueue_with(job, &opts.kind(J::KIND)).await
+    pub async fn enqueue_job_with<J: JobKind>(&self, job: &J, opts: &EnqueueOptions) -> Result<Enqueued> {
+        self.enqueue_with(job, &opts.clone().kind(J::KIND)).await
     }
 
     /// Enqueues many typed jobs of one kind, as
