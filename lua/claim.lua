@@ -14,7 +14,7 @@
 -- lanes are in use, lanes take turns and a lane at its cap gives no job
 -- (common.lua claim_turns).
 -- Returns {now, deadline, id_1, token_1, attempt_1, failures_1, limits_1,
--- payload_1, lane_1, ...} (lane "" for a job without one).
+-- payload_1, lane_1, kind_1, ...} (lane, kind "" for a job without one).
 local k = {pending = KEYS[1], active = KEYS[2], delayed = KEYS[3], wake = KEYS[4], token = KEYS[5],
   meta = KEYS[6]}
 local now = server_now()

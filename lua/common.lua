@@ -331,8 +331,9 @@ end
 -- digits, which caller ids may not be, src/job.rs) and returns its id, its
 -- pending score and its hash fields: state delayed with a `due` time, else
 -- pending; `lm` its limits ("" for the defaults, then no field); `lane`
--- its lane ("" for none).
-local function new_job(seq_key, id, payload, priority, lm, lane, due, now)
+-- its lane ("" for none); `kind` its kind ("" or nil for none: no `kd`
+-- field, as records from before kinds have none).
+local function new_job(seq_key, id, payload, priority, lm, lane, due, now, kind)
   local seq = rcall('INCR', seq_key)
   if id == '' then id = int_s(seq) end
   local score = (127 - priority) * PRIO_STEP + seq
@@ -340,6 +341,7 @@ local function new_job(seq_key, id, payload, priority, lm, lane, due, now)
   if due then h[8] = 'delayed' end
   if lm ~= '' then h[#h + 1] = 'lm'; h[#h + 1] = lm end
   if lane ~= '' then h[#h + 1] = 'ln'; h[#h + 1] = lane end
+  if kind and kind ~= '' then h[#h + 1] = 'kd'; h[#h + 1] = kind end
   return id, score, h
 end
 
@@ -507,15 +509,15 @@ local function claim_turns(k, prefix, limit, picked)
           -- without a record. Its entry in `pending` goes too unless a
           -- pending job holds that id (another lane's, or an unlaned job
           -- that reuses the id): that one stays claimable.
-          local job = hfields(prefix .. 'job:' .. id, 'p', 'f', 'a', 'lm', 'st', 'ln')
-          if job and job[1] and job[5] == 'pending' and job[6] == lane then
+          local job = hfields(prefix .. 'job:' .. id, 'p', 'f', 'a', 'lm', 'kd', 'st', 'ln')
+          if job and job[1] and job[6] == 'pending' and job[7] == lane then
             gone[#gone + 1] = id
             picked[#picked + 1] = {id = id, job = job, lane = lane}
             held[#held + 1] = 0
             held[#held + 1] = held_member(lane, id)
             active = active + 1
             used = used + 1
-          elseif not (job and job[5] == 'pending') then
+          elseif not (job and job[6] == 'pending') then
             gone[#gone + 1] = id
           end
         end
@@ -547,7 +549,7 @@ local function claim_turns(k, prefix, limit, picked)
   return cut
 end
 
--- Leases job `id` (its record's fields `job`: p, f, a, lm) with fencing
+-- Leases job `id` (its record's fields `job`: p, f, a, lm, kd) with fencing
 -- token `token` until `deadline_s`: attempts += 1, state active, holder.
 -- Appends its reply fields to `out` (lane "" for none) and its deadline
 -- and id to `zargs` (the active set's ZADD). A pending id without a record
@@ -571,6 +573,7 @@ local function lease_job(jk, id, job, token, now, deadline_s, holder, lane, zarg
   out[#out + 1] = job[4] or ''
   out[#out + 1] = job[1]
   out[#out + 1] = lane
+  out[#out + 1] = job[5] or ''
 end
 
 -- Leases up to `limit` pending jobs until now + lease, after promoting up
@@ -582,7 +585,7 @@ end
 -- `k` holds pending, active, delayed, wake, token, meta; `holder` names
 -- the claiming consumer (stored as `hd`).
 -- Appends {deadline, id_1, token_1, attempt_1, failures_1, limits_1,
--- payload_1, lane_1, ...} to `out` (lane "" for none).
+-- payload_1, lane_1, kind_1, ...} to `out` (lane and kind "" for none).
 local function claim_jobs(k, prefix, now, lease, limit, promote, holder, out)
   local deadline = now + lease
   out[#out + 1] = deadline
@@ -621,7 +624,7 @@ local function claim_jobs(k, prefix, now, lease, limit, promote, holder, out)
       local id = popped[i]
       local jk = prefix .. 'job:' .. id
       token = token + 1
-      lease_job(jk, id, hfields(jk, 'p', 'f', 'a', 'lm'), token, now, deadline_s, holder, '', zargs, out)
+      lease_job(jk, id, hfields(jk, 'p', 'f', 'a', 'lm', 'kd'), token, now, deadline_s, holder, '', zargs, out)
     end
   else
     local picked = {}
@@ -636,7 +639,7 @@ local function claim_jobs(k, prefix, now, lease, limit, promote, holder, out)
     for _, pick in ipairs(picked) do
       local jk = prefix .. 'job:' .. pick.id
       token = token + 1
-      lease_job(jk, pick.id, pick.job or hfields(jk, 'p', 'f', 'a', 'lm'), token, now, deadline_s, holder,
+      lease_job(jk, pick.id, pick.job or hfields(jk, 'p', 'f', 'a', 'lm', 'kd'), token, now, deadline_s, holder,
         pick.lane or '', zargs, out)
     end
   end

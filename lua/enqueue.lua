@@ -4,7 +4,7 @@
 -- KEYS[3] delayed  (zset)                KEYS[4] wake (list)
 -- ARGV[1] prefix  key prefix "emq:{Q}:" (job and dedup keys are built from
 --                 it; they carry the same hash tag, so they live in the same slot)
--- ARGV[2] jobs    number of jobs N, then 9 fields per job:
+-- ARGV[2] jobs    number of jobs N, then 10 fields per job:
 --   id          "" to mint one from seq
 --   payload     JSON bytes
 --   priority    integer -128..127, higher runs first
@@ -19,6 +19,8 @@
 --               (debounce); "0": leave the holder alone
 --   lane        "" for none, else the job's lane (kept as `ln`; a pending
 --               laned job waits on its lane, see common.lua "Lanes")
+--   kind        "" for none, else the job's kind (kept as `kd`; claims
+--               hand it to the worker, which routes the job by it)
 --
 -- Returns {now, status_1, id_1, ..., status_N, id_N}; status OK created,
 -- EXISTS a job with that id already exists (nothing written), DEDUPED the
@@ -71,7 +73,7 @@ local function replace(id, st, payload, due, mk, ttl, dedup)
 end
 
 for j = 0, n - 1 do
-  local b = 3 + j * 9
+  local b = 3 + j * 10
   local id, payload = ARGV[b], ARGV[b + 1]
   local priority, when = tonumber(ARGV[b + 2]), ARGV[b + 3]
   -- The due time, or nil to be pending at once.
@@ -84,7 +86,7 @@ for j = 0, n - 1 do
   if due and due <= now then due = nil end
   local lm, dedup, dedup_ttl = ARGV[b + 4], ARGV[b + 5], tonumber(ARGV[b + 6])
   local replacing = ARGV[b + 7] == '1'
-  local lane = ARGV[b + 8]
+  local lane, kind = ARGV[b + 8], ARGV[b + 9]
   local status = CODE.OK
   local mk
   if dedup ~= '' then
@@ -109,7 +111,7 @@ for j = 0, n - 1 do
   end
   if status == CODE.OK then
     local score, h
-    id, score, h = new_job(seq_key, id, payload, priority, lm, lane, due, now)
+    id, score, h = new_job(seq_key, id, payload, priority, lm, lane, due, now, kind)
     if mk then hold(mk, id, dedup_ttl, dedup, h) end
     if store_job(prefix, pending_key, delayed_key, id, score, due, h, lane) then woken = woken + 1 end
   end

@@ -22,7 +22,7 @@
 -- ticks). Every tick taken, job or not, moves `lt` up to it, in this same
 -- script, so no tick is taken twice, whatever retention deleted since. A
 -- tick's job has the id "cron:NAME@TICK" and the schedule's payload,
--- priority and limits, and is pending at once; a job with that id still
+-- priority, limits and kind, and is pending at once; a job with that id still
 -- there is left as it is (status EXISTS).
 --
 -- Returns {code, now, lt, look, missed, tick_1, status_1, id_1, ...}: code
@@ -37,7 +37,7 @@ local NEVER = 9007199254740991
 local now = server_now()
 -- A queue being obliterated makes no more jobs.
 if obliterating(prefix) then return {CODE.NOT_FOUND, now, 0, 0, 0} end
-local f = hfields(sched_key, 'ex', 'tz', 'lt', 'mi', 'gr', 'p', 'pr', 'lm')
+local f = hfields(sched_key, 'ex', 'tz', 'lt', 'mi', 'gr', 'p', 'pr', 'lm', 'kd')
 if not f or not f[1] then
   rcall('ZREM', index_key, name)
   return {CODE.NOT_FOUND, now, 0, 0, 0}
@@ -46,7 +46,7 @@ if f[1] ~= cron or f[2] ~= tz then return {CODE.STALE, now, 0, 0, 0} end
 local lt = tonumber(f[3]) or now
 local skip = f[4] == 'skip'
 local grace = tonumber(f[5]) or 60000
-local payload, priority, lm = f[6] or 'null', tonumber(f[7]) or 0, f[8] or ''
+local payload, priority, lm, kind = f[6] or 'null', tonumber(f[7]) or 0, f[8] or '', f[9] or ''
 local look = tonumber(ARGV[5])
 if look < 0 then look = NEVER end
 local ticks = {}
@@ -71,7 +71,7 @@ for i, t in ipairs(ticks) do
       local status = CODE.EXISTS
       if rcall('EXISTS', prefix .. 'job:' .. id) == 0 then
         local score, h
-        id, score, h = new_job(seq_key, id, payload, priority, lm, '', nil, now)
+        id, score, h = new_job(seq_key, id, payload, priority, lm, '', nil, now, kind)
         store_job(prefix, pending_key, nil, id, score, nil, h, '')
         status = CODE.OK
         made = made + 1

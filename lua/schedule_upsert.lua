@@ -10,8 +10,10 @@
 -- ARGV[6] limits    the jobs' `lm` field ("" for the defaults; see common.lua)
 -- ARGV[7] missed    the missed-tick policy: "skip" or "latest"
 -- ARGV[8] grace     ms: a tick taken more than this after its time is missed
+-- ARGV[9] kind      the jobs' kind ("" for none)
 --
--- Schedule hash fields: ex, tz, p, pr, lm, mi, gr as above; lt: the last
+-- Schedule hash fields: ex, tz, p, pr, lm, mi, gr, kd as above (a schedule
+-- stored before kinds has no kd: the same as ""); lt: the last
 -- tick done (it made its job, or was passed over as missed), or the time
 -- the schedule or its timing was set: schedule_fire takes only ticks after
 -- it; ct, ut: created, updated (server ms); nj: jobs made; mt: the latest
@@ -31,9 +33,9 @@
 -- is not echomq's: an error reply, nothing written.
 local index_key, sched_key = KEYS[1], KEYS[2]
 local name = ARGV[1]
-local fields = {'ex', 'tz', 'p', 'pr', 'lm', 'mi', 'gr'}
+local fields = {'ex', 'tz', 'p', 'pr', 'lm', 'mi', 'gr', 'kd'}
 local now = server_now()
-local cur = hfields(sched_key, 'ex', 'tz', 'p', 'pr', 'lm', 'mi', 'gr', 'lt')
+local cur = hfields(sched_key, 'ex', 'tz', 'p', 'pr', 'lm', 'mi', 'gr', 'kd', 'lt')
 if not cur then
   return redis.error_reply('ERR ' .. sched_key .. ' holds a value of another type; echomq did not write it')
 end
@@ -56,11 +58,11 @@ if not cur[1] then
 end
 local same = true
 for i = 1, #fields do
-  if cur[i] ~= ARGV[i + 1] then same = false end
+  if (cur[i] or '') ~= ARGV[i + 1] then same = false end
 end
 if same then return {now, 'unchanged'} end
 rcall('ZADD', index_key, now, name)
-if (cur[1] ~= ARGV[2] or cur[2] ~= ARGV[3]) and (tonumber(cur[8]) or 0) < now then
+if (cur[1] ~= ARGV[2] or cur[2] ~= ARGV[3]) and (tonumber(cur[9]) or 0) < now then
   h[#h + 1] = 'lt'; h[#h + 1] = now_s
 end
 h[#h + 1] = 'ut'; h[#h + 1] = now_s

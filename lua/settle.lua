@@ -32,7 +32,7 @@
 -- happened with this token), NOT_FOUND, LEASE_LOST (nothing changed);
 -- due is the delayed job's due time (server ms), 0 otherwise. When M was
 -- sent claim.lua's {deadline, id, token, attempt, failures, limits,
--- payload, lane, ...} follows. Every item that ends a lease gives its
+-- payload, lane, kind, ...} follows. Every item that ends a lease gives its
 -- lane's slot back (common.lua apply_moves) before the claim.
 local k = {active = KEYS[1], pending = KEYS[2], delayed = KEYS[3], completed = KEYS[4], failed = KEYS[5],
   wake = KEYS[6], token = KEYS[7], meta = KEYS[8], cancelled = KEYS[9]}

@@ -7,9 +7,12 @@ use crate::error::{Error, Result};
 use crate::limits::Limits;
 
 mod enqueue;
+mod kind;
 
 pub use self::enqueue::{EnqueueOptions, EnqueueStatus, Enqueued};
 pub(crate) use self::enqueue::{delay_ms, millis};
+pub(crate) use self::kind::validate_kind;
+pub use self::kind::{JobKind, MAX_KIND_BYTES};
 
 /// Where a job is in the leased state machine: enqueued jobs are pending
 /// (or delayed until due); a claim makes one active until its lease
@@ -98,6 +101,8 @@ pub struct Job<T> {
     pub(crate) payload: T,
     /// The job's lane, if it has one.
     pub(crate) lane: Option<String>,
+    /// The job's kind, if it has one.
+    pub(crate) kind: Option<String>,
     pub(crate) cancel: CancellationToken,
     /// Set when an operator asked to cancel the job (seen at a lease renewal).
     pub(crate) cancel_requested: std::sync::Arc<std::sync::atomic::AtomicBool>,
@@ -125,6 +130,7 @@ impl<T> Job<T> {
             limits: lease.limits,
             payload,
             lane: lease.lane.clone(),
+            kind: lease.kind.clone(),
             cancel,
             cancel_requested,
         }
@@ -165,6 +171,30 @@ impl<T> Job<T> {
     /// The job's lane ([`EnqueueOptions::lane`]), if it has one.
     pub fn lane(&self) -> Option<&str> {
         self.lane.as_deref()
+    }
+    /// The job's kind ([`JobKind::KIND`], [`EnqueueOptions::kind`]), if
+    /// it has one.
+    pub fn kind(&self) -> Option<&str> {
+        self.kind.as_deref()
+    }
+    /// This job with its payload changed by `f` (a router hands the
+    /// decoded payload on this way).
+    pub(crate) fn map_payload<U>(self, f: impl FnOnce(T) -> U) -> Job<U> {
+        Job {
+            handle: self.handle,
+            id: self.id,
+            queue: self.queue,
+            base: self.base,
+            attempt: self.attempt,
+            token: self.token,
+            failures: self.failures,
+            limits: self.limits,
+            payload: f(self.payload),
+            lane: self.lane,
+            kind: self.kind,
+            cancel: self.cancel,
+            cancel_requested: self.cancel_requested,
+        }
     }
     /// True when a failure of this attempt fails the job for good (its
     /// failures would reach `max_attempts`).
@@ -311,6 +341,8 @@ pub struct JobInfo {
     pub cancel_requested_ms: Option<u64>,
     /// Its lane ([`EnqueueOptions::lane`]), if it has one.
     pub lane: Option<String>,
+    /// Its kind ([`EnqueueOptions::kind`], [`JobKind::KIND`]), if it has one.
+    pub kind: Option<String>,
 }
 
 /// How many of a job's errors its record keeps ([`JobInfo::errors`]).

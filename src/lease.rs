@@ -26,6 +26,8 @@ pub struct Lease {
     pub(crate) claimed_ms: u64,
     /// The job's lane, if it has one.
     pub(crate) lane: Option<String>,
+    /// The job's kind, if it has one (what a router routes by).
+    pub(crate) kind: Option<String>,
     /// Set by [`Queue::extend`](crate::Queue::extend) when an operator
     /// asked to cancel the job.
     pub(crate) cancel_requested: bool,
@@ -43,6 +45,7 @@ impl std::fmt::Debug for Lease {
             .field("payload_bytes", &self.payload.len())
             .field("deadline_ms", &self.deadline_ms)
             .field("lane", &self.lane)
+            .field("kind", &self.kind)
             .finish_non_exhaustive()
     }
 }
@@ -74,6 +77,11 @@ impl Lease {
     pub fn lane(&self) -> Option<&str> {
         self.lane.as_deref()
     }
+    /// The job's kind ([`EnqueueOptions::kind`](crate::EnqueueOptions::kind),
+    /// [`JobKind::KIND`](crate::JobKind::KIND)), if it has one.
+    pub fn kind(&self) -> Option<&str> {
+        self.kind.as_deref()
+    }
     /// The raw JSON payload.
     pub fn payload(&self) -> &[u8] {
         &self.payload
@@ -87,6 +95,19 @@ impl Lease {
             id: self.id.clone(),
             source,
         })
+    }
+    /// The payload as a handler of `T` takes it: decoded, or for a
+    /// [`RawPayload`](crate::kinds::RawPayload) the bytes as they are (a
+    /// router decodes them once, as its kind's type).
+    pub(crate) fn decode_payload<T: DeserializeOwned + 'static>(&self) -> Result<T> {
+        use std::any::{Any, TypeId};
+        if TypeId::of::<T>() == TypeId::of::<crate::kinds::RawPayload>() {
+            let raw: Box<dyn Any> = Box::new(crate::kinds::RawPayload(self.payload.clone()));
+            if let Ok(raw) = raw.downcast::<T>() {
+                return Ok(*raw);
+            }
+        }
+        self.decode()
     }
     /// The lease deadline on the server's clock (ms since the Unix epoch).
     pub fn deadline_ms(&self) -> u64 {

@@ -12,6 +12,10 @@
 //! - [`consumer`]: the [`Consumer`]: claims, runs a handler per job with
 //!   heartbeats, settles with the fencing token; [`HandlerError`] says what
 //!   happens to a job whose handler fails.
+//! - [`kinds`]: several kinds of job on one queue: [`JobKind`] and the
+//!   [`Kinds`] router that runs each job with its kind's handler.
+//! - [`handlers`]: handlers beyond closures: [`with_state`] (application
+//!   state without globals) and, with feature `tower`, tower services.
 //! - [`lease`]: the [`Lease`], the handle of a claimed job.
 //! - [`limits`]: a job's limits (attempts, stalls, backoff), fixed at enqueue.
 //! - [`effect`]: exactly-once effects on at-least-once delivery: idempotency
@@ -37,9 +41,11 @@ pub mod effect;
 pub mod error;
 #[cfg(echomq_faults)]
 mod faults;
+pub mod handlers;
 pub mod health;
 pub mod job;
 pub mod keys;
+pub mod kinds;
 pub mod lease;
 pub mod limits;
 pub mod maintenance;
@@ -56,8 +62,10 @@ pub use client::{Client, ClientOptions};
 pub use consumer::{Consumer, ConsumerHandle, Event, Handler, HandlerError, HandlerResult, RetryContext};
 pub use effect::{EffectMarker, Effects, MarkerState, Once, OnceError};
 pub use error::{Error, Result};
+pub use handlers::with_state;
 pub use health::ServerReport;
-pub use job::{Counts, EnqueueOptions, EnqueueStatus, Enqueued, Job, JobError, JobInfo, JobState};
+pub use job::{Counts, EnqueueOptions, EnqueueStatus, Enqueued, Job, JobError, JobInfo, JobKind, JobState};
+pub use kinds::{KindRouter, Kinds, RawPayload};
 pub use lease::Lease;
 pub use limits::{Backoff, Limits};
 pub use maintenance::{ReapReport, Reaper, ReaperHandle, SweepCursor, SweepReport};

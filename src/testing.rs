@@ -151,7 +151,7 @@ impl<'q> Drain<'q> {
                 report.hit_limit = true;
                 return Ok(report);
             }
-            let (op, error) = match lease.decode::<T>() {
+            let (op, error) = match lease.decode_payload::<T>() {
                 Err(e) => {
                     let reason = format!("undecodable payload: {e}");
                     (Settle::Fail { reason: reason.clone() }, Some(reason))

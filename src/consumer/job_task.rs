@@ -160,7 +160,8 @@ where
         job_id = %lease.id,
         attempt = lease.attempt,
         token = lease.token,
-        lane = lease.lane()
+        lane = lease.lane(),
+        kind = lease.kind()
     );
     async move {
         let s = &ctx.settings;
@@ -174,7 +175,7 @@ where
             lane: lease.lane(),
         });
         let mut heart = Heartbeat::new(s, claimed_at);
-        let payload: T = match lease.decode() {
+        let payload: T = match lease.decode_payload() {
             Ok(p) => p,
             Err(e) => {
                 warn!(error = %e, "payload does not decode; failing the job");

@@ -142,6 +142,7 @@ mod tests {
             claimed_ms: 0,
             cancel_requested: false,
             lane: None,
+            kind: None,
         })
     }
 

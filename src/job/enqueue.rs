@@ -37,6 +37,8 @@ pub struct EnqueueOptions {
     pub(crate) replace_waiting: bool,
     /// The job's lane (tenant, customer, group): claims take lanes in turn.
     pub(crate) lane: Option<String>,
+    /// The job's kind: a router runs the kind's handler.
+    pub(crate) kind: Option<String>,
 }
 
 impl EnqueueOptions {
@@ -110,6 +112,21 @@ impl EnqueueOptions {
         self
     }
 
+    /// The job's kind, recorded on the job (`JobInfo::kind`, `Job::kind`)
+    /// for a router ([`Kinds`](crate::kinds::Kinds)) to pick its handler:
+    /// 1 to [`MAX_KIND_BYTES`](crate::job::MAX_KIND_BYTES) bytes, no
+    /// control characters, checked when the job is enqueued. Usually set
+    /// for you from a typed job's [`JobKind::KIND`](crate::JobKind::KIND)
+    /// by [`Queue::enqueue_job`](crate::Queue::enqueue_job). Default: none.
+    ///
+    /// ```
+    /// let opts = echomq::EnqueueOptions::new().kind("send_email");
+    /// ```
+    pub fn kind(mut self, kind: impl Into<String>) -> Self {
+        self.kind = Some(kind.into());
+        self
+    }
+
     /// Handler failures allowed before the job fails for good (1 to
     /// [`MAX_LIMIT`](crate::limits::MAX_LIMIT)); default: the queue's.
     pub fn max_attempts(mut self, n: u32) -> Self {
@@ -173,7 +190,7 @@ impl EnqueueOptions {
     ///   waiting out a retry backoff takes the new due time too);
     /// - the marker is set again as this enqueue asks: for its TTL from now
     ///   with `dedup_for`, until the job finishes with `dedup`/`debounce`;
-    /// - everything else stays as the job has it: its id, priority and
+    /// - everything else stays as the job has it: its id, kind, priority and
     ///   limits (`max_attempts`, `max_stalls`, `backoff`, `timeout`), its
     ///   created time, attempts, failures, stalls and errors. This
     ///   enqueue's own values for those (and its [`id`](Self::id)) are
@@ -290,6 +307,9 @@ impl EnqueueOptions {
         }
         if let Some(lane) = &self.lane {
             validate_id("lane", lane)?;
+        }
+        if let Some(kind) = &self.kind {
+            super::validate_kind(kind)?;
         }
         delay_ms("delay", self.delay)?;
         self.when()?;

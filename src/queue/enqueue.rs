@@ -9,7 +9,7 @@ use tokio::sync::{Semaphore, mpsc, oneshot};
 use super::{ENQUEUE_CHUNK, Queue};
 use crate::conn::Conn;
 use crate::error::{Error, Result};
-use crate::job::{EnqueueOptions, EnqueueStatus, Enqueued};
+use crate::job::{EnqueueOptions, EnqueueStatus, Enqueued, JobKind};
 use crate::keys::Keys;
 use crate::scripts::{Code, SCRIPTS};
 
@@ -35,6 +35,8 @@ pub(super) struct Encoded {
     replace: bool,
     /// The lane, "" for none.
     lane: String,
+    /// The kind, "" for none.
+    kind: String,
 }
 
 /// One `enqueue_with` waiting for the coalescer.
@@ -118,7 +120,8 @@ async fn call_script(conn: &mut Conn, k: &Keys, jobs: &[&Encoded]) -> Result<Vec
             .arg(&j.dedup)
             .arg(j.dedup_ttl_ms)
             .arg(if j.replace { "1" } else { "0" })
-            .arg(&j.lane);
+            .arg(&j.lane)
+            .arg(&j.kind);
     }
     let mut r = call.run(conn).await?;
     let _now = r.uint()?;
@@ -162,6 +165,7 @@ impl Queue {
             dedup_ttl_ms,
             replace: opts.replace_waiting,
             lane: opts.lane.clone().unwrap_or_default(),
+            kind: opts.kind.clone().unwrap_or_default(),
         })
     }
 
@@ -251,6 +255,73 @@ impl Queue {
         let encoded = jobs
             .iter()
             .map(|(p, o)| self.prepare(p, o))
+            .collect::<Result<Vec<_>>>()?;
+        self.send_bulk(&encoded).await
+    }
+
+    /// Enqueues a typed job, recording its kind ([`JobKind::KIND`]) so a
+    /// router ([`Kinds`](crate::kinds::Kinds)) runs its kind's handler.
+    ///
+    /// ```no_run
+    /// # async fn demo(queue: echomq::Queue) -> echomq::Result<()> {
+    /// use serde::{Deserialize, Serialize};
+    ///
+    /// #[derive(Serialize, Deserialize)]
+    /// struct SendEmail { to: String }
+    /// impl echomq::JobKind for SendEmail {
+    ///     const KIND: &'static str = "send_email";
+    /// }
+    ///
+    /// let id = queue.enqueue_job(&SendEmail { to: "ada@example.com".into() }).await?;
+    /// assert_eq!(queue.job(&id).await?.kind.as_deref(), Some("send_email"));
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// As [`enqueue`](Self::enqueue), plus [`Error::InvalidId`] for a
+    /// `KIND` that is not a valid kind.
+    pub async fn enqueue_job<J: JobKind>(&self, job: &J) -> Result<String> {
+        Ok(self
+            .enqueue_with(job, &EnqueueOptions::default().kind(J::KIND))
+            .await?
+            .id)
+    }
+
+    /// Enqueues a typed job with options; its kind is `J::KIND`, whatever
+    /// kind `opts` names.
+    ///
+    /// # Errors
+    /// As [`enqueue_with`](Self::enqueue_with).
+    pub async fn enqueue_job_with<J: JobKind>(&self, job: &J, opts: &EnqueueOptions) -> Result<Enqueued> {
+        self.enqueue_with(job, &opts.clone().kind(J::KIND)).await
+    }
+
+    /// Enqueues many typed jobs of one kind, as
+    /// [`enqueue_bulk`](Self::enqueue_bulk) does, recording their kind.
+    ///
+    /// # Errors
+    /// As [`enqueue_bulk`](Self::enqueue_bulk).
+    pub async fn enqueue_jobs<J: JobKind>(&self, jobs: &[J]) -> Result<Vec<String>> {
+        let opts = EnqueueOptions::default().kind(J::KIND);
+        let encoded = jobs
+            .iter()
+            .map(|p| self.prepare(p, &opts))
+            .collect::<Result<Vec<_>>>()?;
+        Ok(self.send_bulk(&encoded).await?.into_iter().map(|e| e.id).collect())
+    }
+
+    /// Enqueues many typed jobs of one kind, each with its own options, as
+    /// [`enqueue_bulk_with`](Self::enqueue_bulk_with) does; each job's kind
+    /// is `J::KIND`. (Jobs of several kinds in one atomic call: give each
+    /// its [`EnqueueOptions::kind`] and use `enqueue_bulk_with` with
+    /// payloads as `serde_json::Value`.)
+    ///
+    /// # Errors
+    /// As [`enqueue_bulk_with`](Self::enqueue_bulk_with).
+    pub async fn enqueue_jobs_with<J: JobKind>(&self, jobs: &[(J, EnqueueOptions)]) -> Result<Vec<Enqueued>> {
+        let encoded = jobs
+            .iter()
+            .map(|(p, o)| self.prepare(p, &o.clone().kind(J::KIND)))
             .collect::<Result<Vec<_>>>()?;
         self.send_bulk(&encoded).await
     }

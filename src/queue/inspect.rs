@@ -30,6 +30,7 @@ pub(crate) fn job_info(id: &str, fields: HashFields, deadline_ms: Option<u64>) -
         holder: None,
         cancel_requested_ms: None,
         lane: None,
+        kind: None,
     };
     let num = |v: &[u8]| {
         std::str::from_utf8(v)
@@ -62,6 +63,7 @@ pub(crate) fn job_info(id: &str, fields: HashFields, deadline_ms: Option<u64>) -
             "hd" => info.holder = Some(String::from_utf8_lossy(&v).into_owned()),
             "cx" => info.cancel_requested_ms = Some(num(&v)),
             "ln" => info.lane = Some(String::from_utf8_lossy(&v).into_owned()),
+            "kd" => info.kind = Some(String::from_utf8_lossy(&v).into_owned()),
             _ => {}
         }
     }

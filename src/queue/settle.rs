@@ -200,10 +200,10 @@ pub(crate) fn encode_result<R: serde::Serialize + ?Sized>(result: &R) -> Result<
     Ok(Some(text))
 }
 
-/// Reads claim's `deadline, id, token, attempt, failures, limits, payload, lane, ...` tail.
+/// Reads claim's `deadline, id, token, attempt, failures, limits, payload, lane, kind, ...` tail.
 fn read_leases(q: &Queue, r: &mut Reply, claimed_ms: u64) -> Result<Vec<Lease>> {
     let deadline_ms = r.uint()?;
-    let mut leases = Vec::with_capacity(r.remaining() / 7);
+    let mut leases = Vec::with_capacity(r.remaining() / 8);
     while r.remaining() > 0 {
         leases.push(Lease {
             queue: q.base().clone(),
@@ -214,6 +214,7 @@ fn read_leases(q: &Queue, r: &mut Reply, claimed_ms: u64) -> Result<Vec<Lease>> 
             limits: Limits::decode(&r.bytes()?),
             payload: r.bytes()?,
             lane: Some(r.string()?).filter(|l| !l.is_empty()),
+            kind: Some(r.string()?).filter(|k| !k.is_empty()),
             deadline_ms,
             claimed_ms,
             cancel_requested: false,

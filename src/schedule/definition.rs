@@ -52,6 +52,8 @@ pub struct Schedule {
     pub(crate) max_stalls: Option<u32>,
     pub(crate) backoff: Option<Backoff>,
     pub(crate) timeout: Option<Duration>,
+    /// The jobs' kind (a router picks their handler by it).
+    pub(crate) kind: Option<String>,
 }
 
 /// A schedule whose values passed [`Schedule::check`].
@@ -76,6 +78,7 @@ impl Schedule {
             max_stalls: None,
             backoff: None,
             timeout: None,
+            kind: None,
         }
     }
 
@@ -143,6 +146,21 @@ impl Schedule {
         self
     }
 
+    /// The jobs' kind (default: none; see
+    /// [`EnqueueOptions::kind`](crate::EnqueueOptions::kind)), for a
+    /// worker that routes by kind ([`Kinds`](crate::Kinds)):
+    ///
+    /// ```
+    /// # #[derive(serde::Serialize, serde::Deserialize)] struct Report;
+    /// # impl echomq::JobKind for Report { const KIND: &'static str = "report"; }
+    /// use echomq::JobKind;
+    /// let nightly = echomq::schedule::Schedule::new("nightly", "0 0 2 * * *").kind(Report::KIND);
+    /// ```
+    pub fn kind(mut self, kind: impl Into<String>) -> Self {
+        self.kind = Some(kind.into());
+        self
+    }
+
     /// The first `n` ticks after `after`, computed here, without a server:
     /// a preview of what the schedule will do (daylight-saving changes
     /// included). Fewer come back when no more follow.
@@ -178,6 +196,9 @@ impl Schedule {
         check_name(&self.name)?;
         let timing = Timing::parse(&self.cron, &self.time_zone)?;
         crate::settings::duration("grace", self.grace, MIN_GRACE, MAX_DELAY)?;
+        if let Some(kind) = &self.kind {
+            crate::job::validate_kind(kind)?;
+        }
         if let Some(n) = self.max_attempts {
             Limits::check_attempts(n)?;
         }

@@ -50,6 +50,8 @@ pub struct ScheduleInfo {
     pub priority: i8,
     /// The jobs' limits, fixed when the schedule was stored.
     pub limits: Limits,
+    /// The jobs' kind ([`Schedule::kind`]), if they have one.
+    pub kind: Option<String>,
     /// What it does about missed ticks.
     pub missed: Missed,
     /// How late a tick may be taken and still be on time.
@@ -94,6 +96,7 @@ impl ScheduleInfo {
             payload: Vec::new(),
             priority: 0,
             limits: Limits::default(),
+            kind: None,
             missed: Missed::default(),
             grace: super::missed::DEFAULT_GRACE,
             created_ms: 0,
@@ -113,6 +116,7 @@ impl ScheduleInfo {
                 "p" => info.payload = v,
                 "pr" => info.priority = text(&v).parse().unwrap_or(0),
                 "lm" => info.limits = Limits::decode(&v),
+                "kd" => info.kind = Some(text(&v)).filter(|k| !k.is_empty()),
                 "mi" => info.missed = Missed::parse(&text(&v)).unwrap_or_default(),
                 "gr" => info.grace = num(&v).map_or(info.grace, Duration::from_millis),
                 "ct" => info.created_ms = num(&v).unwrap_or(0),
@@ -189,7 +193,8 @@ impl Queue {
             .arg(schedule.priority)
             .arg(schedule.limits(&self.options().limits).encode())
             .arg(schedule.missed.as_str())
-            .arg(checked.grace_ms);
+            .arg(checked.grace_ms)
+            .arg(schedule.kind.as_deref().unwrap_or_default());
         let mut r = call.run(&mut self.conn()).await?;
         let _now = r.uint()?;
         let status = match r.string()?.as_str() {

@@ -275,7 +275,9 @@ pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
         lua!("schedule_upsert"),
         &["schedules", "schedule"],
         false,
-        &["name", "cron", "tz", "payload", "priority", "limits", "missed", "grace"],
+        &[
+            "name", "cron", "tz", "payload", "priority", "limits", "missed", "grace", "kind",
+        ],
     ),
     #[cfg(feature = "cron")]
     schedule_remove: Spec::new(

@@ -178,6 +178,7 @@ pub fn job_json(j: &JobInfo) -> Value {
     json!({
         "id": j.id,
         "state": j.state.as_str(),
+        "kind": j.kind,
         "attempts": j.attempts,
         "failures": j.failures,
         "stalls": j.stalls,
@@ -204,6 +205,7 @@ pub fn job_text(queue: &str, j: &JobInfo, now: u64) -> String {
         ("job", j.id.clone()),
         ("queue", queue.to_owned()),
         ("state", j.state.as_str().to_owned()),
+        ("kind", j.kind.clone().unwrap_or_else(|| "-".to_owned())),
         (
             "attempts",
             format!(

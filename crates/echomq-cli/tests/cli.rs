@@ -76,9 +76,9 @@ async fn failed(q: &Queue, id: &str) {
     assert_eq!(q.job(id).await.unwrap().state, JobState::Failed);
 }
 
-/// Makes job `id` completed with result `{"sent": 3}`.
+/// Makes job `id` (of kind "mail") completed with result `{"sent": 3}`.
 async fn completed(q: &Queue, id: &str) {
-    add(q, id, EnqueueOptions::new()).await;
+    add(q, id, EnqueueOptions::new().kind("mail")).await;
     let lease = claim(q, id).await;
     q.complete_with_result(&lease, &serde_json::json!({"sent": 3}))
         .await
@@ -228,6 +228,7 @@ async fn show_prints_the_whole_record() {
     assert_eq!(run.code, 0, "{run:?}");
     for text in [
         "state       failed",
+        "kind        -",
         "failures 2 of 2",
         "last error  boom 2",
         "errors (newest first):",
@@ -251,11 +252,13 @@ async fn show_prints_the_whole_record() {
 
     let run = echomq(&url, &["show", "order-18", "-q", "shown"]).await;
     assert!(run.stdout.contains("result      {\"sent\":3}"), "{}", run.stdout);
+    assert!(run.stdout.contains("kind        mail"), "{}", run.stdout);
     let doc = echomq(&url, &["show", "order-18", "-q", "shown", "--json"])
         .await
         .json();
     assert_eq!(doc["job"]["result"], serde_json::json!({"sent": 3}));
     assert_eq!(doc["job"]["state"], "completed");
+    assert_eq!(doc["job"]["kind"], "mail");
 
     let run = echomq(&url, &["show", "order-99", "-q", "shown"]).await;
     assert_eq!(run.code, 1, "{run:?}");

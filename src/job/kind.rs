@@ -1,0 +1,95 @@
+//! Job kinds: one queue carries several kinds of job, each with its own
+//! payload type. A [`JobKind`] names its kind; enqueue records it on the
+//! job (field `kd`), a claim hands it back, and a router
+//! ([`Kinds`](crate::kinds::Kinds)) runs the kind's handler.
+
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+use crate::error::{Error, Result};
+
+/// Longest job kind accepted, in bytes.
+pub const MAX_KIND_BYTES: usize = 128;
+
+/// A typed job: a payload type that names its kind, as River's `Kind()` or
+/// Sidekiq's worker class. [`Queue::enqueue_job`](crate::Queue::enqueue_job)
+/// records [`KIND`](Self::KIND) on the job, and
+/// [`Kinds`](crate::kinds::Kinds) routes each job to its kind's handler.
+///
+/// The kind is a stable name, not the Rust type's: rename the type freely,
+/// but keep `KIND` while jobs of the old name may still wait in a queue.
+///
+/// ```
+/// use serde::{Deserialize, Serialize};
+///
+/// #[derive(Serialize, Deserialize)]
+/// struct SendEmail { to: String }
+///
+/// impl echomq::JobKind for SendEmail {
+///     const KIND: &'static str = "send_email";
+/// }
+/// ```
+pub trait JobKind: Serialize + DeserializeOwned {
+    /// The kind's name: 1 to [`MAX_KIND_BYTES`] bytes, no control
+    /// characters (checked at enqueue and when a router is built).
+    const KIND: &'static str;
+}
+
+/// Refuses an empty kind, one over [`MAX_KIND_BYTES`], or one with
+/// control characters.
+pub(crate) fn validate_kind(kind: &str) -> Result<()> {
+    let reason = if kind.is_empty() {
+        "must not be empty"
+    } else if kind.len() > MAX_KIND_BYTES {
+        "must be at most 128 bytes (MAX_KIND_BYTES)"
+    } else if kind.chars().any(char::is_control) {
+        "must not contain control characters"
+    } else {
+        return Ok(());
+    };
+    Err(Error::InvalidId {
+        what: "job kind",
+        value: crate::error::excerpt(kind),
+        reason,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // Kinds are checked like ids: not empty, at most MAX_KIND_BYTES, no control characters.
+    #[test]
+    fn kinds_are_validated() {
+        assert!(validate_kind("send_email").is_ok());
+        assert!(validate_kind("émail.v2/Ünïcode").is_ok());
+        assert!(validate_kind(&"k".repeat(MAX_KIND_BYTES)).is_ok());
+        for bad in [
+            String::new(),
+            "k".repeat(MAX_KIND_BYTES + 1),
+            "a\nb".into(),
+            "\u{7f}".into(),
+        ] {
+            match validate_kind(&bad) {
+                Err(Error::InvalidId { what: "job kind", .. }) => {}
+                other => panic!("{bad:?}: {other:?}"),
+            }
+        }
+    }
+
+    // Enqueue options and schedules check their kind when they are used.
+    #[test]
+    fn options_check_their_kind() {
+        use crate::EnqueueOptions;
+        assert!(EnqueueOptions::new().kind("email").validate().is_ok());
+        let bad = EnqueueOptions::new().kind("").validate();
+        assert!(matches!(bad, Err(Error::InvalidId { what: "job kind", .. })), "{bad:?}");
+        #[cfg(feature = "cron")]
+        {
+            use crate::schedule::Schedule;
+            assert!(Schedule::new("s", "* * * * *").kind("report").check().is_ok());
+            let bad = Schedule::new("s", "* * * * *").kind("a\tb").check();
+            assert!(matches!(bad, Err(Error::InvalidId { what: "job kind", .. })));
+        }
+    }
+}
