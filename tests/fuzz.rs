@@ -1,5 +1,5 @@
 //! A property-test campaign over the entry points: queue names, job ids,
-//! dedup ids, lanes, payloads, every enqueue and queue option, consumer
+//! dedup ids, lanes, kinds, payloads, every enqueue and queue option, consumer
 //! settings and cron expressions, generated at random (and near the
 //! edges: empty, huge, control characters, glob and brace characters,
 //! durations up to `Duration::MAX`, NaN jitter).
@@ -251,12 +251,21 @@ fn enqueue_inputs_are_refused_or_kept() {
         proptest::option::of(any_backoff()),
         proptest::option::of(any_duration()),
     );
-    let strategy = (options, any_payload(), any_duration(), edgy_string());
+    let strategy = (
+        options,
+        any_payload(),
+        any_duration(),
+        edgy_string(),
+        proptest::option::of(edgy_string()),
+    );
     let accepted = std::sync::atomic::AtomicU32::new(0);
     runner()
-        .run(&strategy, |(o, payload, retry_delay, error_text)| {
+        .run(&strategy, |(o, payload, retry_delay, error_text, kind)| {
             let (id, dedup, lane, delay, priority, attempts, stalls, timeout, backoff, dedup_ttl) = o;
             let mut opts = EnqueueOptions::new().priority(priority);
+            if let Some(k) = kind.clone() {
+                opts = opts.kind(k);
+            }
             if let Some(v) = id.clone() {
                 opts = opts.id(v);
             }
@@ -299,6 +308,7 @@ fn enqueue_inputs_are_refused_or_kept() {
                 }
                 let info = bounded("job", q.job(&got.id)).await?.unwrap();
                 prop_assert_eq!(info.decode::<serde_json::Value>().unwrap(), payload.clone());
+                prop_assert_eq!(info.kind.as_deref(), kind.as_deref());
                 // Run it now whatever its delay, and retry it with any delay and error text.
                 if info.state == JobState::Delayed {
                     bounded("promote", q.promote(&[got.id.as_str()])).await?.unwrap();
