@@ -534,7 +534,7 @@ end
 -- Appends {id, job, lane} to `picked` (job: the fields claim_jobs needs,
 -- read here for laned jobs). Returns whether the claim stopped for the
 -- slack with ready lanes left (claim_jobs then leaves a wake token).
-local function claim_turns(k, prefix, limit, picked, now)
+local function claim_turns(k, prefix, limit, picked, now, lane_limits)
   local ring, turn_key = prefix .. 'lanes:ring', prefix .. 'lanes:turn'
   -- jobs each rate-limited lane gave in this claim (logged by claim_jobs)
   local taken = {}
@@ -591,9 +591,13 @@ local function claim_turns(k, prefix, limit, picked, now)
       local active, cap = lane_active(prefix, lane), lane_cap(prefix, lane)
       if cap and want > cap - active then want = cap - active end
       local lk = lane_key(prefix, lane)
-      -- its rate limit, or a handler's rate_limited, may stop it until `shut`
-      local rn, rw = lane_rate(prefix, lane)
-      local shut = lane_shut(prefix, lane, now)
+      -- its rate limit, or a handler's rate_limited, may stop it until
+      -- `shut` (looked up only when some lane has a limit or is stopped)
+      local rn, rw, shut
+      if lane_limits then
+        rn, rw = lane_rate(prefix, lane)
+        shut = lane_shut(prefix, lane, now)
+      end
       if not shut and rn then
         local room, at = rate_room(lane_log(prefix, lane), rn, rw, now, taken[lane] or 0)
         if room <= 0 then shut = at elseif want > room then want = room end
@@ -778,14 +782,17 @@ local function claim_jobs(k, prefix, now, lease, limit, promote, holder, out)
       if #zargs > 2 * #logged then logged[#logged + 1] = int_s(token) end
     end
   else
-    reopen_lanes(prefix, now, limit + LANE_SLACK)
+    local lane_limits = rcall('EXISTS', prefix .. 'lanes:rate', prefix .. 'lanes:wait') > 0
+    if lane_limits then reopen_lanes(prefix, now, limit + LANE_SLACK) end
     local picked = {}
-    if claim_turns(k, prefix, limit, picked, now) then
+    if claim_turns(k, prefix, limit, picked, now, lane_limits) then
       wake(k.wake, 1)
     elseif #picked < limit then
       rcall('DEL', k.wake)
-      local first = rcall('ZRANGE', prefix .. 'lanes:wait', 0, 0, 'WITHSCORES')
-      if first[2] then out[wait_at] = math.max(tonumber(first[2]) - now, 1) end
+      if lane_limits then
+        local first = rcall('ZRANGE', prefix .. 'lanes:wait', 0, 0, 'WITHSCORES')
+        if first[2] then out[wait_at] = math.max(tonumber(first[2]) - now, 1) end
+      end
     end
     local n = #picked
     if n == 0 then return end
@@ -798,7 +805,7 @@ local function claim_jobs(k, prefix, now, lease, limit, promote, holder, out)
         pick.lane or '', zargs, out)
       if #zargs > 2 * #logged then
         logged[#logged + 1] = int_s(token)
-        if pick.lane then
+        if pick.lane and lane_limits then
           by_lane[pick.lane] = by_lane[pick.lane] or {}
           table.insert(by_lane[pick.lane], int_s(token))
         end

@@ -274,7 +274,10 @@ impl Queue {
     /// Leases up to `max` ready jobs for `lease` (deadline = server time +
     /// lease). Promotes due delayed jobs first. Returns an empty vector
     /// when nothing is ready. While lanes are in use, lanes take turns and
-    /// a lane at its cap gives none (the README's "Lanes").
+    /// a lane at its cap gives none (the README's "Lanes"). The queue's
+    /// global cap and the rate limits of the queue and its lanes lease
+    /// fewer jobs, or none ([`claim_or_wait`](Self::claim_or_wait) says
+    /// how long until a rate limit lets it lease again).
     ///
     /// ```no_run
     /// # async fn demo(queue: echomq::Queue) -> echomq::Result<()> {
