@@ -53,7 +53,7 @@ async fn wake_len(server: &echomq::server::LocalServer, q: &Queue) -> u64 {
         .unwrap()
 }
 
-// A cap of 3 holds while three consumers of 4 handlers each (and leases ahead) run 30 jobs: never more than 3 handlers at once, and a plain claim gets only the free slots.
+// A cap of 3 holds while three consumers of 4 handlers each (and leases ahead) run 30 jobs: never more than 3 handlers at once; a plain claim and settle-and-claim get only the free slots.
 #[tokio::test]
 async fn the_global_cap_holds_across_consumers() {
     let (_s, q) = setup("cap").await;
@@ -92,10 +92,17 @@ async fn the_global_cap_holds_across_consumers() {
     }
     let most = most.load(Ordering::SeqCst);
     assert!((1..=3).contains(&most), "{most} handlers at once");
-    // A plain claim gets the free slots only.
+    // A plain claim gets the free slots only, and so does settle-and-claim.
     fill(&q, 5, EnqueueOptions::new()).await;
-    assert_eq!(q.claim(10, LEASE).await.unwrap().len(), 3);
+    let held = q.claim(10, LEASE).await.unwrap();
+    assert_eq!(held.len(), 3);
     assert!(q.claim(10, LEASE).await.unwrap().is_empty());
+    let (done, next) = q
+        .settle_and_claim(&[(&held[0], &Settle::Complete)], 5, LEASE)
+        .await
+        .unwrap();
+    assert!(done[0].is_ok());
+    assert_eq!(next.len(), 1, "the one slot the settlement freed");
 }
 
 // Every end of a lease gives its slot back under a cap of 1 (complete, release, snooze, cancel, reap), and a consumer that found the queue full is woken: the slot's end leaves a wake token.

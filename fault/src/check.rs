@@ -1576,6 +1576,40 @@ mod tests {
         assert_eq!((r.lane_claims, r.lane_max_active["a"]), (3, 1));
     }
 
+    // G1: three jobs active at once break a global cap of 2, not of 3.
+    #[test]
+    fn g1_global_cap() {
+        let (h, st) = laned(3, |i| 1000 + 10 * i);
+        let cap = |c| CheckOptions {
+            global_cap: Some(c),
+            ..CheckOptions::default()
+        };
+        let r = check(&h, &st, &cap(2));
+        assert!(r.violations.iter().any(|v| v.starts_with("G1")), "{:?}", r.violations);
+        assert_eq!(r.max_active, 3);
+        assert!(check(&h, &st, &cap(3)).ok);
+    }
+
+    // R1/R2: claims 40 ms apart put 3 in a 100 ms window (over a limit of 2), and 2 when 50 ms apart (a claim exactly a window later is in the next window).
+    #[test]
+    fn r1_r2_claims_per_window() {
+        let rated = |n| CheckOptions {
+            rate: Some((n, 100)),
+            lane_rate: Some((n, 100)),
+            ..CheckOptions::default()
+        };
+        let (h, st) = laned(4, |i| 1000 + 40 * i);
+        let r = check(&h, &st, &rated(2));
+        assert!(r.violations.iter().any(|v| v.starts_with("R1")), "{:?}", r.violations);
+        assert!(r.violations.iter().any(|v| v.starts_with("R2")), "{:?}", r.violations);
+        assert_eq!((r.max_claims_per_window, r.lane_max_claims_per_window["a"]), (3, 3));
+        assert!(check(&h, &st, &rated(3)).ok);
+        let (h, st) = laned(4, |i| 1000 + 50 * i);
+        let r = check(&h, &st, &rated(2));
+        assert!(r.ok, "{:?}", r.violations);
+        assert_eq!(r.max_claims_per_window, 2);
+    }
+
     // L1 never reports a lease whose end went unrecorded past the time it was last seen.
     #[test]
     fn l1_unrecorded_ends_count_until_last_seen() {
