@@ -309,3 +309,19 @@ async fn rate_limited_holds_starts_and_counts_no_failure() {
     assert_eq!(q.job(first.id()).await.unwrap().failures, 0);
     let _ = a;
 }
+
+// A lane its rate limit stopped is back in turn after its window once the sweep runs, even if no claim has run since; the lane reads blocked until then.
+#[tokio::test]
+async fn the_sweep_puts_a_stopped_lane_back() {
+    let (_s, q) = setup("sweep-lanes").await;
+    q.set_lane_rate_limit("a", rate(1, 200)).await.unwrap();
+    fill(&q, 3, EnqueueOptions::new().lane("a")).await;
+    assert_eq!(q.claim(5, LEASE).await.unwrap().len(), 1);
+    let lane = q.lane("a").await.unwrap();
+    assert_eq!(lane.state, echomq::admin::LaneState::Blocked);
+    let reopens = q.lane_rate_limit("a").await.unwrap().reopens_ms.unwrap();
+    common::past(&q, reopens).await;
+    q.sweep(100).await.unwrap();
+    assert_eq!(q.lane("a").await.unwrap().state, echomq::admin::LaneState::Ready);
+    assert_eq!(q.lane_rate_limit("a").await.unwrap().reopens_ms, None);
+}
