@@ -97,10 +97,10 @@ impl fmt::Display for RateLimit {
     }
 }
 
-/// A queue's limits, as [`Queue::limits`] reads them (in one step).
+/// A queue's limits on claims, as [`Queue::claim_limits`] reads them (in one step).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
-pub struct QueueLimits {
+pub struct ClaimLimits {
     /// The global cap: the most active jobs at once ([`None`]: no cap).
     pub max_active: Option<u32>,
     /// The queue's rate limit.
@@ -149,7 +149,7 @@ impl Queue {
     /// ```no_run
     /// # async fn demo(queue: echomq::Queue) -> echomq::Result<()> {
     /// queue.set_max_active(Some(20)).await?;
-    /// assert_eq!(queue.limits().await?.max_active, Some(20));
+    /// assert_eq!(queue.claim_limits().await?.max_active, Some(20));
     /// # Ok(()) }
     /// ```
     ///
@@ -236,12 +236,13 @@ impl Queue {
         self.limits_call("unhold", "", "").await.map(drop)
     }
 
-    /// The queue's limits: global cap, rate limit, the default rate limit
-    /// of lanes, and a handler's hold.
+    /// The queue's limits on claims: its global cap, its rate limit, the
+    /// default rate limit of lanes, and a handler's hold. (A job's own
+    /// limits, attempts and backoff, are [`Limits`](crate::Limits).)
     ///
     /// # Errors
     /// Server errors.
-    pub async fn limits(&self) -> Result<QueueLimits> {
+    pub async fn claim_limits(&self) -> Result<ClaimLimits> {
         let mut r = self.limits_call("get", "", "").await?;
         let (limits, _) = read_limits(&mut r)?;
         Ok(limits)
@@ -268,7 +269,7 @@ impl Queue {
 }
 
 /// Reads the "get" reply: {now, max, rate, hold, lane_rate, default_lane_rate, reopens}.
-fn read_limits(r: &mut Reply) -> Result<(QueueLimits, LaneRate)> {
+fn read_limits(r: &mut Reply) -> Result<(ClaimLimits, LaneRate)> {
     let _now = r.uint()?;
     let max_active = r.string()?.parse().ok().filter(|m| *m > 0);
     let rate = RateLimit::stored(&r.string()?);
@@ -277,7 +278,7 @@ fn read_limits(r: &mut Reply) -> Result<(QueueLimits, LaneRate)> {
     let lane_default_rate = RateLimit::stored(&r.string()?);
     let reopens_ms = r.string()?.parse().ok();
     Ok((
-        QueueLimits {
+        ClaimLimits {
             max_active,
             rate,
             lane_default_rate,

@@ -29,7 +29,7 @@
 //!   [`Queue::set_lane_rate_limit`](crate::Queue::set_lane_rate_limit),
 //!   [`Queue::set_lane_default_rate_limit`](crate::Queue::set_lane_default_rate_limit),
 //!   [`Queue::clear_rate_hold`](crate::Queue::clear_rate_hold),
-//!   [`Queue::limits`](crate::Queue::limits),
+//!   [`Queue::claim_limits`](crate::Queue::claim_limits),
 //!   [`Queue::lane_rate_limit`](crate::Queue::lane_rate_limit).
 //! - `queues`: finding the queues on a server,
 //!   [`Client::queue_names`](crate::Client::queue_names) and
@@ -46,7 +46,7 @@ mod queues;
 pub use self::cancel::Cancel;
 pub use self::lanes::{LaneCursor, LaneDefaults, LaneInfo, LanePage, LaneState, MAX_LANE_WEIGHT};
 pub use self::lifecycle::Moved;
-pub use self::limits::{LaneRate, MAX_ACTIVE_CAP, MAX_RATE_JOBS, MAX_RATE_WINDOW, QueueLimits, RateLimit};
+pub use self::limits::{ClaimLimits, LaneRate, MAX_ACTIVE_CAP, MAX_RATE_JOBS, MAX_RATE_WINDOW, RateLimit};
 pub use self::list::{ListCursor, Page};
 pub use self::queues::DISCOVERY_STEP;
 
