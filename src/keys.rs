@@ -139,7 +139,7 @@ impl Keys {
 
     /// The recent claims of lane `lane` (for its rate limit; the scripts
     /// build it from the prefix, and it expires by itself).
-    #[allow(dead_code)]
+    #[cfg_attr(not(test), allow(dead_code))]
     pub fn lane_log(&self, lane: &str) -> String {
         format!("{}lanes:log:{lane}", self.base)
     }
@@ -201,6 +201,7 @@ mod tests {
         assert_eq!(k.job("42"), "emq:{mail}:job:42");
         assert_eq!(k.schedule("nightly"), "emq:{mail}:schedule:nightly");
         assert_eq!(k.lane("acme"), "emq:{mail}:lane:acme");
+        assert_eq!(k.lane_log("acme"), "emq:{mail}:lanes:log:acme");
     }
 
     // Names that would break the hash tag or the key space are refused.

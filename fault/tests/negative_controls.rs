@@ -226,6 +226,10 @@ fn without_a_control_the_faults_build_passes() {
         lanes_test("a_cap_bounds_active_jobs", None),
         "the lane test fails without any control"
     );
+    passed(
+        "none/limits",
+        &scenarios::limits(&c, scenarios::LimitsRun::short(), std::time::Duration::from_secs(90)),
+    );
     if faketime().is_some() {
         passed(
             "none/skewed",
