@@ -270,6 +270,7 @@ async fn rate_limited_holds_starts_and_counts_no_failure() {
         }
     })
     .concurrency(1)
+    .prefetch(0) // no job leased ahead of the hold: the hold stops claims
     .spawn()
     .unwrap();
     // The first call is rate limited: for 600 ms nothing else starts.
