@@ -16,7 +16,8 @@
 --   fs  first started: when the first claim leased it (server ms)
 --   eh  the last ERRORS_KEEP errors, newest first (JSON [{"at": ms, "e": text}])
 --   lo  the last LO_KEEP settlements, newest first: "OP:TOKEN OP:TOKEN ..."
---       (OP: c complete, r retry, f fail, l release, s snooze, x cancel)
+--       (OP: c complete, r retry, f fail, l release, s snooze, x cancel,
+--       h rate limited)
 --   rs  result (JSON) a completing handler returned
 --   hd  holder: the consumer that made the latest claim
 --   cx  cancel requested (server ms): the job ends cancelled unless its
@@ -245,6 +246,83 @@ local function lane_weight(prefix, lane)
   return tonumber(w[1] or w[2]) or 1
 end
 
+-- Limits (README "Global concurrency and rate limits"). Keys built from the
+-- queue's prefix (same slot):
+--   limits        hash: `max` the most active (leased) jobs of the queue
+--                 across every consumer (compared with ZCARD active);
+--                 `rate` the queue's rate limit "N:W" (N claims per W ms);
+--                 `hold` server ms until which no job of the queue is
+--                 claimed (a handler's rate_limited, for an unlaned job)
+--   limits:log    zset: the queue's recent claims, member the fencing
+--                 token, score the claim's server ms; expires a window
+--                 after the last claim
+--   lanes:rate    hash lane -> "N:W"; field "" the default of lanes
+--                 without their own
+--   lanes:wait    zset lane -> server ms when a lane that its rate limit
+--                 or a handler's rate_limited stopped may give jobs again
+--                 (it sits LANE_BLOCKED in the ring until a claim at or
+--                 after that time puts it back in turn: reopen_lanes)
+--   lanes:log:L   zset as limits:log, for lane L
+-- A rate limit is a sliding window on the server clock: in every
+-- half-open window [t, t + W) at most N claims (a lease ahead counts when
+-- it is claimed). A claim at `now` counts the log's entries after now - W.
+
+-- A rate setting "N:W" as numbers; nil for none (or a value that does not parse).
+local function parse_rate(s)
+  if type(s) ~= 'string' then return nil end
+  local n, w = string.match(s, '^(%d+):(%d+)$')
+  n, w = tonumber(n), tonumber(w)
+  if not n or n < 1 or w < 1 then return nil end
+  return n, w
+end
+
+-- Claims still allowed now under a limit of `n` per `w` ms whose log is
+-- `log_key`, after `extra` more claims at `now` not logged yet; when none
+-- is, 0 and the server ms at which one more is.
+local function rate_room(log_key, n, w, now, extra)
+  rcall('ZREMRANGEBYSCORE', log_key, '-inf', now - w)
+  local c = rcall('ZCARD', log_key)
+  local room = n - c - extra
+  if room > 0 then return room, 0 end
+  -- the claim that must leave the window first: rank c + extra - n in
+  -- time order (the unlogged ones are the newest, at `now`)
+  local r = c + extra - n
+  if r >= c then return 0, now + w end
+  local e = rcall('ZRANGE', log_key, r, r, 'WITHSCORES')
+  return 0, tonumber(e[2]) + w
+end
+
+-- Logs the claims `tokens` made at `now` in `log_key`, which expires when
+-- they have all left the window.
+local function rate_log(log_key, w, now, tokens)
+  if #tokens == 0 then return end
+  local args = {}
+  for _, t in ipairs(tokens) do
+    args[#args + 1] = now
+    args[#args + 1] = t
+  end
+  rcall('ZADD', log_key, unpack(args))
+  rcall('PEXPIRE', log_key, w)
+end
+
+-- The rate limit of `lane`, its own or the default: n, w; nil for none.
+local function lane_rate(prefix, lane)
+  local r = rcall('HMGET', prefix .. 'lanes:rate', lane, '')
+  return parse_rate(r[1] or r[2])
+end
+
+local function lane_log(prefix, lane)
+  return prefix .. 'lanes:log:' .. lane
+end
+
+-- When `lane` may give jobs again (server ms) if it is stopped now; nil
+-- when it is not.
+local function lane_shut(prefix, lane, now)
+  local s = tonumber(rcall('ZSCORE', prefix .. 'lanes:wait', lane))
+  if s and s > (now or server_now()) then return s end
+  return nil
+end
+
 -- A new turn number: the back of the ring.
 local function next_turn(prefix)
   return rcall('HINCRBY', prefix .. 'lanes:turn', 'seq', 1)
@@ -269,6 +347,9 @@ local function lane_settle(prefix, lane)
     local cap = lane_cap(prefix, lane)
     if cap and active >= cap then
       want = LANE_BLOCKED
+    elseif lane_shut(prefix, lane) then
+      -- its window reopens later: reopen_lanes readies it then
+      want = LANE_BLOCKED
     elseif score and score < LANE_BLOCKED then
       return false
     else
@@ -292,6 +373,29 @@ local function lane_push(prefix, pending_key, lane, sc, id)
   rcall('ZADD', pending_key, LANED, id)
   local s = tonumber(rcall('ZSCORE', prefix .. 'lanes:ring', lane))
   if not s or s >= LANE_IDLE then lane_settle(prefix, lane) end
+end
+
+-- Puts the stopped lanes whose time has come (lanes:wait) back where
+-- their counts say, at most `n` of them, so they take turns again.
+local function reopen_lanes(prefix, now, n)
+  local wait = prefix .. 'lanes:wait'
+  local due = rcall('ZRANGEBYSCORE', wait, '-inf', now, 'LIMIT', 0, n)
+  if #due == 0 then return end
+  rcall('ZREM', wait, unpack(due))
+  for _, lane in ipairs(due) do lane_settle(prefix, lane) end
+end
+
+-- Stops the claims a handler's rate_limited asks to stop until `until_ms`:
+-- its lane's (`lane`), else the whole queue's. A later stop never shortens
+-- an earlier one.
+local function hold_starts(prefix, lane, until_ms)
+  if lane then
+    rcall('ZADD', prefix .. 'lanes:wait', 'GT', until_ms, lane)
+    lane_settle(prefix, lane)
+  else
+    local cur = tonumber(rcall('HGET', prefix .. 'limits', 'hold')) or 0
+    if until_ms > cur then rcall('HSET', prefix .. 'limits', 'hold', int_s(until_ms)) end
+  end
 end
 
 -- Puts job `id` on pending at its own score (so a returned job keeps its
@@ -439,8 +543,10 @@ end
 -- Appends {id, job, lane} to `picked` (job: the fields claim_jobs needs,
 -- read here for laned jobs). Returns whether the claim stopped for the
 -- slack with ready lanes left (claim_jobs then leaves a wake token).
-local function claim_turns(k, prefix, limit, picked)
+local function claim_turns(k, prefix, limit, picked, now, lane_limits)
   local ring, turn_key = prefix .. 'lanes:ring', prefix .. 'lanes:turn'
+  -- jobs each rate-limited lane gave in this claim (logged by claim_jobs)
+  local taken = {}
   -- The turn counter is kept here and written once at the end (nothing
   -- else hands out turns while this runs).
   local t = rcall('HMGET', turn_key, 'lane', 'used', 'seq')
@@ -494,7 +600,22 @@ local function claim_turns(k, prefix, limit, picked)
       local active, cap = lane_active(prefix, lane), lane_cap(prefix, lane)
       if cap and want > cap - active then want = cap - active end
       local lk = lane_key(prefix, lane)
-      if want <= 0 then
+      -- its rate limit, or a handler's rate_limited, may stop it until
+      -- `shut` (looked up only when some lane has a limit or is stopped)
+      local rn, rw, shut
+      if lane_limits then
+        rn, rw = lane_rate(prefix, lane)
+        shut = lane_shut(prefix, lane, now)
+      end
+      if not shut and rn then
+        local room, at = rate_room(lane_log(prefix, lane), rn, rw, now, taken[lane] or 0)
+        if room <= 0 then shut = at elseif want > room then want = room end
+      end
+      if shut then
+        rcall('ZADD', prefix .. 'lanes:wait', 'GT', shut, lane)
+        if rcall('ZCARD', lk) > 0 then place = LANE_BLOCKED elseif active > 0 then place = LANE_IDLE end
+        used = 0
+      elseif want <= 0 then
         -- no free slot (its cap or the default was lowered): blocked
         if rcall('ZCARD', lk) > 0 then place = LANE_BLOCKED elseif active > 0 then place = LANE_IDLE end
         used = 0
@@ -524,10 +645,19 @@ local function claim_turns(k, prefix, limit, picked)
         if #gone > 0 then rcall('ZREM', k.pending, unpack(gone)) end
         -- the slots are taken now, so a later turn of this claim counts them
         if #held > 0 then rcall('ZADD', prefix .. 'lanes:active', unpack(held)) end
+        local full -- its rate limit is used up: when it reopens
+        if rn then
+          taken[lane] = (taken[lane] or 0) + #held / 2
+          local room, at = rate_room(lane_log(prefix, lane), rn, rw, now, taken[lane])
+          if room <= 0 then full = at end
+        end
         if rcall('ZCARD', lk) == 0 then
           if active > 0 then place = LANE_IDLE end
           used = 0
         elseif cap and active >= cap then
+          place, used = LANE_BLOCKED, 0
+        elseif full then
+          rcall('ZADD', prefix .. 'lanes:wait', 'GT', full, lane)
           place, used = LANE_BLOCKED, 0
         elseif used >= w then
           place, used = turn(), 0
@@ -582,13 +712,22 @@ end
 -- plain claims). Leases nothing while the queue is paused (pause.lua).
 -- Without lanes in use it pops `pending` in order, as it did before lanes
 -- existed (one EXISTS more); with lanes, lanes take turns (claim_turns).
+-- The queue's global cap, its rate limit and a handler's hold (see
+-- "Limits" above) lease fewer jobs, or none: then the wake list is
+-- cleared (a consumer that finds nothing waits for a slot to free, which
+-- wakes it, or for the time `wait` says) and `wait` is the ms until the
+-- queue's window reopens (0: no time to wait for; a freed slot wakes).
 -- `k` holds pending, active, delayed, wake, token, meta; `holder` names
 -- the claiming consumer (stored as `hd`).
--- Appends {deadline, id_1, token_1, attempt_1, failures_1, limits_1,
--- payload_1, lane_1, kind_1, ...} to `out` (lane and kind "" for none).
+-- Appends {deadline, wait, id_1, token_1, attempt_1, failures_1, limits_1,
+-- payload_1, lane_1, kind_1, ...} to `out` (lane and kind "" for none);
+-- `wait` also says when the first stopped lane reopens, when the claim
+-- leased fewer than `limit` jobs.
 local function claim_jobs(k, prefix, now, lease, limit, promote, holder, out)
   local deadline = now + lease
   out[#out + 1] = deadline
+  out[#out + 1] = 0
+  local wait_at = #out
   if limit <= 0 then return end
   if rcall('HEXISTS', k.meta, 'paused') == 1 then
     -- Idle consumers sleep until resume wakes them.
@@ -596,6 +735,31 @@ local function claim_jobs(k, prefix, now, lease, limit, promote, holder, out)
     return
   end
   if promote then promote_due(k.delayed, k.pending, k.wake, prefix, now, limit) end
+  local lim = rcall('HMGET', prefix .. 'limits', 'max', 'rate', 'hold')
+  local rn, rw = parse_rate(lim[2])
+  if lim[1] or rn or lim[3] then
+    local stop
+    local hold = tonumber(lim[3])
+    if hold and hold > now then stop = hold end
+    local max = tonumber(lim[1])
+    if not stop and max then
+      local free = max - rcall('ZCARD', k.active)
+      if free <= 0 then stop = now end
+      if free < limit then limit = free end
+    end
+    if not stop and rn then
+      local room, at = rate_room(prefix .. 'limits:log', rn, rw, now, 0)
+      if room <= 0 then stop = at end
+      if room < limit then limit = room end
+    end
+    if stop then
+      rcall('DEL', k.wake)
+      out[wait_at] = stop - now
+      return
+    end
+  end
+  -- the tokens of the jobs leased, when a rate limit logs them
+  local logged = {}
   local deadline_s = int_s(deadline)
   local zargs = {}
   if rcall('EXISTS', prefix .. 'lanes:ring') == 0 then
@@ -625,25 +789,45 @@ local function claim_jobs(k, prefix, now, lease, limit, promote, holder, out)
       local jk = prefix .. 'job:' .. id
       token = token + 1
       lease_job(jk, id, hfields(jk, 'p', 'f', 'a', 'lm', 'kd'), token, now, deadline_s, holder, '', zargs, out)
+      if #zargs > 2 * #logged then logged[#logged + 1] = int_s(token) end
     end
   else
+    local lane_limits = rcall('EXISTS', prefix .. 'lanes:rate', prefix .. 'lanes:wait') > 0
+    if lane_limits then reopen_lanes(prefix, now, limit + LANE_SLACK) end
     local picked = {}
-    if claim_turns(k, prefix, limit, picked) then
+    if claim_turns(k, prefix, limit, picked, now, lane_limits) then
       wake(k.wake, 1)
     elseif #picked < limit then
       rcall('DEL', k.wake)
+      if lane_limits then
+        local first = rcall('ZRANGE', prefix .. 'lanes:wait', 0, 0, 'WITHSCORES')
+        if first[2] then out[wait_at] = math.max(tonumber(first[2]) - now, 1) end
+      end
     end
     local n = #picked
     if n == 0 then return end
     local token = mint_tokens(k.token, now, n) - n
+    local by_lane = {} -- lane -> tokens leased, for the lanes' logs
     for _, pick in ipairs(picked) do
       local jk = prefix .. 'job:' .. pick.id
       token = token + 1
       lease_job(jk, pick.id, pick.job or hfields(jk, 'p', 'f', 'a', 'lm', 'kd'), token, now, deadline_s, holder,
         pick.lane or '', zargs, out)
+      if #zargs > 2 * #logged then
+        logged[#logged + 1] = int_s(token)
+        if pick.lane and lane_limits then
+          by_lane[pick.lane] = by_lane[pick.lane] or {}
+          table.insert(by_lane[pick.lane], int_s(token))
+        end
+      end
+    end
+    for lane, tokens in pairs(by_lane) do
+      local ln, lw = lane_rate(prefix, lane)
+      if ln then rate_log(lane_log(prefix, lane), lw, now, tokens) end
     end
   end
   if #zargs > 0 then rcall('ZADD', k.active, unpack(zargs)) end
+  if rn then rate_log(prefix .. 'limits:log', rw, now, logged) end
 end
 
 -- Checks that the caller still owns job `jk` with `token` (a string, as
@@ -757,10 +941,34 @@ local function trim(set_key, prefix, keep, now)
   if #doomed > 0 then rcall('DEL', unpack(doomed)) end
 end
 
+-- Wakes up to the slots `moves` freed under the queue's global cap (as
+-- many as are still free, once), when jobs are pending.
+local function wake_freed(prefix, moves)
+  local n = moves.freed or 0
+  moves.freed = 0
+  if n <= 0 then return end
+  local max = tonumber(rcall('HGET', prefix .. 'limits', 'max'))
+  if max then
+    local free = max - rcall('ZCARD', prefix .. 'active')
+    if free < n then n = free end
+  end
+  if n > 0 and rcall('ZCARD', prefix .. 'pending') > 0 then wake(prefix .. 'wake', n) end
+end
+
 -- `k` holds active and the finished sets moves may go to (completed,
 -- failed, cancelled); cancelled jobs are kept as failed ones are.
 local function apply_moves(moves, k, prefix, keep_completed, keep_failed, now)
-  if #moves.unlease > 0 then rcall('ZREM', k.active, unpack(moves.unlease)) end
+  if #moves.unlease > 0 then
+    -- Slots freed under a global cap wake consumers that found none
+    -- (wake_freed; settle.lua leaves it until after its own claim).
+    local max = tonumber(rcall('HGET', prefix .. 'limits', 'max'))
+    local full = max and rcall('ZCARD', k.active) >= max
+    local gone = rcall('ZREM', k.active, unpack(moves.unlease))
+    if full and gone > 0 then
+      moves.freed = gone
+      if not moves.defer then wake_freed(prefix, moves) end
+    end
+  end
   if #moves.held > 0 then
     rcall('ZREM', prefix .. 'lanes:active', unpack(moves.held))
     -- A ready lane stays ready; a blocked one may have a free slot now, an

@@ -12,9 +12,12 @@
 -- ARGV[3] keep_failed     retention of failed jobs, as keep_completed
 -- ARGV[4] items      number of items N, then 5 fields per item:
 --   op     c complete | r retry | f fail | l release | s snooze | x cancel
+--          | h rate limited (a snooze that also stops the claims of the
+--          job's lane, or of the whole queue for a job without a lane,
+--          until the delay has passed: common.lua hold_starts)
 --   id     job id        token  fencing token
---   delay  milliseconds: retry "" for the job's backoff; snooze the delay;
---          "0" otherwise
+--   delay  milliseconds: retry "" for the job's backoff; snooze and rate
+--          limited the delay; "0" otherwise
 --   text   complete: the result (JSON) to keep, "" for none; retry: error
 --          text; fail, cancel: reason ("" otherwise)
 -- then (optional) lease length in milliseconds, M, the most jobs to lease
@@ -32,8 +35,10 @@
 -- happened with this token), NOT_FOUND, LEASE_LOST (nothing changed);
 -- due is the delayed job's due time (server ms), 0 otherwise. When M was
 -- sent claim.lua's {deadline, id, token, attempt, failures, limits,
--- payload, lane, kind, ...} follows. Every item that ends a lease gives its
--- lane's slot back (common.lua apply_moves) before the claim.
+-- payload, lane, kind, ...} follows, with claim.lua's `wait` after the
+-- deadline. Every item that ends a lease gives its lane's slot back
+-- (common.lua apply_moves) before the claim; slots freed under the queue's
+-- global cap that this call's claim leaves free wake other consumers.
 local k = {active = KEYS[1], pending = KEYS[2], delayed = KEYS[3], completed = KEYS[4], failed = KEYS[5],
   wake = KEYS[6], token = KEYS[7], meta = KEYS[8], cancelled = KEYS[9]}
 local prefix = ARGV[1]
@@ -42,6 +47,7 @@ local n = tonumber(ARGV[4])
 local now = server_now()
 local out = {now}
 local moves = new_moves()
+moves.defer = ARGV[6 + n * 5] ~= nil
 for i = 0, n - 1 do
   local b = 5 + i * 5
   local op, id, token = ARGV[b], ARGV[b + 1], ARGV[b + 2]
@@ -55,7 +61,10 @@ for i = 0, n - 1 do
       r = settle_retry(moves, k, prefix, jk, id, token, now, tonumber(ARGV[b + 3]) or -1, ARGV[b + 4],
         keep_failed, owner)
     elseif op == 'f' then r = settle_fail(moves, prefix, jk, id, token, now, ARGV[b + 4], keep_failed, owner)
-    else r = settle_requeue(moves, k, jk, id, token, now, op, tonumber(ARGV[b + 3]) or 0, owner) end
+    else
+      r = settle_requeue(moves, k, jk, id, token, now, op, tonumber(ARGV[b + 3]) or 0, owner)
+      if op == 'h' then hold_starts(prefix, owner.ln, now + (tonumber(ARGV[b + 3]) or 0)) end
+    end
   end
   out[#out + 1] = r[1]
   out[#out + 1] = r[2] or 0
@@ -64,5 +73,6 @@ apply_moves(moves, k, prefix, keep_completed, keep_failed, now)
 local c = 5 + n * 5
 if ARGV[c + 1] then
   claim_jobs(k, prefix, now, tonumber(ARGV[c]), tonumber(ARGV[c + 1]), false, ARGV[c + 2], out)
+  wake_freed(prefix, moves)
 end
 return out

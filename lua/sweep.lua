@@ -27,8 +27,10 @@
 -- active, and its lane is settled in the ring. Phase "held" ZSCANs
 -- lanes:active and gives back slots whose job is not an active job of that
 -- lane; phase "ring" ZSCANs lanes:ring and puts each lane where its counts
--- say (lane_settle: ready, blocked, idle, or out when it has no jobs). So
--- a torn write cannot keep a lane's slot, or its place in the ring, lost.
+-- say (lane_settle: ready, blocked, idle, or out when it has no jobs),
+-- after putting back the lanes a rate limit or a handler's hold stopped
+-- whose time has come (lanes:wait, common.lua "Limits"). So a torn write
+-- cannot keep a lane's slot, or its place in the ring, lost.
 --
 -- The sweep repairs or skips, and never raises on malformed data (a raise
 -- would recur at the same cursor on every run and wedge the sweep there).
@@ -207,6 +209,9 @@ end
 
 if phase == 'ring' then
   if not lanes_usable then return {'0', 0, 0, 1} end
+  -- Stopped lanes whose time has come rejoin the turn first (claims that
+  -- take turns do it too, but none may run while no lane is ready).
+  if cursor == '0' and zset_or_none(prefix .. 'lanes:wait') then reopen_lanes(prefix, now, tonumber(count)) end
   local r = rcall('ZSCAN', prefix .. 'lanes:ring', cursor, 'COUNT', count)
   for i = 1, #r[2], 2 do
     local lane = r[2][i]

@@ -80,6 +80,7 @@ pub const SCRIPT_COMMANDS: &[&str] = &[
     "zrank",
     "zrevrank",
     "zrem",
+    "zremrangebyscore",
     "zscan",
     "zscore",
     "time",

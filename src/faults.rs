@@ -1,8 +1,8 @@
 //! Negative controls of the fault suite, built only with `--cfg
 //! echomq_faults` (never a normal build). `ECHOMQ_FAULT` is a
 //! comma-separated list of `no-token-check`, `client-clock`,
-//! `two-step-reaper`, `no-stall-increment`, `per-job-token` and
-//! `no-lane-cap`; each breaks one guarantee, so the suite can assert that
+//! `two-step-reaper`, `no-stall-increment`, `per-job-token`,
+//! `no-lane-cap`, `no-global-cap` and `no-rate-limit`; each breaks one guarantee, so the suite can assert that
 //! its checks notice.
 //! `settler-panic` makes a consumer's settler panic on its first batch, so
 //! a test can check how the consumer survives one of its own tasks dying.
@@ -33,6 +33,17 @@ pub(crate) fn apply(source: &str) -> String {
     if active("no-lane-cap") {
         // claims read no lane's cap: lanes still take turns, uncapped.
         src = src.replace("return tonumber(c[1] or c[2])", "return nil");
+    }
+    if active("no-global-cap") {
+        // claims read no global cap: the queue leases past it.
+        src = src.replace("local max = tonumber(lim[1])", "local max = nil");
+    }
+    if active("no-rate-limit") {
+        // claims read no rate limit, the queue's or a lane's.
+        src = src.replace(
+            "if type(s) ~= 'string' then return nil end",
+            "if true then return nil end",
+        );
     }
     if active("per-job-token") {
         // 0.1's scheme: the token is the job's own attempt count, which

@@ -46,6 +46,15 @@ pub(crate) struct Keys {
     pub lane_weights: String,
     /// Lanes: the turn counter, and the lane whose turn runs.
     pub lane_turn: String,
+    /// Limits: the global cap (`max`), the rate limit (`rate`) and a
+    /// handler's hold (`hold`) of the queue (see `lua/common.lua`, "Limits").
+    pub limits: String,
+    /// Limits: the queue's recent claims (for its rate limit).
+    pub limits_log: String,
+    /// Lanes: rate limits per lane; field `""` the queue-wide default.
+    pub lane_rates: String,
+    /// Lanes: when each stopped lane may give jobs again (server ms).
+    pub lane_wait: String,
 }
 
 impl Keys {
@@ -78,13 +87,17 @@ impl Keys {
             lane_caps: k("lanes:cap"),
             lane_weights: k("lanes:weight"),
             lane_turn: k("lanes:turn"),
+            limits: k("limits"),
+            limits_log: k("limits:log"),
+            lane_rates: k("lanes:rate"),
+            lane_wait: k("lanes:wait"),
             base,
         })
     }
 
     /// Every fixed key of the queue (not the job records, markers or user
     /// keys): what obliterate deletes last, and what the hash-tag test checks.
-    pub fn own(&self) -> [&String; 16] {
+    pub fn own(&self) -> [&String; 20] {
         [
             &self.pending,
             &self.active,
@@ -102,6 +115,10 @@ impl Keys {
             &self.lane_caps,
             &self.lane_weights,
             &self.lane_turn,
+            &self.limits,
+            &self.limits_log,
+            &self.lane_rates,
+            &self.lane_wait,
         ]
     }
 
@@ -118,6 +135,13 @@ impl Keys {
     /// The pending jobs of lane `lane` (a zset scored as `pending`).
     pub fn lane(&self, lane: &str) -> String {
         format!("{}lane:{lane}", self.base)
+    }
+
+    /// The recent claims of lane `lane` (for its rate limit; the scripts
+    /// build it from the prefix, and it expires by itself).
+    #[cfg_attr(not(test), allow(dead_code))]
+    pub fn lane_log(&self, lane: &str) -> String {
+        format!("{}lanes:log:{lane}", self.base)
     }
 }
 
@@ -177,6 +201,7 @@ mod tests {
         assert_eq!(k.job("42"), "emq:{mail}:job:42");
         assert_eq!(k.schedule("nightly"), "emq:{mail}:schedule:nightly");
         assert_eq!(k.lane("acme"), "emq:{mail}:lane:acme");
+        assert_eq!(k.lane_log("acme"), "emq:{mail}:lanes:log:acme");
     }
 
     // Names that would break the hash tag or the key space are refused.

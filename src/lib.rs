@@ -4,7 +4,7 @@
 //!
 //! - [`acl`]: the least-privilege ACL of an echomq user.
 //! - [`admin`]: operating a queue (pause and resume; the home of the
-//!   operator calls).
+//!   operator calls), lanes, and the global cap and rate limits.
 //! - [`client`]: the [`Client`]: connections and maintenance shared by the
 //!   queues of a process.
 //! - [`queue`]: the [`Queue`] handle: enqueue, inspect, and the low-level

@@ -117,6 +117,19 @@ async fn run_core(url: &str, name: &str, prefix: &str) -> echomq::ServerReport {
     q.remove(&[ok.as_str()]).await.unwrap();
     assert_eq!(q.sweep(1000).await.unwrap().repaired, 0);
     q.server_time_ms().await.unwrap();
+
+    // Global cap and rate limits: set, read, claimed under, held.
+    q.set_max_active(Some(5)).await.unwrap();
+    let per_second = echomq::admin::RateLimit::new(100, Duration::from_secs(1)).unwrap();
+    q.set_rate_limit(Some(per_second)).await.unwrap();
+    q.set_lane_default_rate_limit(Some(per_second)).await.unwrap();
+    q.enqueue_with(&6u32, &EnqueueOptions::new().lane("l")).await.unwrap();
+    let lease = q.claim(1, Duration::from_secs(30)).await.unwrap().remove(0);
+    q.rate_limited(&lease, Duration::from_millis(10)).await.unwrap();
+    assert_eq!(q.claim_limits().await.unwrap().max_active, Some(5));
+    q.lane_rate_limit("l").await.unwrap();
+    q.clear_rate_hold().await.unwrap();
+
     q.drain().await.unwrap();
     q.obliterate(true).await.unwrap();
     report

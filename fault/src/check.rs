@@ -54,6 +54,15 @@
 //!   lane is left in the ring: **full**, from the final state. A slot
 //!   given back twice would show in L1 (the lane would take one job too
 //!   many).
+//! - G1 (the global cap holds: never more active jobs of the queue than
+//!   its cap, `global_cap`): L1's sweep over the same surely-active
+//!   intervals, over every attempt of the queue. As strict as L1.
+//! - R1 (the queue's rate limit holds, `rate`: at most N claims in every
+//!   half-open window [t, t + W) of server-clock ms) and R2 (each lane's,
+//!   `lane_rate`): the claims' server times from the histories. A claim
+//!   whose record died with its worker is not counted, so the check never
+//!   reports a false violation; it is strict for the claims recorded
+//!   (almost all: a worker records a claim as soon as its reply arrives).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
@@ -72,6 +81,12 @@ pub struct CheckOptions {
     pub call_bound_ms: u64,
     /// The cap every lane of the run had (L1); `None`: not checked.
     pub lane_cap: Option<u64>,
+    /// The queue's global cap (G1); `None`: not checked.
+    pub global_cap: Option<u64>,
+    /// The queue's rate limit (R1): (claims, window ms); `None`: not checked.
+    pub rate: Option<(u64, u64)>,
+    /// Every lane's rate limit (R2): (claims, window ms); `None`: not checked.
+    pub lane_rate: Option<(u64, u64)>,
 }
 
 impl Default for CheckOptions {
@@ -80,6 +95,9 @@ impl Default for CheckOptions {
             drained: true,
             call_bound_ms: 15_000,
             lane_cap: None,
+            global_cap: None,
+            rate: None,
+            lane_rate: None,
         }
     }
 }
@@ -155,6 +173,12 @@ pub struct Report {
     pub lane_claims: u64,
     /// The most attempts of each lane surely active at once (L1).
     pub lane_max_active: BTreeMap<String, u64>,
+    /// The most attempts of the queue surely active at once (G1).
+    pub max_active: u64,
+    /// The most claims recorded in one window of the queue's rate limit (R1).
+    pub max_claims_per_window: u64,
+    /// The most claims recorded in one window of each lane's rate limit (R2).
+    pub lane_max_claims_per_window: BTreeMap<String, u64>,
     /// Invariant → "full", "partial: why" or "skipped: why".
     pub invariants: BTreeMap<String, String>,
     /// Every violation, prefixed with its invariant.
@@ -567,6 +591,8 @@ pub fn check(records: &[Record], state: &ServerState, opts: &CheckOptions) -> Re
 
     // ---- L1: a lane's cap holds; L2: every slot given back ----
     check_lanes(&jobs, &lease_of, opts, state, &mut r, &mut v);
+    // ---- R1, R2: rate limits ----
+    check_rates(&jobs, opts, &mut r, &mut v);
 
     // ---- I11: no call hangs past its bound ----
     for (what, ms) in &call_ms {
@@ -879,7 +905,92 @@ fn check_job(
     }
 }
 
-/// L1 and L2 (see the module docs).
+/// The most of `times` (ms) in one half-open window of `w` ms, and the
+/// start of that window.
+fn most_in_window(times: &mut [u64], w: u64) -> (u64, u64) {
+    times.sort_unstable();
+    let (mut j, mut most, mut at) = (0, 0, 0);
+    for i in 0..times.len() {
+        while times[i] - times[j] >= w {
+            j += 1;
+        }
+        if i - j + 1 > most {
+            (most, at) = (i - j + 1, times[j]);
+        }
+    }
+    (most as u64, at)
+}
+
+/// The most of `edges` ((time, +1 start / -1 end) of half-open intervals)
+/// at once, and when.
+fn most_at_once(mut e: Vec<(u64, i64)>) -> (u64, u64) {
+    // At one instant ends come before starts.
+    e.sort();
+    let (mut now, mut most, mut at) = (0i64, 0i64, 0u64);
+    for (t, d) in e {
+        now += d;
+        if now > most {
+            (most, at) = (now, t);
+        }
+    }
+    (most as u64, at)
+}
+
+/// R1 and R2 (see the module docs).
+fn check_rates(jobs: &BTreeMap<&str, JobHist>, opts: &CheckOptions, r: &mut Report, v: &mut Vec<String>) {
+    let mut all = Vec::new();
+    let mut by_lane: BTreeMap<&str, Vec<u64>> = BTreeMap::new();
+    for h in jobs.values() {
+        for a in h.attempts.values() {
+            let Some((at, _)) = a.claim else { continue };
+            all.push(at);
+            if let Some(l) = a.lane.as_deref() {
+                by_lane.entry(l).or_default().push(at);
+            }
+        }
+    }
+    match opts.rate {
+        Some((n, w)) => {
+            let (most, at) = most_in_window(&mut all, w);
+            r.max_claims_per_window = most;
+            if most > n {
+                v.push(format!(
+                    "R1 {most} claims in the {w} ms from {at}, over the queue's rate limit of {n}"
+                ));
+            }
+            r.invariants.insert(
+                "R1".into(),
+                "full for the claims recorded (unrecorded ones count for none)".into(),
+            );
+        }
+        None => {
+            r.invariants.insert("R1".into(), "skipped: no rate limit given".into());
+        }
+    }
+    match opts.lane_rate {
+        Some((n, w)) => {
+            for (lane, mut times) in by_lane {
+                let (most, at) = most_in_window(&mut times, w);
+                r.lane_max_claims_per_window.insert(lane.to_owned(), most);
+                if most > n {
+                    v.push(format!(
+                        "R2 lane {lane} had {most} claims in the {w} ms from {at}, over its rate limit of {n}"
+                    ));
+                }
+            }
+            r.invariants.insert(
+                "R2".into(),
+                "full for the claims recorded (unrecorded ones count for none)".into(),
+            );
+        }
+        None => {
+            r.invariants
+                .insert("R2".into(), "skipped: no lane rate limit given".into());
+        }
+    }
+}
+
+/// L1, L2 and G1 (see the module docs).
 fn check_lanes(
     jobs: &BTreeMap<&str, JobHist>,
     lease_of: &HashMap<&str, u64>,
@@ -890,13 +1001,18 @@ fn check_lanes(
 ) {
     // lane → (time, +1 start / -1 end) of each surely active interval
     let mut edges: BTreeMap<&str, Vec<(u64, i64)>> = BTreeMap::new();
+    // the same over every attempt of the queue (G1)
+    let mut queue_edges: Vec<(u64, i64)> = Vec::new();
     for (id, h) in jobs {
         let deliveries = state.jobs.get(*id).map_or(0, |j| j.attempts);
         for a in h.attempts.values() {
-            let (Some(lane), Some((start, _))) = (a.lane.as_deref(), a.claim) else {
+            let Some((start, _)) = a.claim else {
                 continue;
             };
-            r.lane_claims += 1;
+            let lane = a.lane.as_deref();
+            if lane.is_some() {
+                r.lane_claims += 1;
+            }
             // The end of this lease, when recorded: the settlement that
             // applied, or the reap that took it. A reap takes this lease
             // only if it ran before the next delivery's claim; when that
@@ -935,25 +1051,39 @@ fn check_lanes(
                 (None, None) => seen,
             };
             if end > start {
-                let e = edges.entry(lane).or_default();
-                e.push((start, 1));
-                e.push((end, -1));
+                queue_edges.push((start, 1));
+                queue_edges.push((end, -1));
+                if let Some(lane) = lane {
+                    let e = edges.entry(lane).or_default();
+                    e.push((start, 1));
+                    e.push((end, -1));
+                }
             }
         }
     }
-    for (lane, mut e) in edges {
-        // Half-open intervals: at one instant ends come before starts.
-        e.sort();
-        let (mut now, mut most, mut at) = (0i64, 0i64, 0u64);
-        for (t, d) in e {
-            now += d;
-            if now > most {
-                (most, at) = (now, t);
+    let (most, at) = most_at_once(queue_edges);
+    r.max_active = most;
+    match opts.global_cap {
+        Some(cap) => {
+            if most > cap {
+                v.push(format!(
+                    "G1 {most} jobs surely active at once (at {at}), over the queue's cap of {cap}"
+                ));
             }
+            r.invariants.insert(
+                "G1".into(),
+                "full for every lease whose end was recorded; others for as long as they were seen".into(),
+            );
         }
-        r.lane_max_active.insert(lane.to_owned(), most as u64);
+        None => {
+            r.invariants.insert("G1".into(), "skipped: no global cap given".into());
+        }
+    }
+    for (lane, e) in edges {
+        let (most, at) = most_at_once(e);
+        r.lane_max_active.insert(lane.to_owned(), most);
         if let Some(cap) = opts.lane_cap
-            && most as u64 > cap
+            && most > cap
         {
             v.push(format!(
                 "L1 lane {lane} had {most} jobs surely active at once (at {at}), over its cap of {cap}"
@@ -1466,6 +1596,40 @@ mod tests {
         let r = check(&h, &st, &capped(1));
         assert!(r.ok, "{:?}", r.violations);
         assert_eq!((r.lane_claims, r.lane_max_active["a"]), (3, 1));
+    }
+
+    // G1: three jobs active at once break a global cap of 2, not of 3.
+    #[test]
+    fn g1_global_cap() {
+        let (h, st) = laned(3, |i| 1000 + 10 * i);
+        let cap = |c| CheckOptions {
+            global_cap: Some(c),
+            ..CheckOptions::default()
+        };
+        let r = check(&h, &st, &cap(2));
+        assert!(r.violations.iter().any(|v| v.starts_with("G1")), "{:?}", r.violations);
+        assert_eq!(r.max_active, 3);
+        assert!(check(&h, &st, &cap(3)).ok);
+    }
+
+    // R1/R2: claims 40 ms apart put 3 in a 100 ms window (over a limit of 2), and 2 when 50 ms apart (a claim exactly a window later is in the next window).
+    #[test]
+    fn r1_r2_claims_per_window() {
+        let rated = |n| CheckOptions {
+            rate: Some((n, 100)),
+            lane_rate: Some((n, 100)),
+            ..CheckOptions::default()
+        };
+        let (h, st) = laned(4, |i| 1000 + 40 * i);
+        let r = check(&h, &st, &rated(2));
+        assert!(r.violations.iter().any(|v| v.starts_with("R1")), "{:?}", r.violations);
+        assert!(r.violations.iter().any(|v| v.starts_with("R2")), "{:?}", r.violations);
+        assert_eq!((r.max_claims_per_window, r.lane_max_claims_per_window["a"]), (3, 3));
+        assert!(check(&h, &st, &rated(3)).ok);
+        let (h, st) = laned(4, |i| 1000 + 50 * i);
+        let r = check(&h, &st, &rated(2));
+        assert!(r.ok, "{:?}", r.violations);
+        assert_eq!(r.max_claims_per_window, 2);
     }
 
     // L1 never reports a lease whose end went unrecorded past the time it was last seen.

@@ -115,6 +115,12 @@ pub struct ProducerOpts {
     pub lanes: u64,
     /// The cap to set on each of those lanes first.
     pub lane_cap: Option<u32>,
+    /// The queue's global cap to set first.
+    pub max_active: Option<u32>,
+    /// The queue's rate limit to set first: (claims, window ms).
+    pub rate: Option<(u32, u64)>,
+    /// The default rate limit of lanes to set first: (claims, window ms).
+    pub lane_rate: Option<(u32, u64)>,
 }
 
 impl Default for ProducerOpts {
@@ -128,6 +134,9 @@ impl Default for ProducerOpts {
             url: None,
             lanes: 0,
             lane_cap: None,
+            max_active: None,
+            rate: None,
+            lane_rate: None,
         }
     }
 }
@@ -329,6 +338,15 @@ impl Run {
         ];
         if let Some(cap) = o.lane_cap {
             args.push(format!("--lane-cap={cap}"));
+        }
+        if let Some(max) = o.max_active {
+            args.push(format!("--max-active={max}"));
+        }
+        if let Some((n, w)) = o.rate {
+            args.push(format!("--rate={n}:{w}"));
+        }
+        if let Some((n, w)) = o.lane_rate {
+            args.push(format!("--lane-rate={n}:{w}"));
         }
         let bin = self.bins.producer.clone();
         self.spawn("producer", "p", bin, args)

@@ -159,6 +159,31 @@ fn lane_caps_hold_under_kills() {
     );
 }
 
+// A global cap of 6, lane caps of 3, 30 claims per 300 ms for the queue and 5 per 100 ms per lane, with workers SIGKILLed at random: no cap and no rate limit is ever exceeded (claims counted on the server clock), each one binds, nothing is lost.
+#[test]
+fn limits_hold_under_kills() {
+    let _g = serial();
+    let o = scenarios::LimitsRun::short();
+    let out = scenarios::limits(&ctx(), o, Duration::from_secs(90));
+    passed("limits", &out);
+    assert!(out.check.n("worker_kills") >= 2, "too few kills to mean anything");
+    assert_eq!(
+        out.notes["max_active"].as_u64(),
+        Some(o.global_cap as u64),
+        "the global cap never bound"
+    );
+    assert_eq!(
+        out.notes["max_claims_per_window"].as_u64(),
+        Some(o.rate.0 as u64),
+        "the queue's rate limit never bound"
+    );
+    let lanes = out.notes["lane_max_claims_per_window"].as_object().expect("lanes seen");
+    assert!(
+        lanes.values().any(|n| n.as_u64() == Some(o.lane_rate.0 as u64)),
+        "no lane's rate limit bound: {lanes:?}"
+    );
+}
+
 // The server runs a complete but its reply is lost: the worker's retry answers "already settled".
 #[test]
 fn ack_reply_lost_in_flight() {

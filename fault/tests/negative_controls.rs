@@ -3,7 +3,8 @@
 //! The library has test-only breakages behind `--cfg echomq_faults` (see
 //! `src/faults.rs`), selected at run time by `ECHOMQ_FAULT`:
 //! `no-token-check`, `client-clock`, `two-step-reaper`,
-//! `no-stall-increment`, `per-job-token`, `no-lane-cap`. This test builds the fault
+//! `no-stall-increment`, `per-job-token`, `no-lane-cap`, `no-global-cap`,
+//! `no-rate-limit`. This test builds the fault
 //! binaries and the core tests once each with that cfg (into
 //! `target/faults`, so the normal build is untouched; a few minutes on 2
 //! cores), then for each control runs the scenario that exposes it and
@@ -215,6 +216,10 @@ fn without_a_control_the_faults_build_passes() {
         lanes_test("a_cap_bounds_active_jobs", None),
         "the lane test fails without any control"
     );
+    passed(
+        "none/limits",
+        &scenarios::limits(&c, scenarios::LimitsRun::short(), std::time::Duration::from_secs(90)),
+    );
     if faketime().is_some() {
         passed(
             "none/skewed",
@@ -304,6 +309,32 @@ fn no_lane_cap_is_caught() {
     failed("no-lane-cap", &out);
     assert!(out.check.violates("L1"));
     assert!(!lanes_test("a_cap_bounds_active_jobs", Some("no-lane-cap")));
+}
+
+// no-global-cap: claims ignore the queue's cap; the checker (G1) fails.
+#[test]
+fn no_global_cap_is_caught() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let out = scenarios::limits(
+        &ctx(Some("no-global-cap")),
+        scenarios::LimitsRun::short(),
+        std::time::Duration::from_secs(90),
+    );
+    failed("no-global-cap", &out);
+    assert!(out.check.violates("G1"));
+}
+
+// no-rate-limit: claims ignore every rate limit; the checker (R1 and R2) fails.
+#[test]
+fn no_rate_limit_is_caught() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let out = scenarios::limits(
+        &ctx(Some("no-rate-limit")),
+        scenarios::LimitsRun::short(),
+        std::time::Duration::from_secs(90),
+    );
+    failed("no-rate-limit", &out);
+    assert!(out.check.violates("R1") && out.check.violates("R2"));
 }
 
 // per-job-token: tokens restart at 1 for a reused id, so the deleted job's stale lease settles the new job; reused_id_cannot_be_settled_by_a_stale_token fails.

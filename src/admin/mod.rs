@@ -23,6 +23,14 @@
 //!   [`Queue::lane`](crate::Queue::lane), [`Queue::lanes`](crate::Queue::lanes),
 //!   [`Queue::lane_defaults`](crate::Queue::lane_defaults),
 //!   [`Queue::list_lane`](crate::Queue::list_lane).
+//! - `limits`: global concurrency and rate limits,
+//!   [`Queue::set_max_active`](crate::Queue::set_max_active),
+//!   [`Queue::set_rate_limit`](crate::Queue::set_rate_limit),
+//!   [`Queue::set_lane_rate_limit`](crate::Queue::set_lane_rate_limit),
+//!   [`Queue::set_lane_default_rate_limit`](crate::Queue::set_lane_default_rate_limit),
+//!   [`Queue::clear_rate_hold`](crate::Queue::clear_rate_hold),
+//!   [`Queue::claim_limits`](crate::Queue::claim_limits),
+//!   [`Queue::lane_rate_limit`](crate::Queue::lane_rate_limit).
 //! - `queues`: finding the queues on a server,
 //!   [`Client::queue_names`](crate::Client::queue_names) and
 //!   [`Client::queue_exists`](crate::Client::queue_exists).
@@ -30,6 +38,7 @@
 mod cancel;
 mod lanes;
 mod lifecycle;
+mod limits;
 mod list;
 mod pause;
 mod queues;
@@ -37,6 +46,7 @@ mod queues;
 pub use self::cancel::Cancel;
 pub use self::lanes::{LaneCursor, LaneDefaults, LaneInfo, LanePage, LaneState, MAX_LANE_WEIGHT};
 pub use self::lifecycle::Moved;
+pub use self::limits::{ClaimLimits, LaneRate, MAX_ACTIVE_CAP, MAX_RATE_JOBS, MAX_RATE_WINDOW, RateLimit};
 pub use self::list::{ListCursor, Page};
 pub use self::queues::DISCOVERY_STEP;
 

@@ -40,13 +40,17 @@ where
         }
         let sent = Instant::now();
         ctx.queue.client().maintenance().ensure_running();
-        match ctx.queue.claim(permits.len(), s.lease).await {
-            Ok(leases) if leases.is_empty() => {
+        match ctx.queue.claim_or_wait(permits.len(), s.lease).await {
+            Ok((leases, wait)) if leases.is_empty() => {
                 errors = 0;
                 drop(permits);
-                wait_for_work(&ctx.queue, &mut waiter, s.poll_interval, &ctx.stop).await;
+                // A rate limit stopped the claim: nothing can be leased
+                // before its window reopens (a wake-up may still come
+                // first, for another lane's job).
+                let poll = wait.map_or(s.poll_interval, |w| w.min(s.poll_interval));
+                wait_for_work(&ctx.queue, &mut waiter, poll, &ctx.stop).await;
             }
-            Ok(leases) => {
+            Ok((leases, _)) => {
                 errors = 0;
                 ctx.queue.client().maintenance().nudge(ctx.queue.base());
                 for (lease, permit) in leases.into_iter().zip(permits) {

@@ -22,6 +22,10 @@ pub enum HandlerResult {
     Fail,
     /// It asked to run later without spending an attempt.
     Snooze,
+    /// It said the remote service rate limited it: the job runs later
+    /// without spending an attempt, and its lane (or the queue) holds
+    /// starts meanwhile ([`HandlerError::rate_limited`](crate::HandlerError::rate_limited)).
+    RateLimited,
     /// It panicked: the job is retried with error "panicked".
     Panicked,
     /// The lease was lost: the handler was cancelled, nothing is settled.
@@ -38,7 +42,7 @@ pub enum HandlerResult {
 }
 
 impl HandlerResult {
-    /// The name used in logs: ok, retry, fail, snooze, panicked,
+    /// The name used in logs: ok, retry, fail, snooze, rate_limited, panicked,
     /// lease_lost, stopped, timed_out or cancelled.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -46,6 +50,7 @@ impl HandlerResult {
             HandlerResult::Retry => "retry",
             HandlerResult::Fail => "fail",
             HandlerResult::Snooze => "snooze",
+            HandlerResult::RateLimited => "rate_limited",
             HandlerResult::Panicked => "panicked",
             HandlerResult::LeaseLost => "lease_lost",
             HandlerResult::Stopped => "stopped",

@@ -20,6 +20,7 @@ use crate::limits::MAX_DELAY;
 /// | [`HandlerError::retry_after`] | is retried after the given delay, whatever the backoff |
 /// | [`HandlerError::fail`] | fails for good now (not retryable) |
 /// | [`HandlerError::snooze`] | runs again after the delay, no failure counted |
+/// | [`HandlerError::rate_limited`] | as `snooze`, and its lane (or the queue) starts no job until the delay has passed |
 ///
 /// ```
 /// use std::time::Duration;
@@ -47,6 +48,7 @@ pub(crate) enum Kind {
     Retry(Option<Duration>),
     Fail,
     Snooze(Duration),
+    RateLimited(Duration),
 }
 
 impl HandlerError {
@@ -88,6 +90,35 @@ impl HandlerError {
         HandlerError {
             kind: Kind::Snooze(delay),
             error: format!("snoozed for {delay:?}").into(),
+        }
+    }
+
+    /// The remote service this job calls said "too many requests, retry
+    /// after `retry_after`": the job runs again after that delay without
+    /// counting a failure (as [`snooze`](Self::snooze)), and the queue
+    /// holds further starts until the delay has passed, across every
+    /// consumer in every process, on the server's clock: the starts of the
+    /// job's lane when it has one, else of the whole queue
+    /// ([`Queue::rate_limited`](crate::Queue::rate_limited)). The delay
+    /// saturates at [`MAX_DELAY`](crate::limits::MAX_DELAY).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use echomq::{HandlerError, Job};
+    ///
+    /// async fn call_api(job: Job<String>) -> Result<(), HandlerError> {
+    ///     let status = 429; // what the remote API answered
+    ///     if status == 429 {
+    ///         return Err(HandlerError::rate_limited(Duration::from_secs(5)));
+    ///     }
+    ///     Ok(())
+    /// }
+    /// ```
+    pub fn rate_limited(retry_after: Duration) -> Self {
+        let delay = retry_after.min(MAX_DELAY);
+        HandlerError {
+            kind: Kind::RateLimited(delay),
+            error: format!("rate limited for {delay:?}").into(),
         }
     }
 
@@ -210,5 +241,7 @@ mod tests {
         let d = Duration::from_secs(3);
         assert_eq!(HandlerError::retry_after("x", d).kind(), Kind::Retry(Some(d)));
         assert_eq!(HandlerError::snooze(d).kind(), Kind::Snooze(d));
+        assert_eq!(HandlerError::rate_limited(d).kind(), Kind::RateLimited(d));
+        assert!(HandlerError::rate_limited(d).is_retryable());
     }
 }

@@ -47,6 +47,7 @@ impl Ended {
                 Kind::Retry(_) => HandlerResult::Retry,
                 Kind::Fail => HandlerResult::Fail,
                 Kind::Snooze(_) => HandlerResult::Snooze,
+                Kind::RateLimited(_) => HandlerResult::RateLimited,
             },
             Ended::Panicked => HandlerResult::Panicked,
             Ended::LeaseLost => HandlerResult::LeaseLost,
@@ -81,6 +82,7 @@ pub(crate) fn settlement(e: HandlerError, backoff: &RetryBackoff, lease: &Lease)
         }
         Kind::Fail => Settle::Fail { reason: e.to_string() },
         Kind::Snooze(delay) => Settle::Snooze { delay },
+        Kind::RateLimited(retry_after) => Settle::RateLimited { retry_after },
     }
 }
 

@@ -64,10 +64,13 @@ pub enum SettleOp {
     Snooze,
     /// [`Settle::Cancel`].
     Cancel,
+    /// [`Queue::rate_limited`].
+    RateLimited,
 }
 
 impl SettleOp {
-    /// The operation's name: complete, retry, fail, release, snooze or cancel.
+    /// The operation's name: complete, retry, fail, release, snooze,
+    /// cancel or rate_limited.
     pub fn as_str(self) -> &'static str {
         match self {
             SettleOp::Complete => "complete",
@@ -76,6 +79,7 @@ impl SettleOp {
             SettleOp::Release => "release",
             SettleOp::Snooze => "snooze",
             SettleOp::Cancel => "cancel",
+            SettleOp::RateLimited => "rate_limited",
         }
     }
 }
@@ -123,6 +127,12 @@ pub enum Settle {
         /// The reason to record ("cancelled" when empty).
         reason: String,
     },
+    /// As [`Queue::rate_limited`].
+    RateLimited {
+        /// How long until the job is due again, and until its lane (or
+        /// the queue) gives jobs again.
+        retry_after: Duration,
+    },
 }
 
 impl Settle {
@@ -135,6 +145,7 @@ impl Settle {
             Settle::Release => SettleOp::Release,
             Settle::Snooze { .. } => SettleOp::Snooze,
             Settle::Cancel { .. } => SettleOp::Cancel,
+            Settle::RateLimited { .. } => SettleOp::RateLimited,
         }
     }
 
@@ -170,6 +181,11 @@ impl Settle {
             Settle::Release => ("l", "0".into(), String::new()),
             Settle::Snooze { delay } => ("s", delay_ms("snooze delay", *delay)?.to_string(), String::new()),
             Settle::Cancel { reason } => ("x", "0".into(), truncate(reason, MAX_ERROR_BYTES)),
+            Settle::RateLimited { retry_after } => (
+                "h",
+                delay_ms("rate limited retry_after", *retry_after)?.to_string(),
+                String::new(),
+            ),
         })
     }
 }
@@ -200,9 +216,12 @@ pub(crate) fn encode_result<R: serde::Serialize + ?Sized>(result: &R) -> Result<
     Ok(Some(text))
 }
 
-/// Reads claim's `deadline, id, token, attempt, failures, limits, payload, lane, kind, ...` tail.
-fn read_leases(q: &Queue, r: &mut Reply, claimed_ms: u64) -> Result<Vec<Lease>> {
+/// Reads claim's `deadline, wait, id, token, attempt, failures, limits, payload, lane, kind, ...`
+/// tail: the leases, and how long until a rate limit that stopped the claim
+/// lets it lease again (`None`: nothing to wait for).
+fn read_leases(q: &Queue, r: &mut Reply, claimed_ms: u64) -> Result<(Vec<Lease>, Option<Duration>)> {
     let deadline_ms = r.uint()?;
+    let wait = Some(Duration::from_millis(r.uint()?)).filter(|w| !w.is_zero());
     let mut leases = Vec::with_capacity(r.remaining() / 8);
     while r.remaining() > 0 {
         leases.push(Lease {
@@ -220,7 +239,7 @@ fn read_leases(q: &Queue, r: &mut Reply, claimed_ms: u64) -> Result<Vec<Lease>> 
             cancel_requested: false,
         });
     }
-    Ok(leases)
+    Ok((leases, wait))
 }
 
 /// Maps a settling script's code: `Ok` for a move made or already made,
@@ -256,7 +275,10 @@ impl Queue {
     /// Leases up to `max` ready jobs for `lease` (deadline = server time +
     /// lease). Promotes due delayed jobs first. Returns an empty vector
     /// when nothing is ready. While lanes are in use, lanes take turns and
-    /// a lane at its cap gives none (the README's "Lanes").
+    /// a lane at its cap gives none (the README's "Lanes"). The queue's
+    /// global cap and the rate limits of the queue and its lanes lease
+    /// fewer jobs, or none ([`claim_or_wait`](Self::claim_or_wait) says
+    /// how long until a rate limit lets it lease again).
     ///
     /// ```no_run
     /// # async fn demo(queue: echomq::Queue) -> echomq::Result<()> {
@@ -272,6 +294,31 @@ impl Queue {
     /// [`Error::InvalidOption`] for `max` outside 1..=[`MAX_BATCH`] or a
     /// lease under 1 ms; server errors.
     pub async fn claim(&self, max: usize, lease: Duration) -> Result<Vec<Lease>> {
+        Ok(self.claim_or_wait(max, lease).await?.0)
+    }
+
+    /// [`claim`](Self::claim), and how long to wait before claiming again
+    /// when a rate limit (the queue's, or a lane's that left the claim
+    /// short) or a handler's [`rate_limited`](crate::HandlerError::rate_limited)
+    /// stopped it: the time until its window reopens, on the server's
+    /// clock. `None` when no limit stopped it (nothing was ready, or the
+    /// global cap was reached: a freed slot pushes a wake-up, see the
+    /// README's "Global concurrency and rate limits"). A loop that finds no
+    /// job sleeps this long rather than polling.
+    ///
+    /// ```no_run
+    /// # async fn demo(queue: echomq::Queue) -> echomq::Result<()> {
+    /// use std::time::Duration;
+    /// let (leases, wait) = queue.claim_or_wait(10, Duration::from_secs(30)).await?;
+    /// if leases.is_empty() {
+    ///     tokio::time::sleep(wait.unwrap_or(Duration::from_secs(1))).await;
+    /// }
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// As [`claim`](Self::claim).
+    pub async fn claim_or_wait(&self, max: usize, lease: Duration) -> Result<(Vec<Lease>, Option<Duration>)> {
         crate::settings::count("claim batch size", max, 1, MAX_BATCH)?;
         let lease_ms = lease_ms(lease)?;
         let k = self.keys();
@@ -395,7 +442,7 @@ impl Queue {
                     Settle::Retry { .. } => Outcome::Retrying { due_ms },
                     Settle::Fail { .. } => Outcome::Failed,
                     Settle::Release => Outcome::Released,
-                    Settle::Snooze { .. } => Outcome::Snoozed { due_ms },
+                    Settle::Snooze { .. } | Settle::RateLimited { .. } => Outcome::Snoozed { due_ms },
                     Settle::Cancel { .. } => Outcome::Cancelled,
                 },
             };
@@ -405,7 +452,7 @@ impl Queue {
             }));
         }
         let leases = if claim > 0 {
-            read_leases(self, &mut r, now)?
+            read_leases(self, &mut r, now)?.0
         } else {
             Vec::new()
         };
@@ -508,6 +555,30 @@ impl Queue {
     /// As [`retry`](Self::retry).
     pub async fn snooze(&self, lease: &Lease, delay: Duration) -> Result<Settled> {
         self.settle_one(lease, Settle::Snooze { delay }).await
+    }
+
+    /// Puts a leased job back to run again after `retry_after` without
+    /// counting a failure (as [`snooze`](Self::snooze)), and stops the
+    /// claims of its lane, or of the whole queue for a job without a lane,
+    /// until `retry_after` has passed on the server's clock: across every
+    /// consumer in every process, as a remote API that answered "429, retry
+    /// after X" would want. A later stop never shortens an earlier one.
+    /// The outcome reads [`Outcome::Snoozed`].
+    ///
+    /// ```no_run
+    /// # async fn demo(queue: echomq::Queue) -> echomq::Result<()> {
+    /// use std::time::Duration;
+    /// for lease in queue.claim(1, Duration::from_secs(30)).await? {
+    ///     // the remote API said "slow down for 2 s"
+    ///     queue.rate_limited(&lease, Duration::from_secs(2)).await?;
+    /// }
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// As [`retry`](Self::retry).
+    pub async fn rate_limited(&self, lease: &Lease, retry_after: Duration) -> Result<Settled> {
+        self.settle_one(lease, Settle::RateLimited { retry_after }).await
     }
 
     /// Renews a lease: the new deadline is server time + `duration`.

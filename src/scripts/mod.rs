@@ -95,6 +95,7 @@ pub(crate) struct Scripts {
     pub schedule_fire: Spec,
     pub lane_config: Spec,
     pub lanes: Spec,
+    pub limits: Spec,
 }
 
 #[cfg(test)]
@@ -122,6 +123,7 @@ impl Scripts {
             (&self.cancel, include_str!("../../lua/cancel.lua")),
             (&self.lane_config, include_str!("../../lua/lane_config.lua")),
             (&self.lanes, include_str!("../../lua/lanes.lua")),
+            (&self.limits, include_str!("../../lua/limits.lua")),
         ];
         #[cfg(feature = "cron")]
         all.extend([
@@ -261,6 +263,13 @@ pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
         &["ring", "held", "caps", "weights"],
         false,
         &["prefix", "cursor", "count"],
+    ),
+    limits: Spec::new(
+        "limits",
+        lua!("limits"),
+        &["limits", "rates", "pending", "wake"],
+        false,
+        &["prefix", "what", "lane", "value"],
     ),
     remove: Spec::new(
         "remove",

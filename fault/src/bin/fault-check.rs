@@ -5,7 +5,7 @@
 //!
 //! ```text
 //! fault-check --dir=DIR --url=redis://127.0.0.1:PORT/ --queue=Q [--not-drained] [--call-bound-ms=15000]
-//!     [--lane-cap=C]
+//!     [--lane-cap=C] [--global-cap=C] [--rate=N:W_MS] [--lane-rate=N:W_MS]
 //! ```
 
 use std::path::PathBuf;
@@ -13,6 +13,12 @@ use std::path::PathBuf;
 use echomq_fault::args::Args;
 use echomq_fault::check::{CheckOptions, check};
 use echomq_fault::{history, state};
+
+/// A rate limit argument "N:W_MS".
+fn rate_arg(s: &str, name: &str) -> (u64, u64) {
+    let (n, w) = s.split_once(':').unwrap_or_else(|| panic!("{name} takes N:W_MS"));
+    (n.parse().expect(name), w.parse().expect(name))
+}
 
 /// Violations printed in the text part (all of them go into the JSON line).
 const SHOWN: usize = 40;
@@ -39,6 +45,9 @@ async fn main() {
         drained: !a.get("not-drained", false),
         call_bound_ms: a.get("call-bound-ms", CheckOptions::default().call_bound_ms),
         lane_cap: a.opt("lane-cap").map(|c| c.parse().expect("--lane-cap")),
+        global_cap: a.opt("global-cap").map(|c| c.parse().expect("--global-cap")),
+        rate: a.opt("rate").map(|r| rate_arg(&r, "--rate")),
+        lane_rate: a.opt("lane-rate").map(|r| rate_arg(&r, "--lane-rate")),
     };
     let mut report = check(&records, &st, &opts);
     report.torn_lines = torn;
@@ -83,6 +92,12 @@ async fn main() {
         "stale settles rejected {}, stale heartbeats rejected {}, already-settled answers {}, lost {}",
         report.stale_settles_rejected, report.stale_heartbeats_rejected, report.already_settled, report.lost
     );
+    if opts.global_cap.is_some() || opts.rate.is_some() || opts.lane_rate.is_some() {
+        println!(
+            "most surely active at once {}, most claims in one window {} (per lane {:?})",
+            report.max_active, report.max_claims_per_window, report.lane_max_claims_per_window
+        );
+    }
     if report.lane_claims > 0 {
         println!(
             "lane claims {}, most surely active at once per lane {:?}",

@@ -5,8 +5,10 @@
 //! `--dedup-every`-th job carries a dedup id `g{k % groups}` (marker until
 //! the job finishes). With `--lanes=N`, job k is on lane `l{k % N}`, and
 //! `--lane-cap=C` first sets the cap of each of those lanes to C (stored in
-//! the server, so every worker's claims honour it). Records invoke / ok /
-//! fail (definite or unknown).
+//! the server, so every worker's claims honour it). `--max-active=C`,
+//! `--rate=N:W_MS` and `--lane-rate=N:W_MS` first set the queue's global
+//! cap, its rate limit and the default rate limit of its lanes. Records
+//! invoke / ok / fail (definite or unknown).
 //!
 //! Limits belong to the job and are fixed here, at enqueue: the handle's
 //! defaults (`Args::queue_options`) give every job 1,000 attempts, 1,000
@@ -17,6 +19,7 @@
 //! fault-producer --url=U --queue=Q --history=p1.jsonl --src=p1 --from=0 --count=1000 \
 //!     [--prefix=j] [--concurrency=8] [--dedup-every=0] [--dedup-groups=5]
 //!     [--pace-ms=0] [--response-timeout-ms=1000] [--lanes=0] [--lane-cap=C]
+//!     [--max-active=C] [--rate=N:W_MS] [--lane-rate=N:W_MS]
 //!     [--max-attempts=1000] [--max-stalls=1000] [--backoff-ms=20]
 //! ```
 
@@ -30,6 +33,13 @@ use echomq_fault::history::{Ev, History};
 
 /// How long one job's enqueue is retried before the producer gives up.
 const GIVE_UP: Duration = Duration::from_secs(120);
+
+/// A rate limit argument "N:W_MS".
+fn rate(s: &str) -> echomq::admin::RateLimit {
+    let (n, w) = s.split_once(':').expect("a rate limit is N:W_MS");
+    echomq::admin::RateLimit::new(n.parse().expect("N"), Duration::from_millis(w.parse().expect("W_MS")))
+        .expect("a valid rate limit")
+}
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
@@ -52,6 +62,19 @@ async fn main() {
                 .await
                 .expect("set a lane's cap");
         }
+    }
+    if let Some(max) = a.opt("max-active") {
+        let max: u32 = max.parse().expect("--max-active");
+        queue.set_max_active(Some(max)).await.expect("set the global cap");
+    }
+    if let Some(r) = a.opt("rate") {
+        queue.set_rate_limit(Some(rate(&r))).await.expect("set the rate limit");
+    }
+    if let Some(r) = a.opt("lane-rate") {
+        queue
+            .set_lane_default_rate_limit(Some(rate(&r)))
+            .await
+            .expect("set the lanes' rate limit");
     }
     hist.write(Ev::Start {
         role: "producer".into(),

@@ -1,0 +1,47 @@
+-- limits: reads or sets the queue's global cap, its rate limit and the
+-- rate limits of its lanes (common.lua "Limits"), stored in the server so
+-- every process's next claim honours them.
+--
+-- KEYS[1] limits (hash)  KEYS[2] rates (the lanes:rate hash)  KEYS[3] pending (zset)
+-- KEYS[4] wake (list)
+-- ARGV[1] prefix  key prefix "emq:{Q}:"
+-- ARGV[2] what    "get"; "max" the global cap; "rate" the queue's rate
+--                 limit; "lane_rate" a lane's rate limit (of `lane`,
+--                 "" for the default of lanes); "unhold" ends a handler's
+--                 hold of the queue (not of a lane: those end by themselves)
+-- ARGV[3] lane    the lane of "get" and "lane_rate" ("" for none / the default)
+-- ARGV[4] value   "max": the cap (at least 1); rates: "N:W" (N claims per
+--                 W ms, both at least 1); "" removes the setting
+--
+-- A setting takes effect at the next claim. A raised or removed limit
+-- wakes consumers waiting for work (as many as jobs are pending, at most
+-- the wake list's cap); a lane its old rate limit stopped gives jobs again
+-- when that window reopens, as before.
+-- Returns {now}, or for "get" {now, max, rate, hold, lane_rate,
+-- default_lane_rate, lane_reopens}: each "" when unset (hold: server ms,
+-- "" when past; lane_reopens: when the lane's window or hold ends, server
+-- ms, "" when it is not stopped).
+local limits_key, rates_key, pending_key, wake_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local prefix, what, lane, value = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
+local now = server_now()
+if what == 'get' then
+  local l = rcall('HMGET', limits_key, 'max', 'rate', 'hold')
+  local hold = l[3]
+  if hold and tonumber(hold) <= now then hold = nil end
+  local r = rcall('HMGET', rates_key, lane, '')
+  local reopens = ''
+  if lane ~= '' then reopens = int_s(lane_shut(prefix, lane, now) or 0) end
+  if reopens == '0' then reopens = '' end
+  if lane == '' then r[1] = '' end
+  return {now, l[1] or '', l[2] or '', hold or '', r[1] or '', r[2] or '', reopens}
+end
+if what == 'unhold' then
+  rcall('HDEL', limits_key, 'hold')
+elseif what == 'lane_rate' then
+  if value == '' then rcall('HDEL', rates_key, lane) else rcall('HSET', rates_key, lane, value) end
+else
+  if value == '' then rcall('HDEL', limits_key, what) else rcall('HSET', limits_key, what, value) end
+end
+local pending = rcall('ZCARD', pending_key)
+if pending > 0 then wake(wake_key, math.min(pending, WAKE_CAP)) end
+return {now}
