@@ -1,6 +1,6 @@
 //! A property-test campaign over the entry points: queue names, job ids,
 //! dedup ids, lanes, kinds, payloads, every enqueue and queue option, consumer
-//! settings and cron expressions, generated at random (and near the
+//! settings, global caps and rate limits, and cron expressions, generated at random (and near the
 //! edges: empty, huge, control characters, glob and brace characters,
 //! durations up to `Duration::MAX`, NaN jitter).
 //!
@@ -239,24 +239,30 @@ fn enqueue_inputs_are_refused_or_kept() {
         let q = echomq::Queue::connect(&server.url(), "fuzz").await.unwrap();
         (q, common::raw(&server).await)
     });
+    // Each option is set now and then, mostly to a sane value and
+    // sometimes to an edge, so both refusals and accepted jobs come up.
+    use proptest::option::weighted as sometimes;
+    let text = || prop_oneof![3 => "[a-z0-9._-]{1,20}", 1 => edgy_string()];
+    let time = || prop_oneof![3 => (0u64..10_000).prop_map(Duration::from_millis), 1 => any_duration()];
+    let count = || prop_oneof![3 => 0u32..100, 1 => any::<u32>()];
     let options = (
-        proptest::option::of(edgy_string()),
-        proptest::option::of(edgy_string()),
-        proptest::option::of(edgy_string()),
-        proptest::option::of(any_duration()),
+        sometimes(0.3, text()),
+        sometimes(0.3, text()),
+        sometimes(0.3, text()),
+        sometimes(0.3, time()),
         any::<i8>(),
-        proptest::option::of(any::<u32>()),
-        proptest::option::of(any::<u32>()),
-        proptest::option::of(any_duration()),
-        proptest::option::of(any_backoff()),
-        proptest::option::of(any_duration()),
+        sometimes(0.3, count()),
+        sometimes(0.3, count()),
+        sometimes(0.3, time()),
+        sometimes(0.3, any_backoff()),
+        sometimes(0.3, time()),
     );
     let strategy = (
         options,
         any_payload(),
         any_duration(),
         edgy_string(),
-        proptest::option::of(edgy_string()),
+        sometimes(0.3, text()),
     );
     let accepted = std::sync::atomic::AtomicU32::new(0);
     runner()
@@ -360,10 +366,12 @@ fn settings_are_refused_or_run() {
             count(),
             any_duration(),
         ),
+        (of(count()), count(), any_duration(), edgy_string()),
     );
     let started = std::sync::atomic::AtomicU32::new(0);
     runner()
-        .run(&strategy, |(c, d, qo)| {
+        .run(&strategy, |(c, d, qo, lim)| {
+            let (max_active, rate_jobs, rate_per, lane) = lim;
             let (concurrency, prefetch, lease, heartbeat) = c;
             let (poll, shutdown, reap, backoff) = d;
             let (max_payload, attempts, stalls, timeout, queue_backoff, keep, age) = qo;
@@ -385,6 +393,25 @@ fn settings_are_refused_or_run() {
                 };
                 // Each setting is set or left at its default, so that some
                 // combinations are valid and run.
+                // Limits stored in the server: set, then cleared, or refused.
+                let checks = [
+                    bounded("max_active", q.set_max_active(max_active)).await?,
+                    match echomq::admin::RateLimit::new(rate_jobs, rate_per) {
+                        Ok(r) => {
+                            let set = bounded("rate", q.set_rate_limit(Some(r))).await?;
+                            let lane = bounded("lane rate", q.set_lane_rate_limit(&lane, Some(r))).await?;
+                            set.and(lane)
+                        }
+                        Err(e) => Err(e),
+                    },
+                ];
+                for r in checks {
+                    if let Err(e) = r {
+                        prop_assert!(typed_refusal(&e), "limits: {e:?}");
+                    }
+                }
+                bounded("clear", q.set_max_active(None)).await?.unwrap();
+                bounded("clear", q.set_rate_limit(None)).await?.unwrap();
                 let mut consumer = Consumer::new(q, |_job: Job<u32>| async { Ok(()) })
                     .shutdown_timeout(shutdown.min(Duration::from_secs(1)));
                 if let Some(v) = concurrency {
