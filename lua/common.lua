@@ -630,15 +630,15 @@ local function claim_turns(k, prefix, limit, picked, now, lane_limits)
           -- without a record. Its entry in `pending` goes too unless a
           -- pending job holds that id (another lane's, or an unlaned job
           -- that reuses the id): that one stays claimable.
-          local job = hfields(prefix .. 'job:' .. id, 'p', 'f', 'a', 'lm', 'kd', 'st', 'ln')
-          if job and job[1] and job[6] == 'pending' and job[7] == lane then
+          local job = hfields(prefix .. 'job:' .. id, 'p', 'f', 'a', 'lm', 'kd', 'ct', 'st', 'ln')
+          if job and job[1] and job[7] == 'pending' and job[8] == lane then
             gone[#gone + 1] = id
             picked[#picked + 1] = {id = id, job = job, lane = lane}
             held[#held + 1] = 0
             held[#held + 1] = held_member(lane, id)
             active = active + 1
             used = used + 1
-          elseif not (job and job[6] == 'pending') then
+          elseif not (job and job[7] == 'pending') then
             gone[#gone + 1] = id
           end
         end
@@ -679,7 +679,7 @@ local function claim_turns(k, prefix, limit, picked, now, lane_limits)
   return cut
 end
 
--- Leases job `id` (its record's fields `job`: p, f, a, lm, kd) with fencing
+-- Leases job `id` (its record's fields `job`: p, f, a, lm, kd, ct) with fencing
 -- token `token` until `deadline_s`: attempts += 1, state active, holder.
 -- Appends its reply fields to `out` (lane "" for none) and its deadline
 -- and id to `zargs` (the active set's ZADD). A pending id without a record
@@ -704,6 +704,7 @@ local function lease_job(jk, id, job, token, now, deadline_s, holder, lane, zarg
   out[#out + 1] = job[1]
   out[#out + 1] = lane
   out[#out + 1] = job[5] or ''
+  out[#out + 1] = job[6] or '0'
 end
 
 -- Leases up to `limit` pending jobs until now + lease, after promoting up
@@ -720,7 +721,8 @@ end
 -- `k` holds pending, active, delayed, wake, token, meta; `holder` names
 -- the claiming consumer (stored as `hd`).
 -- Appends {deadline, wait, id_1, token_1, attempt_1, failures_1, limits_1,
--- payload_1, lane_1, kind_1, ...} to `out` (lane and kind "" for none);
+-- payload_1, lane_1, kind_1, created_1, ...} to `out` (lane and kind ""
+-- for none; created: the record's `ct`, server ms, "0" if it has none);
 -- `wait` also says when the first stopped lane reopens, when the claim
 -- leased fewer than `limit` jobs.
 local function claim_jobs(k, prefix, now, lease, limit, promote, holder, out)
@@ -788,7 +790,13 @@ local function claim_jobs(k, prefix, now, lease, limit, promote, holder, out)
       local id = popped[i]
       local jk = prefix .. 'job:' .. id
       token = token + 1
-      lease_job(jk, id, hfields(jk, 'p', 'f', 'a', 'lm', 'kd'), token, now, deadline_s, holder, '', zargs, out)
+      local job = hfields(jk, 'p', 'f', 'a', 'lm', 'kd', 'ct', 'st')
+      -- Only a job whose record says pending: a torn write (a restart that
+      -- replayed part of a script) can leave a finished or running job's id
+      -- on pending too, and leasing it would run it again. Its id just
+      -- leaves pending; the sweep puts the job where its state says.
+      if job and job[7] and job[7] ~= 'pending' then job = nil end
+      lease_job(jk, id, job, token, now, deadline_s, holder, '', zargs, out)
       if #zargs > 2 * #logged then logged[#logged + 1] = int_s(token) end
     end
   else
@@ -811,7 +819,7 @@ local function claim_jobs(k, prefix, now, lease, limit, promote, holder, out)
     for _, pick in ipairs(picked) do
       local jk = prefix .. 'job:' .. pick.id
       token = token + 1
-      lease_job(jk, pick.id, pick.job or hfields(jk, 'p', 'f', 'a', 'lm', 'kd'), token, now, deadline_s, holder,
+      lease_job(jk, pick.id, pick.job or hfields(jk, 'p', 'f', 'a', 'lm', 'kd', 'ct'), token, now, deadline_s, holder,
         pick.lane or '', zargs, out)
       if #zargs > 2 * #logged then
         logged[#logged + 1] = int_s(token)

@@ -85,6 +85,12 @@ pub(crate) fn idempotency_key(queue: &str, id: &str) -> String {
     format!("{{{queue}}}:{id}")
 }
 
+/// The incarnation key of job `id` of `queue` stored at `created_ms`:
+/// `{QUEUE}:ID@CREATED_MS`.
+pub(crate) fn incarnation_key(queue: &str, id: &str, created_ms: u64) -> String {
+    format!("{}@{created_ms}", idempotency_key(queue, id))
+}
+
 /// A job handed to a [`Consumer`](crate::Consumer)'s handler.
 #[derive(Debug)]
 pub struct Job<T> {
@@ -103,6 +109,8 @@ pub struct Job<T> {
     pub(crate) lane: Option<String>,
     /// The job's kind, if it has one.
     pub(crate) kind: Option<String>,
+    /// When its record was created (server ms).
+    pub(crate) created_ms: u64,
     pub(crate) cancel: CancellationToken,
     /// Set when an operator asked to cancel the job (seen at a lease renewal).
     pub(crate) cancel_requested: std::sync::Arc<std::sync::atomic::AtomicBool>,
@@ -131,6 +139,7 @@ impl<T> Job<T> {
             payload,
             lane: lease.lane.clone(),
             kind: lease.kind.clone(),
+            created_ms: lease.created_ms,
             cancel,
             cancel_requested,
         }
@@ -192,6 +201,7 @@ impl<T> Job<T> {
             payload: f(self.payload),
             lane: self.lane,
             kind: self.kind,
+            created_ms: self.created_ms,
             cancel: self.cancel,
             cancel_requested: self.cancel_requested,
         }
@@ -218,9 +228,20 @@ impl<T> Job<T> {
     /// webhooks, a unique column) so that the *external system* recognises
     /// a redelivery and applies the effect once: delivery is at-least-once,
     /// and this is how the effect becomes exactly-once. Namespace it if
-    /// several deployments share the external account, and mind that ids
-    /// restart if the queue's keys are deleted; see [`crate::effect`] for
-    /// this and the other tools (effect markers, atomic completion).
+    /// several deployments share the external account; see
+    /// [`crate::effect`] for this and the other tools (effect markers,
+    /// atomic completion).
+    ///
+    /// The exact rule: the key names the *id*, so every job ever stored
+    /// under one id of one queue has it. That is what a caller-chosen id
+    /// means (one piece of work: enqueued again after its record was
+    /// deleted, it is recognised as done). But a minted id (all digits) is
+    /// minted again when the queue's counter goes back: its keys deleted,
+    /// or acknowledged writes lost to a torn append-only file or a failover
+    /// to a replica that lagged. A new job then shares the key of a job
+    /// that may have applied its effect, and the external system would
+    /// skip the new job's effect. Where that matters, use
+    /// [`incarnation_key`](Self::incarnation_key).
     ///
     /// ```
     /// # fn demo(job: &echomq::Job<()>) {
@@ -229,6 +250,29 @@ impl<T> Job<T> {
     /// ```
     pub fn idempotency_key(&self) -> String {
         idempotency_key(&self.queue, &self.id)
+    }
+    /// A key that is the same on every delivery of this job and differs for
+    /// every other job ever stored, even under the same id:
+    /// `{QUEUE}:ID@CREATED_MS`, with the server time at which the record was
+    /// created. A job stored again under an id (a caller id enqueued again
+    /// after its record was deleted, a minted id minted again after lost
+    /// writes rolled the counter back) gets another key, since its record is
+    /// created later on the server's clock. (Two records of one id created
+    /// in the same millisecond would share it: an id must be deleted and
+    /// stored again within that millisecond.)
+    ///
+    /// ```
+    /// # fn demo(job: &echomq::Job<()>) {
+    /// let key = job.incarnation_key(); // e.g. "{payments}:42@1796147134748"
+    /// # let _ = key; }
+    /// ```
+    pub fn incarnation_key(&self) -> String {
+        incarnation_key(&self.queue, &self.id, self.created_ms)
+    }
+    /// When the job was stored (server ms since the Unix epoch): the same
+    /// on every delivery.
+    pub fn created_ms(&self) -> u64 {
+        self.created_ms
     }
     /// Cancelled when this attempt must stop: its lease was lost or could
     /// not be renewed in time, the consumer is shutting down past its

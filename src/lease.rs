@@ -28,6 +28,9 @@ pub struct Lease {
     pub(crate) lane: Option<String>,
     /// The job's kind, if it has one (what a router routes by).
     pub(crate) kind: Option<String>,
+    /// When the job's record was created (server ms; 0 for a record
+    /// without one): tells incarnations of one id apart.
+    pub(crate) created_ms: u64,
     /// Set by [`Queue::extend`](crate::Queue::extend) when an operator
     /// asked to cancel the job.
     pub(crate) cancel_requested: bool,
@@ -71,6 +74,21 @@ impl Lease {
     /// The job's limits, fixed at enqueue.
     pub fn limits(&self) -> &Limits {
         &self.limits
+    }
+    /// When the job was stored (server ms): the same on every delivery,
+    /// different for a later job stored under the same id.
+    pub fn created_ms(&self) -> u64 {
+        self.created_ms
+    }
+    /// [`Job::incarnation_key`](crate::Job::incarnation_key) for the
+    /// low-level API: `{QUEUE}:ID@CREATED_MS`.
+    pub fn incarnation_key(&self) -> String {
+        // The base is `PREFIX:{NAME}:`, and neither part may hold a brace.
+        let name = match (self.queue.find('{'), self.queue.rfind('}')) {
+            (Some(a), Some(b)) if a < b => &self.queue[a + 1..b],
+            _ => &self.queue,
+        };
+        crate::job::incarnation_key(name, &self.id, self.created_ms)
     }
     /// The job's lane, if it has one: this lease holds one of the lane's
     /// slots until it is settled, released, snoozed or reaped.

@@ -634,3 +634,38 @@ fn run_example(name: &str, args: &[&str]) -> serde_json::Value {
         .unwrap_or_else(|| panic!("{name} printed no readout:\n{stdout}"));
     serde_json::from_str(line).unwrap()
 }
+
+// The idempotency key names the id; the incarnation key also tells apart a job stored again under that id, after its record was deleted or after the id counter went back (lost writes), and is the same on every delivery of one job.
+#[tokio::test]
+async fn incarnation_keys_differ_when_an_id_is_minted_again() {
+    let opts = echomq::QueueOptions::new().keep_completed(echomq::Retention::None);
+    let (s, q) = common::setup_with("incarnation", opts).await;
+    let id = q.enqueue(&1u32).await.unwrap();
+    let first = q.claim(1, Duration::from_millis(50)).await.unwrap().remove(0);
+    let again = redeliver(&q, &first, LONG).await;
+    assert_eq!(
+        first.incarnation_key(),
+        again.incarnation_key(),
+        "stable across redeliveries"
+    );
+    assert!(
+        first
+            .incarnation_key()
+            .starts_with(&format!("{}@", q.idempotency_key(&id)))
+    );
+    q.complete(&again).await.unwrap(); // and its record is deleted
+    // The counter goes back, as after a torn append-only file: the id is minted again.
+    let mut c = common::raw(&s).await;
+    let _: () = redis::cmd("DECR")
+        .arg(format!("emq:{{{}}}:seq", q.name()))
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    common::past(&q, first.created_ms()).await;
+    let id2 = q.enqueue(&2u32).await.unwrap();
+    assert_eq!(id2, id, "the id was minted again");
+    let second = q.claim(1, LONG).await.unwrap().remove(0);
+    assert_eq!(q.idempotency_key(second.id()), q.idempotency_key(first.id()));
+    assert_ne!(second.incarnation_key(), first.incarnation_key());
+    assert!(second.created_ms() > first.created_ms());
+}

@@ -464,3 +464,21 @@ async fn maintenance_sweeps_at_start_and_after_a_restart() {
     );
     worker.shutdown().await.unwrap();
 }
+
+// A claim leases only jobs whose record says pending: a finished job that a torn write left on pending is not run again.
+#[tokio::test]
+async fn claims_skip_finished_jobs_left_on_pending() {
+    let (s, q) = setup("torn-pending").await;
+    let id = q.enqueue(&1u32).await.unwrap();
+    let lease = q.claim(1, Duration::from_secs(30)).await.unwrap().remove(0);
+    q.complete(&lease).await.unwrap();
+    let mut c = raw(&s).await;
+    run(&mut c, &["ZADD", &format!("emq:{{{}}}:pending", q.name()), "0", &id]).await;
+    assert!(
+        q.claim(1, Duration::from_secs(30)).await.unwrap().is_empty(),
+        "ran again"
+    );
+    let counts = q.counts().await.unwrap();
+    assert_eq!((counts.pending, counts.active, counts.completed), (0, 0, 1));
+    assert_eq!(q.job(&id).await.unwrap().state, JobState::Completed);
+}

@@ -138,6 +138,7 @@ mod tests {
             failures: 0,
             limits: Limits::default(),
             payload: Vec::new(),
+            created_ms: 0,
             deadline_ms: 0,
             claimed_ms: 0,
             cancel_requested: false,

@@ -25,12 +25,18 @@
 //!
 //! Limits: the key is unique among the jobs of one server and key prefix.
 //! Add your own namespace if several deployments or environments share one
-//! external account (`format!("prod:{}", job.idempotency_key())`). A queue
-//! whose keys were deleted (`FLUSHALL`) mints ids from 1 again, and a
-//! caller-chosen id is meant to stand for one piece of work: enqueued again
-//! after its job was completed and trimmed, it gets the same key. Hash the
-//! key if an API limits its length (it can reach about 460 bytes). For a job
-//! with several external effects use one key per effect:
+//! external account (`format!("prod:{}", job.idempotency_key())`). The key
+//! names the id, not one stored job: a caller-chosen id is meant to stand
+//! for one piece of work (enqueued again after its job was completed and
+//! trimmed, it gets the same key), but a minted id is minted again when the
+//! queue's counter goes back (its keys deleted, or acknowledged writes lost
+//! to a torn append-only file or a failover), and the new job then shares a
+//! key with a job that may have applied its effect.
+//! [`Job::incarnation_key`](crate::Job::incarnation_key)
+//! (`{QUEUE}:ID@CREATED_MS`, also on [`Lease`](crate::Lease)) differs for
+//! every job ever stored, so use it where that matters. Hash the key if an
+//! API limits its length (it can reach about 480 bytes). For a job with
+//! several external effects use one key per effect:
 //! [`EffectMarker::idempotency_key`] is `{QUEUE}:ID:EFFECT`.
 //!
 //! # 2. Effect markers: effects you can check but not make idempotent
