@@ -1,31 +1,30 @@
-//! The claim loop: leases jobs while slots are free, and waits for a
-//! wake-up when there is nothing to lease.
+//! The claim loop, which leases jobs while slots are free from the queues
+//! the selection gives them to, and the wake-up, which waits with one
+//! blocking call on the wake lists of all idle queues.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use serde::de::DeserializeOwned;
-use tokio::time::{Instant, sleep};
-use tokio_util::sync::CancellationToken;
+use tokio::task::JoinSet;
+use tokio::time::{Instant, sleep, sleep_until};
 use tracing::{debug, warn};
 
 use super::Ctx;
 use super::MAX_CLAIM_BATCH;
-use super::handler::Handler;
+use super::prefetch::Slot;
 use crate::conn::Dedicated;
 use crate::error::Error;
-use crate::queue::Queue;
+
+/// The longest a wake-up waits while some queue is busy: a queue that runs
+/// dry meanwhile is listened to within this (the blocking call names the
+/// lists of the queues idle when it was sent). An idle worker's wait is
+/// the poll interval.
+pub(super) const BUSY_WAKE_WAIT: Duration = Duration::from_millis(50);
 
 /// Claims while slots are free, until `stop`. (At full load the settler
 /// refills most slots itself, in the call that settles their jobs.)
-pub(super) async fn claim_loop<T, H>(ctx: Arc<Ctx<H>>)
-where
-    T: DeserializeOwned + Send + 'static,
-    H: Handler<T>,
-{
-    let s = &ctx.settings;
-    let mut waiter: Option<Dedicated> = None;
-    let mut errors = 0u32;
+pub(super) async fn claim_loop(ctx: Arc<Ctx>) {
     loop {
         let first = tokio::select! {
             p = ctx.slots.acquire() => match p { Some(p) => p, None => break },
@@ -38,62 +37,140 @@ where
                 None => break,
             }
         }
-        let sent = Instant::now();
-        ctx.queue.client().maintenance().ensure_running();
-        match ctx.queue.claim(permits.len(), s.lease).await {
-            Ok(leases) if leases.is_empty() => {
-                errors = 0;
-                drop(permits);
-                wait_for_work(&ctx.queue, &mut waiter, s.poll_interval, &ctx.stop).await;
+        let now = Instant::now();
+        let (plan, hold_ends) = {
+            let mut s = ctx.sched();
+            (s.plan(permits.len(), now), s.hold_ends(now))
+        };
+        if plan.is_empty() {
+            // No queue is ready: wait for a wake-up (or a poll) or a hold's end.
+            drop(permits);
+            let far = now + ctx.settings.poll_interval;
+            tokio::select! {
+                _ = ctx.work.notified() => {}
+                _ = sleep_until(hold_ends.unwrap_or(far).min(far)) => {}
+                _ = ctx.stop.cancelled() => break,
             }
-            Ok(leases) => {
-                errors = 0;
-                ctx.queue.client().maintenance().nudge(ctx.queue.base());
-                for (lease, permit) in leases.into_iter().zip(permits) {
-                    ctx.start::<T>(lease, sent, permit);
-                }
+            continue;
+        }
+        // Slots the plan did not use go back now.
+        let used: usize = plan.iter().map(|(_, n)| n).sum();
+        permits.truncate(used);
+        if let [(q, _)] = plan[..] {
+            claim(&ctx, q, permits).await;
+            continue;
+        }
+        // Several queues: their claims go out together.
+        let mut claims = JoinSet::new();
+        for (q, n) in plan {
+            let slots: Vec<Slot> = permits.drain(..n).collect();
+            let ctx = ctx.clone();
+            claims.spawn(async move { claim(&ctx, q, slots).await });
+        }
+        while claims.join_next().await.is_some() {}
+    }
+}
+
+/// Claims `slots.len()` jobs from queue `q` and starts them.
+async fn claim(ctx: &Arc<Ctx>, q: usize, slots: Vec<Slot>) {
+    let queue = ctx.queue(q);
+    let asked = slots.len();
+    let sent = Instant::now();
+    queue.client().maintenance().ensure_running();
+    match queue.claim(asked, ctx.settings.lease).await {
+        Ok(leases) => {
+            ctx.claimed(q, asked, leases.len());
+            if !leases.is_empty() {
+                queue.client().maintenance().nudge(queue.base());
             }
-            Err(e) => {
-                drop(permits);
-                errors = errors.saturating_add(1);
-                let pause = Duration::from_millis(50u64 << errors.min(6));
-                warn!(queue = ctx.queue.name(), error = %e, ?pause, "claim failed; retrying");
-                tokio::select! { _ = sleep(pause) => {}, _ = ctx.stop.cancelled() => break }
+            for (lease, slot) in leases.into_iter().zip(slots) {
+                ctx.start(q, lease, sent, slot);
             }
+        }
+        Err(e) => {
+            drop(slots);
+            let pause = ctx.sched().failed(q, asked, Instant::now());
+            warn!(queue = queue.name(), error = %e, ?pause, "claim failed; retrying");
         }
     }
 }
 
-/// Waits for a wake token (pushed by enqueue, retry, release, reap and
-/// promotion) on a dedicated blocking connection, at most `poll`.
-async fn wait_for_work(queue: &Queue, waiter: &mut Option<Dedicated>, poll: Duration, stop: &CancellationToken) {
-    if waiter.is_none() {
-        match queue.client().blocking_connection().await {
-            Ok(c) => *waiter = Some(c),
-            Err(e) => {
-                debug!(queue = queue.name(), error = %e, "no blocking connection; polling");
-                tokio::select! { _ = sleep(poll) => {}, _ = stop.cancelled() => {} }
-                return;
+/// The wake-up: waits for a wake token (pushed by enqueue, retry, release,
+/// reap and promotion) on the idle queues' wake lists, with one blocking
+/// call on a dedicated connection whose reply names the list, so only
+/// that queue is claimed from. Ends the wait early for the safety-net
+/// poll. Runs until `stop`.
+pub(super) async fn waker(ctx: Arc<Ctx>) {
+    let mut conn: Option<Dedicated> = None;
+    let wake_keys: HashMap<&str, usize> = ctx
+        .queues
+        .iter()
+        .enumerate()
+        .map(|(q, s)| (s.queue.keys().wake.as_str(), q))
+        .collect();
+    let poll = ctx.settings.poll_interval;
+    while !ctx.stop.is_cancelled() {
+        let wait = ctx.sched().wait();
+        if wait.listen.is_empty() {
+            tokio::select! {
+                _ = ctx.idled.notified() => {}
+                _ = ctx.stop.cancelled() => return,
+            }
+            continue;
+        }
+        let now = Instant::now();
+        let mut until = wait.poll_at.unwrap_or(now + poll);
+        if wait.busy {
+            until = until.min(now + BUSY_WAKE_WAIT);
+        }
+        if conn.is_none() {
+            match ctx.queue(0).client().blocking_connection().await {
+                Ok(c) => conn = Some(c),
+                Err(e) => {
+                    debug!(queues = ctx.names(), error = %e, "no blocking connection; polling");
+                    tokio::select! { _ = sleep_until(until) => {}, _ = ctx.stop.cancelled() => return }
+                    ctx.timed_out();
+                    continue;
+                }
             }
         }
-    }
-    let Some(conn) = waiter.as_mut() else { return };
-    let mut cmd = redis::cmd("BLPOP");
-    cmd.arg(&queue.keys().wake).arg(poll.as_secs_f64());
-    // No response timeout on this connection (BLPOP blocks by design), so
-    // bound the wait here: a connection that died silently is replaced.
-    let blpop = tokio::time::timeout(
-        poll + Duration::from_secs(1),
-        cmd.query_async::<Option<(String, String)>>(conn),
-    );
-    tokio::select! {
-        r = blpop => if let Err(e) = r.map_err(|_| Error::Timeout(poll)).and_then(|r| r.map_err(Error::from_redis)) {
-            debug!(queue = queue.name(), error = %e, "wake-up wait failed; reconnecting");
-            *waiter = None;
-            tokio::select! { _ = sleep(poll.min(Duration::from_millis(200))) => {}, _ = stop.cancelled() => {} }
-        },
-        // The reply of an abandoned BLPOP would arrive later on this
-        // connection: drop it rather than reuse it.
-        _ = stop.cancelled() => *waiter = None,
+        let Some(c) = conn.as_mut() else { continue };
+        // The server's timeout has a resolution of about a millisecond; 0
+        // would block for ever.
+        let secs = until
+            .saturating_duration_since(Instant::now())
+            .max(Duration::from_millis(1));
+        let mut cmd = redis::cmd("BLPOP");
+        for q in &wait.listen {
+            cmd.arg(&ctx.queue(*q).keys().wake);
+        }
+        cmd.arg(secs.as_secs_f64());
+        // No response timeout on this connection (BLPOP blocks by design),
+        // so bound the wait here: a connection that died silently is replaced.
+        let blpop = tokio::time::timeout(
+            secs + Duration::from_secs(1),
+            cmd.query_async::<Option<(String, String)>>(c),
+        );
+        tokio::select! {
+            r = blpop => match r.map_err(|_| Error::Timeout(secs)).and_then(|r| r.map_err(Error::from_redis)) {
+                Ok(Some((key, _))) => match wake_keys.get(key.as_str()) {
+                    Some(q) => ctx.woken(*q),
+                    None => debug!(key, "a wake-up from an unknown list"),
+                },
+                Ok(None) => ctx.timed_out(),
+                Err(e) => {
+                    debug!(queues = ctx.names(), error = %e, "wake-up wait failed; reconnecting");
+                    conn = None;
+                    tokio::select! { _ = sleep(poll.min(Duration::from_millis(200))) => {}, _ = ctx.stop.cancelled() => return }
+                    // A push may have been missed: look at every idle queue again.
+                    for q in wait.listen {
+                        ctx.woken(q);
+                    }
+                }
+            },
+            // The reply of an abandoned BLPOP would arrive later on this
+            // connection: drop it rather than reuse it.
+            _ = ctx.stop.cancelled() => return,
+        }
     }
 }
