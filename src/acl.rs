@@ -29,8 +29,9 @@
 
 /// Commands echomq sends itself: scripts by SHA (loaded on `NOSCRIPT`),
 /// `MULTI`/`EXEC` around the reads of `Queue::job` and `Queue::counts`,
-/// `TIME`, a consumer's `BLPOP` wake-up wait, and `SELECT` for a database
-/// other than 0.
+/// `TIME`, a consumer's `BLPOP` wake-up wait, `SELECT` for a database
+/// other than 0, and `LPUSH`/`PEXPIRE` on a worker's own wake list (which
+/// ends its wake-up wait early when a queue goes idle).
 pub const DIRECT_COMMANDS: &[&str] = &[
     "evalsha",
     "script|load",
@@ -43,6 +44,8 @@ pub const DIRECT_COMMANDS: &[&str] = &[
     "time",
     "blpop",
     "select",
+    "lpush",
+    "pexpire",
 ];
 
 /// Commands echomq's scripts call.

@@ -16,11 +16,9 @@ use super::prefetch::Slot;
 use crate::conn::Dedicated;
 use crate::error::Error;
 
-/// The longest a wake-up waits while some queue is busy: a queue that runs
-/// dry meanwhile is listened to within this (the blocking call names the
-/// lists of the queues idle when it was sent). An idle worker's wait is
-/// the poll interval.
-pub(super) const BUSY_WAKE_WAIT: Duration = Duration::from_millis(50);
+/// How long a push to a worker's own wake list lives: it is popped at once
+/// by the wake-up it ends; one left by a worker that died goes with it.
+const OWN_WAKE_TTL_MS: u64 = 60_000;
 
 /// Claims while slots are free, until `stop`. (At full load the settler
 /// refills most slots itself, in the call that settles their jobs.)
@@ -98,7 +96,9 @@ async fn claim(ctx: &Arc<Ctx>, q: usize, slots: Vec<Slot>) {
 /// The wake-up: waits for a wake token (pushed by enqueue, retry, release,
 /// reap and promotion) on the idle queues' wake lists, with one blocking
 /// call on a dedicated connection whose reply names the list, so only
-/// that queue is claimed from. Ends the wait early for the safety-net
+/// that queue is claimed from. The call also names the worker's own wake
+/// list: when a queue goes idle while it blocks, a push there ends it, and
+/// the next call names that queue too. Ends the wait for the safety-net
 /// poll. Runs until `stop`.
 pub(super) async fn waker(ctx: Arc<Ctx>) {
     let mut conn: Option<Dedicated> = None;
@@ -118,11 +118,7 @@ pub(super) async fn waker(ctx: Arc<Ctx>) {
             }
             continue;
         }
-        let now = Instant::now();
-        let mut until = wait.poll_at.unwrap_or(now + poll);
-        if wait.busy {
-            until = until.min(now + BUSY_WAKE_WAIT);
-        }
+        let until = wait.poll_at.unwrap_or_else(|| Instant::now() + poll);
         if conn.is_none() {
             match ctx.queue(0).client().blocking_connection().await {
                 Ok(c) => conn = Some(c),
@@ -144,33 +140,69 @@ pub(super) async fn waker(ctx: Arc<Ctx>) {
         for q in &wait.listen {
             cmd.arg(&ctx.queue(*q).keys().wake);
         }
-        cmd.arg(secs.as_secs_f64());
+        cmd.arg(&ctx.own_wake).arg(secs.as_secs_f64());
         // No response timeout on this connection (BLPOP blocks by design),
         // so bound the wait here: a connection that died silently is replaced.
-        let blpop = tokio::time::timeout(
-            secs + Duration::from_secs(1),
-            cmd.query_async::<Option<(String, String)>>(c),
-        );
-        tokio::select! {
-            r = blpop => match r.map_err(|_| Error::Timeout(secs)).and_then(|r| r.map_err(Error::from_redis)) {
-                Ok(Some((key, _))) => match wake_keys.get(key.as_str()) {
-                    Some(q) => ctx.woken(*q),
-                    None => debug!(key, "a wake-up from an unknown list"),
-                },
-                Ok(None) => ctx.timed_out(),
-                Err(e) => {
-                    debug!(queues = ctx.names(), error = %e, "wake-up wait failed; reconnecting");
-                    conn = None;
-                    tokio::select! { _ = sleep(poll.min(Duration::from_millis(200))) => {}, _ = ctx.stop.cancelled() => return }
-                    // A push may have been missed: look at every idle queue again.
-                    for q in wait.listen {
-                        ctx.woken(q);
+        let r = {
+            let blpop = tokio::time::timeout(
+                secs + Duration::from_secs(1),
+                cmd.query_async::<Option<(String, String)>>(c),
+            );
+            tokio::pin!(blpop);
+            let mut pushed = false;
+            loop {
+                tokio::select! {
+                    r = &mut blpop => break r,
+                    // A queue went idle: end this wait, so the next names it.
+                    _ = ctx.idled.notified(), if !pushed => {
+                        pushed = true;
+                        end_wait(&ctx).await;
                     }
+                    // The reply of an abandoned BLPOP would arrive later on
+                    // this connection: drop it rather than reuse it.
+                    _ = ctx.stop.cancelled() => return,
                 }
+            }
+        };
+        match r
+            .map_err(|_| Error::Timeout(secs))
+            .and_then(|r| r.map_err(Error::from_redis))
+        {
+            Ok(Some((key, _))) if key == ctx.own_wake => {}
+            Ok(Some((key, _))) => match wake_keys.get(key.as_str()) {
+                Some(q) => ctx.woken(*q),
+                None => debug!(key, "a wake-up from an unknown list"),
             },
-            // The reply of an abandoned BLPOP would arrive later on this
-            // connection: drop it rather than reuse it.
-            _ = ctx.stop.cancelled() => return,
+            Ok(None) => ctx.timed_out(),
+            Err(e) => {
+                debug!(queues = ctx.names(), error = %e, "wake-up wait failed; reconnecting");
+                conn = None;
+                tokio::select! { _ = sleep(poll.min(Duration::from_millis(200))) => {}, _ = ctx.stop.cancelled() => return }
+                // A push may have been missed: look at every idle queue again.
+                for q in wait.listen {
+                    ctx.woken(q);
+                }
+            }
         }
+    }
+}
+
+/// Ends the wake-up's blocking call with a push to the worker's own wake
+/// list (should it fail, the call ends at its timeout).
+async fn end_wait(ctx: &Ctx) {
+    let mut conn = ctx.queue(0).conn();
+    let r: redis::RedisResult<()> = redis::pipe()
+        .cmd("LPUSH")
+        .arg(&ctx.own_wake)
+        .arg(1)
+        .ignore()
+        .cmd("PEXPIRE")
+        .arg(&ctx.own_wake)
+        .arg(OWN_WAKE_TTL_MS)
+        .ignore()
+        .query_async(&mut conn)
+        .await;
+    if let Err(e) = r {
+        debug!(error = %e, "could not end the wake-up's wait early");
     }
 }

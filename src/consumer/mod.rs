@@ -409,6 +409,9 @@ struct Ctx {
     work: tokio::sync::Notify,
     /// Wakes the wake-up when a queue went idle (its list is to be listened to).
     idled: tokio::sync::Notify,
+    /// The worker's own wake list: a push to it ends the wake-up's wait
+    /// (keys::worker_wake).
+    own_wake: String,
     settings: Settings,
     /// One per lease held, whatever its queue: running, prefetched, or
     /// finished until it is settled (`concurrency`, plus the prefetch while

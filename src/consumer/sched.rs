@@ -10,6 +10,14 @@
 //! costs the others nothing. A queue that comes back (woken, or its hold
 //! over) starts level with the lowest pass of the ready queues, so time
 //! spent idle is not banked as a burst that would starve the others.
+//!
+//! A queue is ready unless it is idle (its last claim came back short; a
+//! push to its wake list, or the safety-net poll, makes it ready again) or
+//! held (`not_before`: after a failed claim; a "nothing before this
+//! instant" hint in a claim reply, such as a rate limit's, is meant to set
+//! the same field, leaving `idle_since` alone, so the claim loop sleeps
+//! until the hold ends instead of polling and the wake-up does not listen
+//! to the queue meanwhile).
 
 use std::time::Duration;
 
@@ -72,9 +80,6 @@ pub(super) struct Wait {
     pub listen: Vec<usize>,
     /// When the safety-net poll is due (`None`: no queue is idle).
     pub poll_at: Option<Instant>,
-    /// Some queue is not idle (it is being served, or held): a queue that
-    /// goes idle meanwhile must be listened to soon, so waits are short.
-    pub busy: bool,
 }
 
 impl Sched {
@@ -235,7 +240,6 @@ impl Sched {
                 .filter(|&q| self.queues[q].idle_since.is_some())
                 .collect(),
             poll_at: self.poll_due().map(|(_, at)| at),
-            busy: self.queues.iter().any(|s| s.idle_since.is_none()),
         }
     }
 
@@ -339,10 +343,10 @@ mod tests {
         assert!(s.claimed(0, 1, 0, t0 + Duration::from_millis(1)));
         assert!(s.claimed(2, 1, 0, t0 + Duration::from_millis(2)));
         let w = s.wait();
-        assert_eq!((w.listen, w.poll_at, w.busy), (vec![0, 1, 2], Some(t0 + poll), false));
+        assert_eq!((w.listen, w.poll_at), (vec![0, 1, 2], Some(t0 + poll)));
         assert!(!s.timed_out(t0 + poll / 2));
         assert!(s.timed_out(t0 + poll));
-        assert!(s.wait().busy);
+        assert_eq!(s.wait().listen, vec![0, 2]);
         assert_eq!(s.plan(3, t0 + poll), vec![(1, 3)]);
         s.claimed(1, 3, 0, t0 + poll);
         assert_eq!(s.wait().poll_at, Some(t0 + poll + poll));

@@ -338,6 +338,7 @@ impl Worker {
             sched: std::sync::Mutex::new(Sched::new(order, &weights, settings.poll_interval, Instant::now())),
             work: tokio::sync::Notify::new(),
             idled: tokio::sync::Notify::new(),
+            own_wake: crate::keys::worker_wake(&queues[0].queue.options().prefix, &uuid::Uuid::new_v4().to_string()),
             queues,
             // Automatic prefetch adds its slots while it leases ahead.
             slots: Slots::new(settings.concurrency + settings.prefetch.unwrap_or(0)),
