@@ -95,7 +95,9 @@ pub const AUTO_PREFETCH_WAIT: Duration = Duration::from_secs(1);
 
 /// Runs an async handler for each job of a queue. Configure with the
 /// chained setters (checked when it starts), then [`spawn`](Self::spawn)
-/// it (or [`run`](Self::run) it until a shutdown future resolves).
+/// it (or [`run`](Self::run) it until a shutdown future resolves). It is a
+/// [`Worker`] of one queue; for many queues in one process, one worker
+/// over all of them shares one pool and one wake-up connection.
 ///
 /// What the handler returns decides the job's fate (see
 /// [`HandlerError`]): `Ok` completes it; an error retries it after the
