@@ -373,3 +373,26 @@ async fn a_paused_queue_waits_for_resume() {
     assert!(common::completes(&paused, &held).await);
     worker.shutdown().await.unwrap();
 }
+
+// A queue that goes idle while the wake-up blocks on the others is heard at once (a push to the worker's own wake list ends the wait), not after the poll interval.
+#[tokio::test]
+async fn a_queue_gone_idle_is_heard_at_once() {
+    let (_s, client) = client().await;
+    let qs = queues(&client, 2).await;
+    let worker = Worker::new()
+        .poll_interval(Duration::from_secs(30))
+        .queue(qs[0].clone(), |_job: Job<u32>| async {
+            // Long enough for the wake-up to block on the other queue alone.
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            Ok(())
+        })
+        .queue(qs[1].clone(), |_job: Job<u32>| async { Ok(()) })
+        .spawn()
+        .unwrap();
+    for n in [1u32, 2, 3] {
+        let id = qs[0].enqueue(&n).await.unwrap();
+        let info = qs[0].wait(&id, Duration::from_secs(5)).await.unwrap();
+        assert_eq!(info.state, JobState::Completed);
+    }
+    worker.shutdown().await.unwrap();
+}
