@@ -209,8 +209,17 @@ impl Sched {
         let s = &mut self.queues[q];
         s.errors = s.errors.saturating_add(1);
         let pause = Duration::from_millis(50u64 << s.errors.min(6));
-        s.not_before = Some(later(now, pause));
+        self.hold_until(q, later(now, pause));
         pause
+    }
+
+    /// Claims nothing from `q` before `until` (a failed claim's backoff;
+    /// a claim reply's "nothing before" hint, such as a rate limit's, goes
+    /// here too). The queue is not idle meanwhile: the claim loop sleeps
+    /// until the hold ends, and the wake-up does not listen to it.
+    pub(super) fn hold_until(&mut self, q: usize, until: Instant) {
+        let s = &mut self.queues[q];
+        s.not_before = Some(s.not_before.map_or(until, |t| t.max(until)));
     }
 
     /// A push to `q`'s wake list was seen: it may have work.
