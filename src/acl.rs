@@ -30,9 +30,10 @@
 /// Commands echomq sends itself: scripts by SHA (loaded on `NOSCRIPT`),
 /// `MULTI`/`EXEC` around the reads of `Queue::job` and `Queue::counts`,
 /// `TIME`, a consumer's `BLPOP` wake-up wait, `SELECT` for a database
-/// other than 0, and `CLIENT ID`, with which the maintenance task notices
+/// other than 0, `CLIENT ID`, with which the maintenance task notices
 /// that its connection was made anew (a server restart or failover: it
-/// then sweeps its queues).
+/// then sweeps its queues), and `LPUSH`/`PEXPIRE` on a worker's own wake
+/// list (which ends its wake-up wait early when a queue goes idle).
 pub const DIRECT_COMMANDS: &[&str] = &[
     "evalsha",
     "script|load",
@@ -46,6 +47,8 @@ pub const DIRECT_COMMANDS: &[&str] = &[
     "blpop",
     "select",
     "client|id",
+    "lpush",
+    "pexpire",
 ];
 
 /// Commands echomq's scripts call.

@@ -368,6 +368,11 @@ impl Client {
         self.inner.conn.clone()
     }
 
+    /// True when both are handles on the same client (clones of one).
+    pub(crate) fn same_as(&self, other: &Client) -> bool {
+        Arc::ptr_eq(&self.inner, &other.inner)
+    }
+
     pub(crate) fn maintenance(&self) -> &Arc<Maintenance> {
         &self.inner.maintenance
     }

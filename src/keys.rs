@@ -145,6 +145,15 @@ impl Keys {
     }
 }
 
+/// A worker's own wake list, `PREFIX:worker:ID` (no hash tag: it belongs
+/// to no queue; the wake-up names it beside the queues' wake lists, so a
+/// push to it ends the blocking call early, when the set of lists to
+/// listen to has changed). Pushes to it expire, so a worker that dies
+/// leaves nothing behind for long.
+pub(crate) fn worker_wake(prefix: &str, id: &str) -> String {
+    format!("{prefix}:worker:{id}")
+}
+
 /// Checks a queue name: non-empty, at most [`MAX_QUEUE_NAME_BYTES`], no
 /// braces (they would break the hash tag) and no control characters.
 ///

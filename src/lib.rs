@@ -11,7 +11,8 @@
 //!   claim/settle calls for people who write their own loop.
 //! - [`consumer`]: the [`Consumer`]: claims, runs a handler per job with
 //!   heartbeats, settles with the fencing token; [`HandlerError`] says what
-//!   happens to a job whose handler fails.
+//!   happens to a job whose handler fails. A [`Worker`] serves many queues
+//!   with one pool and one wake-up (a consumer is a one-queue worker).
 //! - [`kinds`]: several kinds of job on one queue: [`JobKind`] and the
 //!   [`Kinds`] router that runs each job with its kind's handler.
 //! - [`handlers`]: handlers beyond closures: [`with_state`] (application
@@ -59,7 +60,9 @@ mod settings;
 pub mod testing;
 
 pub use client::{Client, ClientOptions};
-pub use consumer::{Consumer, ConsumerHandle, Event, Handler, HandlerError, HandlerResult, RetryContext};
+pub use consumer::{
+    Consumer, ConsumerHandle, Event, Handler, HandlerError, HandlerResult, Order, RetryContext, Worker, WorkerHandle,
+};
 pub use effect::{EffectMarker, Effects, MarkerState, Once, OnceError};
 pub use error::{Error, Result};
 pub use handlers::with_state;

@@ -8,7 +8,7 @@ use std::time::Duration;
 use echomq::server::LocalServer;
 use echomq::{
     Client, Consumer, EffectMarker, Effects, EnqueueOptions, Error, HandlerError, Job, JobState, MarkerState,
-    QueueOptions, Reaper,
+    QueueOptions, Reaper, Worker,
 };
 
 /// Creates user `user` with password `pw` and `rules` (space-separated)
@@ -63,6 +63,31 @@ async fn run_core(url: &str, name: &str, prefix: &str) -> echomq::ServerReport {
         JobState::Completed
     );
     consumer.shutdown().await.unwrap();
+
+    // A worker over two queues: a queue that goes idle while the wake-up
+    // blocks ends that wait with a push to the worker's own wake list (a
+    // refused push would leave the next job waiting the 30 s poll).
+    let q2 = client
+        .queue_with(&format!("{name}-2"), QueueOptions::new().prefix(prefix))
+        .await
+        .unwrap();
+    let worker = Worker::new()
+        .poll_interval(Duration::from_secs(30))
+        .queue(q.clone(), |_job: Job<u32>| async {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            Ok(())
+        })
+        .queue(q2.clone(), |_job: Job<u32>| async { Ok(()) })
+        .spawn()
+        .unwrap();
+    for n in [1u32, 2] {
+        let id = q.enqueue(&n).await.unwrap();
+        assert_eq!(
+            q.wait(&id, Duration::from_secs(10)).await.unwrap().state,
+            JobState::Completed
+        );
+    }
+    worker.shutdown().await.unwrap();
 
     // Enqueue options, bulk, dedup; pause and resume; promote.
     let delayed = q

@@ -66,17 +66,22 @@ impl std::fmt::Display for HandlerResult {
     }
 }
 
-/// A step in a job's life inside a [`Consumer`](super::Consumer), handed
-/// to its [`observer`](super::Consumer::observer)s. Server times are in ms
-/// since the Unix epoch on the server's clock, the time base of every
-/// deadline.
+/// A step in a job's life inside a [`Consumer`](super::Consumer) or
+/// [`Worker`](super::Worker), handed to its
+/// [`observer`](super::Consumer::observer)s. Server times are in ms since
+/// the Unix epoch on the server's clock, the time base of every deadline.
+/// Every variant names the job's queue; variants may gain fields, so
+/// match them with `..`.
 #[derive(Debug)]
 #[non_exhaustive]
 pub enum Event<'a> {
     /// A job was leased to this consumer; its handler starts next (for a
     /// job leased ahead, once a handler is free, unless it is released
     /// unstarted first).
+    #[non_exhaustive]
     Claimed {
+        /// The job's queue (a [`Worker`](super::Worker) serves several).
+        queue: &'a str,
         /// The job.
         id: &'a str,
         /// The fencing token of this delivery.
@@ -91,7 +96,10 @@ pub enum Event<'a> {
         lane: Option<&'a str>,
     },
     /// A heartbeat renewed the lease.
+    #[non_exhaustive]
     Extended {
+        /// The job's queue (a [`Worker`](super::Worker) serves several).
+        queue: &'a str,
         /// The job.
         id: &'a str,
         /// The token.
@@ -102,7 +110,10 @@ pub enum Event<'a> {
     /// A renewal found that an operator asked to cancel the job
     /// ([`Queue::cancel`](crate::Queue::cancel)): the handler's
     /// [`Job::cancellation`](crate::Job::cancellation) fires now.
+    #[non_exhaustive]
     CancelRequested {
+        /// The job's queue (a [`Worker`](super::Worker) serves several).
+        queue: &'a str,
         /// The job.
         id: &'a str,
         /// The token.
@@ -110,7 +121,10 @@ pub enum Event<'a> {
     },
     /// The lease was lost (reaped, or renewal unconfirmed within the
     /// safety window): the handler is cancelled and its result not settled.
+    #[non_exhaustive]
     LeaseLost {
+        /// The job's queue (a [`Worker`](super::Worker) serves several).
+        queue: &'a str,
         /// The job.
         id: &'a str,
         /// The token.
@@ -120,7 +134,10 @@ pub enum Event<'a> {
         confirmed: bool,
     },
     /// The handler returned (or panicked, or was cancelled); settlement follows.
+    #[non_exhaustive]
     HandlerDone {
+        /// The job's queue (a [`Worker`](super::Worker) serves several).
+        queue: &'a str,
         /// The job.
         id: &'a str,
         /// The token.
@@ -129,7 +146,10 @@ pub enum Event<'a> {
         result: HandlerResult,
     },
     /// A settlement was sent.
+    #[non_exhaustive]
     SettleSent {
+        /// The job's queue (a [`Worker`](super::Worker) serves several).
+        queue: &'a str,
         /// The job.
         id: &'a str,
         /// The token.
@@ -138,7 +158,10 @@ pub enum Event<'a> {
         op: SettleOp,
     },
     /// The server applied a settlement, or answered that it already had.
+    #[non_exhaustive]
     Settled {
+        /// The job's queue (a [`Worker`](super::Worker) serves several).
+        queue: &'a str,
         /// The job.
         id: &'a str,
         /// The token.
@@ -153,7 +176,10 @@ pub enum Event<'a> {
     /// A settlement was not applied: `LeaseLost`/`JobNotFound` (definite),
     /// a bad item (an invalid delay), or a transport failure whose outcome
     /// is unknown, after retries.
+    #[non_exhaustive]
     SettleFailed {
+        /// The job's queue (a [`Worker`](super::Worker) serves several).
+        queue: &'a str,
         /// The job.
         id: &'a str,
         /// The token.

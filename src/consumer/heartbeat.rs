@@ -132,6 +132,7 @@ impl Heartbeat {
             Ok(Ok((deadline_ms, cancel))) => {
                 self.renewed(sent);
                 emit(Event::Extended {
+                    queue: q.name(),
                     id: &lease.id,
                     token: lease.token,
                     deadline_ms,
@@ -143,6 +144,7 @@ impl Heartbeat {
                     warn!(error = %e, "lease lost; its result will not be settled");
                 }
                 emit(Event::LeaseLost {
+                    queue: q.name(),
                     id: &lease.id,
                     token: lease.token,
                     confirmed: true,
@@ -160,6 +162,7 @@ impl Heartbeat {
                     warn!("lease not confirmed within the safety window; its result will not be settled");
                 }
                 emit(Event::LeaseLost {
+                    queue: q.name(),
                     id: &lease.id,
                     token: lease.token,
                     confirmed: false,

@@ -6,19 +6,18 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use serde::de::DeserializeOwned;
 use tokio::sync::OwnedSemaphorePermit;
 use tokio::time::{Instant, sleep_until, timeout_at};
 use tracing::{Instrument, debug, info_span, warn};
 
 use super::Ctx;
 use super::backoff::RetryBackoff;
+use super::erased::JobParts;
 use super::event::{Event, HandlerResult};
-use super::handler::{Handler, HandlerError, Kind};
+use super::handler::{HandlerError, Kind};
 use super::heartbeat::{Beat, Heartbeat, LeaseClock};
 use super::prefetch::{Slot, Turn};
 use super::settler::Pending;
-use crate::job::Job;
 use crate::lease::Lease;
 use crate::queue::Settle;
 use crate::settings::later;
@@ -86,7 +85,7 @@ pub(crate) fn settlement(e: HandlerError, backoff: &RetryBackoff, lease: &Lease)
     }
 }
 
-impl<H> Ctx<H> {
+impl Ctx {
     /// Waits for a free handler for a job leased at `claimed_at` (a job
     /// leased ahead waits here; see [`Consumer::prefetch`](super::Consumer::prefetch)).
     async fn turn(&self, claimed_at: Instant) -> Turn {
@@ -115,19 +114,16 @@ impl<H> Ctx<H> {
         }
     }
 
-    /// Starts a job task for a fresh lease, holding `slot`.
-    pub(super) fn start<T>(self: &Arc<Self>, lease: Lease, claimed_at: Instant, slot: Slot)
-    where
-        T: DeserializeOwned + Send + 'static,
-        H: Handler<T>,
-    {
-        self.tasks.spawn(run_job::<T, H>(self.clone(), lease, claimed_at, slot));
+    /// Starts a job task for a fresh lease of queue `q`, holding `slot`.
+    pub(super) fn start(self: &Arc<Self>, q: usize, lease: Lease, claimed_at: Instant, slot: Slot) {
+        self.tasks.spawn(run_job(self.clone(), q, lease, claimed_at, slot));
     }
 
     /// Hands a finished job to the settler (with its slot, if it frees
     /// one). `kept`: the keeper renews the lease until the answer.
-    fn settle(&self, lease: Arc<Lease>, op: Settle, clock: LeaseClock, slot: Option<Slot>, kept: bool) {
+    fn settle(&self, q: usize, lease: Arc<Lease>, op: Settle, clock: LeaseClock, slot: Option<Slot>, kept: bool) {
         let pending = Pending {
+            q,
             lease,
             op,
             clock,
@@ -138,27 +134,24 @@ impl<H> Ctx<H> {
             // The settler died (it is library code, but a bug must not
             // strand the job until its lease lapses): settle directly.
             warn!(job_id = %p.lease.id, "settler gone; settling directly");
-            let queue = self.queue.clone();
+            let queue = self.queue(p.q).clone();
             let keeper = self.keeper.clone();
             self.tasks.spawn(async move {
                 if let Err(e) = queue.settle_many(&[(&p.lease, &p.op)]).await {
                     warn!(job_id = %p.lease.id, error = %e, "direct settlement failed; the reaper will return the job");
                 }
-                keeper.release(p.lease.token);
+                keeper.release(p.q, p.lease.token);
             });
         }
     }
 }
 
-/// Runs one leased job: decode, handle with heartbeats, settle.
-async fn run_job<T, H>(ctx: Arc<Ctx<H>>, lease: Lease, claimed_at: Instant, permit: Slot)
-where
-    T: DeserializeOwned + Send + 'static,
-    H: Handler<T>,
-{
+/// Runs one leased job of queue `q`: decode, handle with heartbeats, settle.
+async fn run_job(ctx: Arc<Ctx>, q: usize, lease: Lease, claimed_at: Instant, permit: Slot) {
+    let queue = ctx.queue(q).clone();
     let span = info_span!(
         "job",
-        queue = ctx.queue.name(),
+        queue = queue.name(),
         job_id = %lease.id,
         attempt = lease.attempt,
         token = lease.token,
@@ -167,8 +160,9 @@ where
     );
     async move {
         let s = &ctx.settings;
-        let q = &ctx.queue;
+        let qn = queue.name();
         s.observers.emit(Event::Claimed {
+            queue: qn,
             id: &lease.id,
             token: lease.token,
             attempt: lease.attempt,
@@ -177,12 +171,13 @@ where
             lane: lease.lane(),
         });
         let mut heart = Heartbeat::new(s, claimed_at);
-        let payload: T = match lease.decode_payload() {
-            Ok(p) => p,
+        let ready = match ctx.queues[q].handler.decode(&lease) {
+            Ok(r) => r,
             Err(e) => {
                 warn!(error = %e, "payload does not decode; failing the job");
                 let reason = format!("undecodable payload: {e}");
                 ctx.settle(
+                    q,
                     Arc::new(lease),
                     Settle::Fail { reason },
                     heart.clock(),
@@ -202,10 +197,11 @@ where
                 // cancel request made while it waited, so a job cancelled
                 // before it started never runs.
                 let sent = Instant::now();
-                match timeout_at(later(claimed_at, s.safety_window()), q.renew(&lease, s.lease)).await {
+                match timeout_at(later(claimed_at, s.safety_window()), queue.renew(&lease, s.lease)).await {
                     Ok(Ok((deadline_ms, cancel))) => {
                         heart.renewed(sent);
                         s.observers.emit(Event::Extended {
+                            queue: qn,
                             id: &lease.id,
                             token: lease.token,
                             deadline_ms,
@@ -214,7 +210,7 @@ where
                             debug!("cancel requested before the job started");
                             drop(p);
                             let op = Settle::Cancel { reason: String::new() };
-                            ctx.settle(lease, op, heart.clock(), Some(permit), false);
+                            ctx.settle(q, lease, op, heart.clock(), Some(permit), false);
                             return;
                         }
                         p
@@ -226,14 +222,14 @@ where
                         };
                         debug!(%error, "could not renew a job leased ahead; releasing it unstarted");
                         drop(p);
-                        ctx.settle(lease, Settle::Release, heart.clock(), Some(permit), false);
+                        ctx.settle(q, lease, Settle::Release, heart.clock(), Some(permit), false);
                         return;
                     }
                 }
             }
             Turn::Stopping => {
                 debug!("shutdown: releasing a job leased ahead, unstarted");
-                ctx.settle(lease, Settle::Release, heart.clock(), Some(permit), false);
+                ctx.settle(q, lease, Settle::Release, heart.clock(), Some(permit), false);
                 return;
             }
             Turn::TooLong => {
@@ -242,7 +238,7 @@ where
                 // this consumer does not fill that slot again only to wait
                 // once more.
                 debug!("no handler free in time: releasing a job leased ahead, unstarted");
-                ctx.settle(lease, Settle::Release, heart.clock(), None, false);
+                ctx.settle(q, lease, Settle::Release, heart.clock(), None, false);
                 tokio::select! {
                     _ = ctx.stop.cancelled() => {}
                     _ = ctx.running.clone().acquire_owned() => {}
@@ -256,12 +252,16 @@ where
         let requested = Arc::new(AtomicBool::new(false));
         // How long a handler asked to cancel gets to stop by itself.
         let mut cancel_by = None;
-        let job = Job::of_lease(q, &lease, payload, cancel.clone(), requested.clone());
+        let parts = JobParts {
+            queue: queue.clone(),
+            lease: lease.clone(),
+            cancel: cancel.clone(),
+            requested: requested.clone(),
+        };
         let handler_started = Instant::now();
         // `call` itself runs inside the spawned task, so a handler that
         // panics before returning its future is a panicked attempt too.
-        let h = ctx.handler.clone();
-        let mut handler = tokio::spawn(async move { h.call(job).await.map(|v| keepable(&v)) }.in_current_span());
+        let mut handler = tokio::spawn(async move { ready(parts).await }.in_current_span());
         // Set once the handler's task has been joined (its handle must not
         // be polled again).
         let mut joined = false;
@@ -284,13 +284,14 @@ where
                     };
                 }
                 _ = sleep_until(heart.next()) => {
-                    match heart.beat(q, &lease, Some(&s.observers)).await {
+                    match heart.beat(&queue, &lease, Some(&s.observers)).await {
                         Beat::Lost => break Ended::LeaseLost,
                         Beat::Alive { cancel: true } if cancel_by.is_none() => {
                             debug!("cancel requested; cancelling the handler");
                             requested.store(true, Ordering::Relaxed);
                             cancel_by = Some(later(Instant::now(), s.shutdown_timeout));
                             s.observers.emit(Event::CancelRequested {
+                                queue: qn,
                                 id: &lease.id,
                                 token: lease.token,
                             });
@@ -309,6 +310,7 @@ where
             }
         };
         s.observers.emit(Event::HandlerDone {
+            queue: qn,
             id: &lease.id,
             token: lease.token,
             result: ended.result(),
@@ -372,8 +374,8 @@ where
         // slow settle call must not let it lapse and the job run again.
         heart.settling();
         let clock = heart.clock();
-        ctx.keeper.hold(lease.clone(), heart);
-        ctx.settle(lease, op, clock, Some(permit), true);
+        ctx.keeper.hold(q, lease.clone(), heart);
+        ctx.settle(q, lease, op, clock, Some(permit), true);
     }
     .instrument(span)
     .await

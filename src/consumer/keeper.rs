@@ -24,14 +24,18 @@ pub(super) struct Keeper {
     first: Notify,
 }
 
+/// A settlement in flight: its queue's index and its token.
+type Key = (usize, u64);
+
 #[derive(Default)]
 struct State {
-    /// Settlements in flight, by fencing token (unique in the queue).
-    held: HashMap<u64, (Arc<Lease>, Heartbeat)>,
-    /// Tokens whose renewal is running (taken out of `held` meanwhile).
-    renewing: HashSet<u64>,
-    /// Tokens released while their renewal ran: not put back after it.
-    released: HashSet<u64>,
+    /// Settlements in flight, by queue (its index in the worker) and
+    /// fencing token (unique in the queue).
+    held: HashMap<Key, (Arc<Lease>, Heartbeat)>,
+    /// Those whose renewal is running (taken out of `held` meanwhile).
+    renewing: HashSet<Key>,
+    /// Those released while their renewal ran: not put back after it.
+    released: HashSet<Key>,
 }
 
 impl Keeper {
@@ -40,51 +44,57 @@ impl Keeper {
     }
 
     /// Keeps `lease` alive (renewing it as `heart` says) until [`release`](Self::release).
-    pub(super) fn hold(&self, lease: Arc<Lease>, heart: Heartbeat) {
+    pub(super) fn hold(&self, q: usize, lease: Arc<Lease>, heart: Heartbeat) {
         let mut s = self.lock();
         let was_empty = s.held.is_empty();
-        s.held.insert(lease.token, (lease, heart));
+        s.held.insert((q, lease.token), (lease, heart));
         drop(s);
         if was_empty {
             self.first.notify_one();
         }
     }
 
-    /// The settlement of the job with `token` was answered (or given up).
-    pub(super) fn release(&self, token: u64) {
+    /// The settlement of the job of queue `q` with `token` was answered (or given up).
+    pub(super) fn release(&self, q: usize, token: u64) {
+        let key = (q, token);
         let mut s = self.lock();
-        if s.held.remove(&token).is_none() && s.renewing.contains(&token) {
-            s.released.insert(token);
+        if s.held.remove(&key).is_none() && s.renewing.contains(&key) {
+            s.released.insert(key);
         }
     }
 
     /// Takes out what is due at `now`, marked as being renewed.
-    fn take_due(&self, now: Instant) -> Vec<(Arc<Lease>, Heartbeat)> {
+    fn take_due(&self, now: Instant) -> Vec<(usize, Arc<Lease>, Heartbeat)> {
         let mut s = self.lock();
-        let tokens: Vec<u64> = s
+        let keys: Vec<Key> = s
             .held
             .iter()
             .filter(|(_, (_, h))| h.next() <= now)
-            .map(|(t, _)| *t)
+            .map(|(k, _)| *k)
             .collect();
-        let due: Vec<_> = tokens.into_iter().filter_map(|t| s.held.remove(&t)).collect();
-        s.renewing.extend(due.iter().map(|(l, _)| l.token));
+        let due: Vec<_> = keys
+            .into_iter()
+            .filter_map(|k| s.held.remove(&k).map(|(l, h)| (k.0, l, h)))
+            .collect();
+        s.renewing.extend(due.iter().map(|(q, l, _)| (*q, l.token)));
         due
     }
 
     /// A renewal ended: holds the lease again if it is still alive and
     /// was not released meanwhile.
-    fn renewed(&self, lease: Arc<Lease>, heart: Heartbeat, alive: bool) {
+    fn renewed(&self, q: usize, lease: Arc<Lease>, heart: Heartbeat, alive: bool) {
+        let key = (q, lease.token);
         let mut s = self.lock();
-        s.renewing.remove(&lease.token);
-        if s.released.remove(&lease.token) || !alive {
+        s.renewing.remove(&key);
+        if s.released.remove(&key) || !alive {
             return;
         }
-        s.held.entry(lease.token).or_insert((lease, heart));
+        s.held.entry(key).or_insert((lease, heart));
     }
 
-    /// Renews what it holds when due, until `done` fires.
-    pub(super) async fn run(self: Arc<Self>, queue: Queue, done: CancellationToken) {
+    /// Renews what it holds when due (a job of queue `q` through
+    /// `queues[q]`), until `done` fires.
+    pub(super) async fn run(self: Arc<Self>, queues: Vec<Queue>, done: CancellationToken) {
         loop {
             let next = self.lock().held.values().map(|(_, h)| h.next()).min();
             match next {
@@ -101,10 +111,10 @@ impl Keeper {
                     _ = done.cancelled() => return,
                 },
             }
-            for (lease, mut heart) in self.take_due(Instant::now()) {
+            for (q, lease, mut heart) in self.take_due(Instant::now()) {
                 // Quiet: a loss here is most likely the settlement landing first.
-                let alive = matches!(heart.beat(&queue, &lease, None).await, Beat::Alive { .. });
-                self.renewed(lease, heart, alive);
+                let alive = matches!(heart.beat(&queues[q], &lease, None).await, Beat::Alive { .. });
+                self.renewed(q, lease, heart, alive);
             }
         }
     }
@@ -156,19 +166,22 @@ mod tests {
         let s = Settings::default();
         let start = Instant::now();
         for t in [1, 2, 3] {
-            k.hold(lease(t), Heartbeat::new(&s, start));
+            k.hold(0, lease(t), Heartbeat::new(&s, start));
         }
+        // The same token in another queue is another settlement.
+        k.hold(1, lease(1), Heartbeat::new(&s, start));
         let due = k.take_due(start + Duration::from_secs(3600));
-        assert_eq!(due.len(), 3);
+        assert_eq!(due.len(), 4);
         assert!(k.lock().held.is_empty());
-        k.release(1);
-        for (l, h) in due {
+        k.release(0, 1);
+        for (q, l, h) in due {
             let alive = l.token != 3;
-            k.renewed(l, h, alive);
+            k.renewed(q, l, h, alive);
         }
         let s = k.lock();
-        let held: Vec<u64> = s.held.keys().copied().collect();
-        assert_eq!(held, vec![2]);
+        let mut held: Vec<Key> = s.held.keys().copied().collect();
+        held.sort();
+        assert_eq!(held, vec![(0, 2), (1, 1)]);
         assert!(s.renewing.is_empty() && s.released.is_empty());
     }
 }

@@ -1,10 +1,15 @@
 //! The worker side: [`Consumer`] claims jobs, runs an async handler for each
 //! with bounded concurrency, keeps leases alive with heartbeats, and settles
-//! each job with its fencing token.
+//! each job with its fencing token. A [`Worker`] does the same for many
+//! queues at once; a consumer is a worker of one queue.
 //!
 //! - `handler`: the [`Handler`] trait and [`HandlerError`] (the outcomes).
+//! - `worker`: the [`Worker`] builder and its run (the one machinery).
+//! - `erased`: a queue's handler with its payload type erased.
+//! - `sched`: which queue free slots go to ([`Order`]), and each queue's
+//!   state (ready, idle until woken, held until an instant).
 //! - `settings`: the consumer's settings and the timings derived from them.
-//! - `claim`: the claim loop and the blocking wake-up.
+//! - `claim`: the claim loop and the one blocking wake-up.
 //! - `job_task`: one job's task; `heartbeat`: its lease renewals.
 //! - `prefetch`: lease slots and leasing ahead of free handlers.
 //! - `settler`: batched settlements.
@@ -13,14 +18,17 @@
 
 pub(crate) mod backoff;
 mod claim;
+mod erased;
 mod event;
 mod handler;
 mod heartbeat;
 pub(crate) mod job_task;
 mod keeper;
 mod prefetch;
+mod sched;
 mod settings;
 mod settler;
+mod worker;
 
 use std::marker::PhantomData;
 use std::sync::Arc;
@@ -32,15 +40,17 @@ use tokio::task::JoinHandle;
 use tokio::time::{Instant, timeout_at};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
-use tracing::{debug, error, warn};
+use tracing::warn;
 
 use self::backoff::RetryBackoff;
 pub use self::backoff::RetryContext;
 pub use self::event::{Event, HandlerResult};
 pub use self::handler::{Handler, HandlerError};
 use self::prefetch::{AutoPrefetch, Slots};
+pub use self::sched::Order;
 use self::settings::{Beat, Settings};
 use self::settler::Pending;
+pub use self::worker::{MAX_QUEUES, MAX_WEIGHT, Worker, WorkerHandle};
 use crate::error::{Error, Result};
 use crate::limits::Backoff;
 use crate::queue::Queue;
@@ -85,7 +95,9 @@ pub const AUTO_PREFETCH_WAIT: Duration = Duration::from_secs(1);
 
 /// Runs an async handler for each job of a queue. Configure with the
 /// chained setters (checked when it starts), then [`spawn`](Self::spawn)
-/// it (or [`run`](Self::run) it until a shutdown future resolves).
+/// it (or [`run`](Self::run) it until a shutdown future resolves). It is a
+/// [`Worker`] of one queue; for many queues in one process, one worker
+/// over all of them shares one pool and one wake-up connection.
 ///
 /// What the handler returns decides the job's fate (see
 /// [`HandlerError`]): `Ok` completes it; an error retries it after the
@@ -307,11 +319,7 @@ where
     /// # Errors
     /// [`Error::InvalidOption`] for a setting out of range (nothing started).
     pub fn spawn(self) -> Result<ConsumerHandle> {
-        self.settings.check()?;
-        let stop = CancellationToken::new();
-        let s = stop.clone();
-        let join = tokio::spawn(async move { self.run(s.cancelled_owned()).await });
-        Ok(ConsumerHandle { stop, join })
+        self.into_worker().spawn()
     }
 
     /// Runs until `shutdown` resolves, then shuts down gracefully: stops
@@ -325,99 +333,15 @@ where
     /// released their jobs directly (a batch the dead settler held is left
     /// to the reaper: a stall each).
     pub async fn run(self, shutdown: impl Future<Output = ()> + Send) -> Result<()> {
-        self.settings.check()?;
-        let maintained = self.settings.reaper.then(|| {
-            self.queue
-                .client()
-                .maintenance()
-                .register(&self.queue, self.settings.reap_interval)
-        });
-        let (settle_tx, settle_rx) = mpsc::unbounded_channel();
-        let name = self.settings.name.clone().unwrap_or_else(|| {
-            static N: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
-            let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            format!("{}/{n}", crate::queue::process_name())
-        });
-        let ctx = Arc::new(Ctx {
-            queue: self.queue.with_holder(&name)?,
-            handler: self.handler,
-            // Automatic prefetch adds its slots while it leases ahead.
-            slots: Slots::new(self.settings.concurrency + self.settings.prefetch.unwrap_or(0)),
-            running: Arc::new(Semaphore::new(self.settings.concurrency)),
-            auto: self.settings.prefetch.is_none().then(AutoPrefetch::default),
-            settings: self.settings,
-            stop: CancellationToken::new(),
-            hard_stop: CancellationToken::new(),
-            tasks: TaskTracker::new(),
-            settle_tx,
-            keeper: Arc::default(),
-        });
-        let all_settled = CancellationToken::new();
-        // Should this future be dropped before it finishes (a `select!` or a
-        // timeout around `run`), the consumer's tasks stop too: no new
-        // claims, handlers cancelled and their jobs released.
-        let keeper_done = CancellationToken::new();
-        let _stop_on_drop = StopOnDrop(vec![
-            ctx.stop.clone(),
-            ctx.hard_stop.clone(),
-            all_settled.clone(),
-            keeper_done.clone(),
-        ]);
-        let keeping = tokio::spawn(ctx.keeper.clone().run(ctx.queue.clone(), keeper_done.clone()));
-        let mut settling = Some(tokio::spawn(settler::settler::<T, H>(
-            ctx.clone(),
-            settle_rx,
-            all_settled.clone(),
-        )));
-        let mut failure = None;
-        {
-            let claiming = claim::claim_loop::<T, H>(ctx.clone());
-            tokio::pin!(claiming);
-            tokio::pin!(shutdown);
-            let settler_ended = async {
-                match settling.as_mut() {
-                    Some(h) => h.await,
-                    None => std::future::pending().await,
-                }
-            };
-            tokio::select! {
-                _ = &mut claiming => {}
-                _ = &mut shutdown => {
-                    ctx.stop.cancel();
-                    claiming.await;
-                }
-                r = settler_ended => {
-                    // Library code, but a bug there must not leave the
-                    // consumer claiming jobs it can never settle.
-                    let detail = match r {
-                        Err(e) if e.is_panic() => format!("panicked: {}", panic_text(e.into_panic())),
-                        Err(e) => e.to_string(),
-                        Ok(()) => "stopped early".into(),
-                    };
-                    error!(queue = ctx.queue.name(), %detail, "the settler died; stopping the consumer");
-                    failure = Some(Error::Internal { task: "settler", detail });
-                    settling = None;
-                    ctx.stop.cancel();
-                    claiming.await;
-                }
-            }
-        }
-        drain(&ctx).await;
-        // Every job task has ended and queued its settlement: flush them.
-        all_settled.cancel();
-        if let Some(h) = settling
-            && let Err(e) = h.await
-        {
-            failure.get_or_insert(Error::Internal {
-                task: "settler",
-                detail: e.to_string(),
-            });
-        }
-        keeper_done.cancel();
-        let _ = keeping.await;
-        drop(maintained);
-        debug!(queue = ctx.queue.name(), "consumer stopped");
-        failure.map_or(Ok(()), Err)
+        self.into_worker().run(shutdown).await
+    }
+
+    /// The same machinery, over one queue: a consumer is a one-queue [`Worker`].
+    fn into_worker(self) -> Worker {
+        let mut w = Worker::new();
+        w.add(self.queue, erased::Typed::<T, H>::new(self.handler), 1);
+        w.settings = self.settings;
+        w
     }
 }
 
@@ -439,7 +363,7 @@ fn panic_text(p: Box<dyn std::any::Any + Send>) -> String {
         .unwrap_or_else(|| "a panic".into())
 }
 
-/// A running consumer.
+/// A running consumer or [`Worker`].
 #[derive(Debug)]
 #[must_use = "dropping the handle leaves the consumer running; call shutdown()"]
 pub struct ConsumerHandle {
@@ -448,7 +372,7 @@ pub struct ConsumerHandle {
 }
 
 impl ConsumerHandle {
-    /// Graceful shutdown (see [`Consumer::run`]); returns when done.
+    /// Graceful shutdown (see [`Consumer::run`], [`Worker::run`]); returns when done.
     ///
     /// # Errors
     /// [`Error::Internal`] when one of the consumer's own tasks died.
@@ -468,13 +392,32 @@ impl ConsumerHandle {
     }
 }
 
-/// What every job task shares.
-struct Ctx<H> {
+/// One queue a worker serves.
+struct Served {
+    /// The queue, with the worker's name as the holder of its claims.
     queue: Queue,
-    handler: Arc<H>,
+    /// Its handler, payload type erased.
+    handler: Arc<dyn erased::ErasedHandler>,
+}
+
+/// What every job task shares.
+struct Ctx {
+    /// The worker's queues, in the order they were added; a job, a
+    /// settlement and a scheduling decision name theirs by index.
+    queues: Vec<Served>,
+    /// Which queues the free slots go to, and each queue's state.
+    sched: std::sync::Mutex<sched::Sched>,
+    /// Wakes the claim loop when a queue may have work again.
+    work: tokio::sync::Notify,
+    /// Wakes the wake-up when a queue went idle (its list is to be listened to).
+    idled: tokio::sync::Notify,
+    /// The worker's own wake list: a push to it ends the wake-up's wait
+    /// (keys::worker_wake).
+    own_wake: String,
     settings: Settings,
-    /// One per lease held: running, prefetched, or finished until it is
-    /// settled (`concurrency`, plus the prefetch while leasing ahead).
+    /// One per lease held, whatever its queue: running, prefetched, or
+    /// finished until it is settled (`concurrency`, plus the prefetch while
+    /// leasing ahead).
     slots: Arc<Slots>,
     /// One permit per running handler (`concurrency`); a fair semaphore, so
     /// prefetched jobs start in the order they were leased.
@@ -494,14 +437,49 @@ struct Ctx<H> {
     keeper: Arc<keeper::Keeper>,
 }
 
+impl Ctx {
+    fn sched(&self) -> std::sync::MutexGuard<'_, sched::Sched> {
+        self.sched.lock().unwrap_or_else(|e| e.into_inner())
+    }
+    /// A claim of `asked` jobs from `q` (alone, or with a settlement)
+    /// leased `got`; `wait`: a rate limit stopped it, and lets the queue
+    /// lease again after this long.
+    fn claimed(&self, q: usize, asked: usize, got: usize, wait: Option<std::time::Duration>) {
+        let now = Instant::now();
+        if self.sched().claimed(q, asked, got, now, wait.map(|w| now + w)) {
+            self.idled.notify_one();
+        }
+    }
+    /// A push to `q`'s wake list was seen.
+    fn woken(&self, q: usize) {
+        self.sched().woken(q);
+        self.work.notify_one();
+    }
+    /// A wake-up wait ended with no push (the safety-net poll may be due).
+    fn timed_out(&self) {
+        if self.sched().timed_out(Instant::now()) {
+            self.work.notify_one();
+        }
+    }
+    /// The queue of index `q`.
+    fn queue(&self, q: usize) -> &Queue {
+        &self.queues[q].queue
+    }
+    /// The queue names, for logs.
+    fn names(&self) -> String {
+        let names: Vec<&str> = self.queues.iter().map(|s| s.queue.name()).collect();
+        names.join(",")
+    }
+}
+
 /// After the claim loop stops: waits for running jobs up to the grace
 /// period, then cancels the rest (they release their jobs).
-async fn drain<H>(ctx: &Ctx<H>) {
+async fn drain(ctx: &Ctx) {
     ctx.tasks.close();
     let deadline = later(Instant::now(), ctx.settings.shutdown_timeout);
     if timeout_at(deadline, ctx.tasks.wait()).await.is_err() {
         warn!(
-            queue = ctx.queue.name(),
+            queues = ctx.names(),
             running = ctx.tasks.len(),
             "shutdown grace period over; cancelling handlers"
         );

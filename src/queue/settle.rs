@@ -382,6 +382,19 @@ impl Queue {
         claim: usize,
         lease: Duration,
     ) -> Result<(Vec<Result<Settled>>, Vec<Lease>)> {
+        let (settled, leases, _) = self.settle_and_claim_or_wait(items, claim, lease).await?;
+        Ok((settled, leases))
+    }
+
+    /// As [`settle_and_claim`](Self::settle_and_claim), also saying how
+    /// long until a rate limit that stopped the claim lets it lease again
+    /// (as [`claim_or_wait`](Self::claim_or_wait)).
+    pub(crate) async fn settle_and_claim_or_wait(
+        &self,
+        items: &[(&Lease, &Settle)],
+        claim: usize,
+        lease: Duration,
+    ) -> Result<(Vec<Result<Settled>>, Vec<Lease>, Option<Duration>)> {
         crate::settings::count("settle batch size", items.len(), 0, MAX_BATCH)?;
         crate::settings::count("claim batch size", claim, 0, MAX_BATCH)?;
         let lease_ms = if claim > 0 { lease_ms(lease)? } else { 0 };
@@ -452,12 +465,12 @@ impl Queue {
                 server_ms: now,
             }));
         }
-        let leases = if claim > 0 {
-            read_leases(self, &mut r, now)?.0
+        let (leases, wait) = if claim > 0 {
+            read_leases(self, &mut r, now)?
         } else {
-            Vec::new()
+            (Vec::new(), None)
         };
-        Ok((out, leases))
+        Ok((out, leases, wait))
     }
 
     /// One settlement through the batch script.

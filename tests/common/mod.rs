@@ -157,8 +157,10 @@ impl EventLog {
             let (id, s) = match e {
                 Event::Claimed { id, token, .. } => (id, format!("claimed:{}", n(token))),
                 Event::Extended { id, token, .. } => (id, format!("extended:{}", n(token))),
-                Event::LeaseLost { id, token, confirmed } => (id, format!("lease_lost:{}:{confirmed}", n(token))),
-                Event::HandlerDone { id, token, result } => (id, format!("done:{}:{result}", n(token))),
+                Event::LeaseLost {
+                    id, token, confirmed, ..
+                } => (id, format!("lease_lost:{}:{confirmed}", n(token))),
+                Event::HandlerDone { id, token, result, .. } => (id, format!("done:{}:{result}", n(token))),
                 Event::Settled { id, token, op, .. } => (id, format!("settled:{}:{op}", n(token))),
                 Event::SettleFailed { id, token, op, .. } => (id, format!("settle_failed:{}:{op}", n(token))),
                 _ => return,

@@ -200,6 +200,7 @@ impl Worker {
                 deadline_ms,
                 server_ms,
                 lane,
+                ..
             } => Ev::Claimed {
                 id: id.into(),
                 token,
@@ -208,22 +209,26 @@ impl Worker {
                 server_ms,
                 lane: lane.map(Into::into),
             },
-            Event::Extended { id, token, deadline_ms } => Ev::Extended {
+            Event::Extended {
+                id, token, deadline_ms, ..
+            } => Ev::Extended {
                 id: id.into(),
                 token,
                 deadline_ms,
             },
-            Event::LeaseLost { id, token, confirmed } => Ev::LeaseLost {
+            Event::LeaseLost {
+                id, token, confirmed, ..
+            } => Ev::LeaseLost {
                 id: id.into(),
                 token,
                 confirmed,
             },
-            Event::HandlerDone { id, token, result } => Ev::HandlerDone {
+            Event::HandlerDone { id, token, result, .. } => Ev::HandlerDone {
                 id: id.into(),
                 token,
                 result: result.as_str().into(),
             },
-            Event::SettleSent { id, token, op } => Ev::SettleSent {
+            Event::SettleSent { id, token, op, .. } => Ev::SettleSent {
                 id: id.into(),
                 token,
                 op: op.as_str().into(),
@@ -234,6 +239,7 @@ impl Worker {
                 op,
                 outcome,
                 server_ms,
+                ..
             } => {
                 self.hist.write(Ev::Settled {
                     id: id.into(),
@@ -256,7 +262,9 @@ impl Worker {
                 }
                 return;
             }
-            Event::SettleFailed { id, token, op, error } => Ev::SettleFailed {
+            Event::SettleFailed {
+                id, token, op, error, ..
+            } => Ev::SettleFailed {
                 id: id.into(),
                 token,
                 op: op.as_str().into(),

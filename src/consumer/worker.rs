@@ -1,0 +1,428 @@
+//! [`Worker`]: one worker serving many queues, with one pool of handlers
+//! and lease slots, one blocking wake-up and the client's one maintenance
+//! task. A [`Consumer`](super::Consumer) is a worker of one queue.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::de::DeserializeOwned;
+use tokio::sync::{Semaphore, mpsc};
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use tracing::{debug, error};
+
+use super::backoff::RetryBackoff;
+use super::erased::{ErasedHandler, Typed};
+use super::event::Event;
+use super::handler::Handler;
+use super::prefetch::{AutoPrefetch, Slots};
+use super::sched::{Order, Sched};
+use super::settings::{Beat, Settings};
+use super::{ConsumerHandle, Ctx, RetryContext, Served, StopOnDrop, claim, drain, keeper, panic_text, settler};
+use crate::error::{Error, Result};
+use crate::limits::Backoff;
+use crate::queue::Queue;
+
+/// Highest queue weight ([`Worker::queue_weighted`]).
+pub const MAX_WEIGHT: u32 = 1_000;
+
+/// Most queues one worker serves (its wake-up names every idle queue's
+/// wake list in one blocking call).
+pub const MAX_QUEUES: usize = 1_000;
+
+/// A running [`Worker`] (the same handle as a consumer's).
+pub type WorkerHandle = ConsumerHandle;
+
+/// One worker serving many queues: each queue with its own handler and
+/// payload type, all sharing one pool of handlers
+/// ([`concurrency`](Self::concurrency)) and of lease slots
+/// ([`prefetch`](Self::prefetch)), one blocking wake-up connection, and the
+/// client's one maintenance task. A [`Consumer`](super::Consumer) is a
+/// worker of one queue; every setting here means what it means there.
+///
+/// Free slots go to the queues with ready work by [`Order`]: by weight
+/// (the default; each queue's share of starts tends to its weight over the
+/// sum of the weights of the queues with ready work, and no queue with work
+/// is starved) or in strict order (the first queue with ready work gets
+/// every free slot).
+///
+/// A queue whose claim came back short is idle: the worker claims from it
+/// again when its wake list is pushed (an enqueue, retry, release, reap or
+/// promotion does), and otherwise only in the safety-net poll, which claims
+/// from one idle queue (the one idle longest) per
+/// [`poll_interval`](Self::poll_interval). So an idle worker costs about one
+/// blocking call per poll interval, however many queues it serves. Busy
+/// queues are claimed from without waiting.
+///
+/// Rules (checked when it starts: [`Error::InvalidOption`]): at least one
+/// queue and at most [`MAX_QUEUES`]; each queue once (by prefix and name);
+/// weights 1 to [`MAX_WEIGHT`]; all queues made by the same
+/// [`Client`](crate::Client) (its connection, maintenance task and the
+/// server the one wake-up blocks on). Valkey Cluster is not supported yet:
+/// the wake-up's one blocking call names every queue's wake list, so they
+/// must be on one server.
+///
+/// ```no_run
+/// # async fn demo(client: echomq::Client) -> echomq::Result<()> {
+/// use echomq::{Job, Worker};
+///
+/// #[derive(serde::Deserialize)]
+/// struct Email { to: String }
+///
+/// let mail = client.queue("mail").await?;
+/// let thumbs = client.queue("thumbnails").await?;
+/// let worker = Worker::new()
+///     .queue_weighted(mail, |job: Job<Email>| async move {
+///         println!("mail to {}", job.payload().to);
+///         Ok(())
+///     }, 3)
+///     .queue(thumbs, |job: Job<u64>| async move {
+///         println!("thumbnail of image {}", job.payload());
+///         Ok(())
+///     })
+///     .concurrency(32)
+///     .spawn()?;
+/// // ...
+/// worker.shutdown().await?;
+/// # Ok(()) }
+/// ```
+#[must_use = "a worker does nothing until spawned or run"]
+pub struct Worker {
+    entries: Vec<Entry>,
+    order: Order,
+    pub(super) settings: Settings,
+}
+
+/// A queue as the builder keeps it.
+struct Entry {
+    queue: Queue,
+    handler: Arc<dyn ErasedHandler>,
+    weight: u32,
+}
+
+impl Default for Worker {
+    fn default() -> Self {
+        Worker::new()
+    }
+}
+
+impl Worker {
+    /// A worker of no queue yet, with the defaults (those of a
+    /// [`Consumer`](super::Consumer)), in [`Order::Weighted`].
+    pub fn new() -> Self {
+        Worker {
+            entries: Vec::new(),
+            order: Order::default(),
+            settings: Settings::default(),
+        }
+    }
+
+    /// Serves `queue` with `handler`, weight 1. Its payloads decode into
+    /// `T`; one that does not fails its job for good.
+    pub fn queue<T, H>(self, queue: Queue, handler: H) -> Self
+    where
+        T: DeserializeOwned + Send + 'static,
+        H: Handler<T>,
+    {
+        self.queue_weighted(queue, handler, 1)
+    }
+
+    /// Serves `queue` with `handler` and `weight` (1 to [`MAX_WEIGHT`]):
+    /// with [`Order::Weighted`], a queue of weight 2 gets twice the starts
+    /// of one of weight 1 while both have ready work.
+    pub fn queue_weighted<T, H>(mut self, queue: Queue, handler: H, weight: u32) -> Self
+    where
+        T: DeserializeOwned + Send + 'static,
+        H: Handler<T>,
+    {
+        self.add(queue, Typed::<T, H>::new(Arc::new(handler)), weight);
+        self
+    }
+
+    pub(super) fn add(&mut self, queue: Queue, handler: Arc<dyn ErasedHandler>, weight: u32) {
+        self.entries.push(Entry { queue, handler, weight });
+    }
+
+    /// How free slots are shared between the queues (default
+    /// [`Order::Weighted`]).
+    pub fn order(mut self, order: Order) -> Self {
+        self.order = order;
+        self
+    }
+
+    /// Handlers running at once, over all queues (as
+    /// [`Consumer::concurrency`](super::Consumer::concurrency)).
+    pub fn concurrency(mut self, n: usize) -> Self {
+        self.settings.concurrency = n;
+        self
+    }
+    /// Jobs leased ahead of free handlers, over all queues (as
+    /// [`Consumer::prefetch`](super::Consumer::prefetch)).
+    pub fn prefetch(mut self, n: usize) -> Self {
+        self.settings.prefetch = Some(n);
+        self
+    }
+    /// The holder name its claims record, on every queue (as
+    /// [`Consumer::name`](super::Consumer::name)).
+    pub fn name(mut self, name: impl Into<String>) -> Self {
+        self.settings.name = Some(name.into());
+        self
+    }
+    /// Lease length (as [`Consumer::lease`](super::Consumer::lease)).
+    pub fn lease(mut self, d: Duration) -> Self {
+        self.settings.lease = d;
+        self
+    }
+    /// Time between heartbeats (as [`Consumer::heartbeat`](super::Consumer::heartbeat)).
+    pub fn heartbeat(mut self, d: Duration) -> Self {
+        self.settings.beat = Beat::Every(d);
+        self
+    }
+    /// No heartbeats (as [`Consumer::without_heartbeats`](super::Consumer::without_heartbeats)).
+    pub fn without_heartbeats(mut self) -> Self {
+        self.settings.beat = Beat::Off;
+        self
+    }
+    /// The worker's own retry backoff, for every queue (as
+    /// [`Consumer::backoff`](super::Consumer::backoff)).
+    pub fn backoff(mut self, backoff: Backoff) -> Self {
+        self.settings.backoff = RetryBackoff::Fixed(backoff);
+        self
+    }
+    /// The worker's own retry delays, chosen by `f` (as
+    /// [`Consumer::backoff_with`](super::Consumer::backoff_with)).
+    pub fn backoff_with(mut self, f: impl Fn(&RetryContext<'_>) -> Duration + Send + Sync + 'static) -> Self {
+        self.settings.backoff = RetryBackoff::With(Arc::new(f));
+        self
+    }
+    /// Time running handlers get to finish at shutdown (as
+    /// [`Consumer::shutdown_timeout`](super::Consumer::shutdown_timeout)).
+    pub fn shutdown_timeout(mut self, d: Duration) -> Self {
+        self.settings.shutdown_timeout = d;
+        self
+    }
+    /// The longest wait for a wake-up (as
+    /// [`Consumer::poll_interval`](super::Consumer::poll_interval)); each
+    /// wait with no push at all ends with a claim from one idle queue, the
+    /// one idle longest.
+    pub fn poll_interval(mut self, d: Duration) -> Self {
+        self.settings.poll_interval = d;
+        self
+    }
+    /// Whether the client's maintenance task reaps the queues while the
+    /// worker runs (as [`Consumer::reaper`](super::Consumer::reaper)).
+    pub fn reaper(mut self, on: bool) -> Self {
+        self.settings.reaper = on;
+        self
+    }
+    /// How often each queue is reaped while busy (as
+    /// [`Consumer::reap_interval`](super::Consumer::reap_interval)).
+    pub fn reap_interval(mut self, d: Duration) -> Self {
+        self.settings.reap_interval = d;
+        self
+    }
+    /// Adds `observer`, called at each step of each job of every queue
+    /// (as [`Consumer::observer`](super::Consumer::observer)); each
+    /// [`Event`] names its queue.
+    ///
+    /// ```no_run
+    /// # fn demo(a: echomq::Queue, b: echomq::Queue) -> echomq::Result<()> {
+    /// use echomq::{Event, Job, Worker};
+    /// let worker = Worker::new()
+    ///     .queue(a, |_job: Job<u32>| async { Ok(()) })
+    ///     .queue(b, |_job: Job<String>| async { Ok(()) })
+    ///     .observer(|e| {
+    ///         if let Event::Claimed { queue, id, .. } = e {
+    ///             tracing::info!(queue, job_id = id, "claimed");
+    ///         }
+    ///     })
+    ///     .spawn()?;
+    /// # drop(worker); Ok(()) }
+    /// ```
+    pub fn observer(mut self, observer: impl Fn(&Event<'_>) + Send + Sync + 'static) -> Self {
+        self.settings.observers.0.push(Arc::new(observer));
+        self
+    }
+
+    /// Checks the settings and the queues.
+    fn check(&self) -> Result<()> {
+        self.settings.check()?;
+        let invalid = |reason: String| Error::InvalidOption { name: "queue", reason };
+        if self.entries.is_empty() {
+            return Err(invalid("a worker needs at least one queue".into()));
+        }
+        if self.entries.len() > MAX_QUEUES {
+            return Err(invalid(format!(
+                "{} queues; a worker serves at most {MAX_QUEUES}",
+                self.entries.len()
+            )));
+        }
+        let client = self.entries[0].queue.client();
+        let mut seen = HashSet::new();
+        for e in &self.entries {
+            let name = e.queue.name();
+            if !seen.insert(e.queue.base().clone()) {
+                return Err(invalid(format!("queue {name} is added twice")));
+            }
+            if !(1..=MAX_WEIGHT).contains(&e.weight) {
+                return Err(Error::InvalidOption {
+                    name: "weight",
+                    reason: format!("{} (queue {name}) is not within 1..={MAX_WEIGHT}", e.weight),
+                });
+            }
+            if !e.queue.client().same_as(client) {
+                return Err(invalid(format!(
+                    "queue {name} was made by another Client; a worker's queues share one client"
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// Starts the worker on the current Tokio runtime.
+    ///
+    /// # Errors
+    /// [`Error::InvalidOption`] for a setting out of range or a queue
+    /// breaking the rules above (nothing started).
+    pub fn spawn(self) -> Result<WorkerHandle> {
+        self.check()?;
+        let stop = CancellationToken::new();
+        let s = stop.clone();
+        let join = tokio::spawn(async move { self.run(s.cancelled_owned()).await });
+        Ok(ConsumerHandle { stop, join })
+    }
+
+    /// Runs until `shutdown` resolves, then shuts down gracefully, for
+    /// every queue (as [`Consumer::run`](super::Consumer::run)).
+    ///
+    /// # Errors
+    /// As [`spawn`](Self::spawn) (before anything runs); [`Error::Internal`]
+    /// when one of the worker's own tasks died.
+    pub async fn run(self, shutdown: impl Future<Output = ()> + Send) -> Result<()> {
+        self.check()?;
+        let Worker {
+            entries,
+            order,
+            settings,
+        } = self;
+        let maintained: Vec<_> = if settings.reaper {
+            entries
+                .iter()
+                .map(|e| {
+                    e.queue
+                        .client()
+                        .maintenance()
+                        .register(&e.queue, settings.reap_interval)
+                })
+                .collect()
+        } else {
+            Vec::new()
+        };
+        let (settle_tx, settle_rx) = mpsc::unbounded_channel();
+        let name = settings.name.clone().unwrap_or_else(|| {
+            static N: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+            let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            format!("{}/{n}", crate::queue::process_name())
+        });
+        let weights: Vec<u32> = entries.iter().map(|e| e.weight).collect();
+        let mut queues = Vec::with_capacity(entries.len());
+        for e in entries {
+            queues.push(Served {
+                queue: e.queue.with_holder(&name)?,
+                handler: e.handler,
+            });
+        }
+        let ctx = Arc::new(Ctx {
+            sched: std::sync::Mutex::new(Sched::new(order, &weights, settings.poll_interval, Instant::now())),
+            work: tokio::sync::Notify::new(),
+            idled: tokio::sync::Notify::new(),
+            own_wake: crate::keys::worker_wake(&queues[0].queue.options().prefix, &uuid::Uuid::new_v4().to_string()),
+            queues,
+            // Automatic prefetch adds its slots while it leases ahead.
+            slots: Slots::new(settings.concurrency + settings.prefetch.unwrap_or(0)),
+            running: Arc::new(Semaphore::new(settings.concurrency)),
+            auto: settings.prefetch.is_none().then(AutoPrefetch::default),
+            settings,
+            stop: CancellationToken::new(),
+            hard_stop: CancellationToken::new(),
+            tasks: TaskTracker::new(),
+            settle_tx,
+            keeper: Arc::default(),
+        });
+        let all_settled = CancellationToken::new();
+        // Should this future be dropped before it finishes (a `select!` or a
+        // timeout around `run`), the worker's tasks stop too: no new
+        // claims, handlers cancelled and their jobs released.
+        let keeper_done = CancellationToken::new();
+        let _stop_on_drop = StopOnDrop(vec![
+            ctx.stop.clone(),
+            ctx.hard_stop.clone(),
+            all_settled.clone(),
+            keeper_done.clone(),
+        ]);
+        let keeping = tokio::spawn(keeper::Keeper::run(
+            ctx.keeper.clone(),
+            ctx.queues.iter().map(|s| s.queue.clone()).collect(),
+            keeper_done.clone(),
+        ));
+        let waking = tokio::spawn(claim::waker(ctx.clone()));
+        let mut settling = Some(tokio::spawn(settler::settler(
+            ctx.clone(),
+            settle_rx,
+            all_settled.clone(),
+        )));
+        let mut failure = None;
+        {
+            let claiming = claim::claim_loop(ctx.clone());
+            tokio::pin!(claiming);
+            tokio::pin!(shutdown);
+            let settler_ended = async {
+                match settling.as_mut() {
+                    Some(h) => h.await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                _ = &mut claiming => {}
+                _ = &mut shutdown => {
+                    ctx.stop.cancel();
+                    claiming.await;
+                }
+                r = settler_ended => {
+                    // Library code, but a bug there must not leave the
+                    // worker claiming jobs it can never settle.
+                    let detail = match r {
+                        Err(e) if e.is_panic() => format!("panicked: {}", panic_text(e.into_panic())),
+                        Err(e) => e.to_string(),
+                        Ok(()) => "stopped early".into(),
+                    };
+                    error!(queues = ctx.names(), %detail, "the settler died; stopping the consumer");
+                    failure = Some(Error::Internal { task: "settler", detail });
+                    settling = None;
+                    ctx.stop.cancel();
+                    claiming.await;
+                }
+            }
+        }
+        // Claiming has stopped (and so has the wake-up, on `stop`).
+        let _ = waking.await;
+        drain(&ctx).await;
+        // Every job task has ended and queued its settlement: flush them.
+        all_settled.cancel();
+        if let Some(h) = settling
+            && let Err(e) = h.await
+        {
+            failure.get_or_insert(Error::Internal {
+                task: "settler",
+                detail: e.to_string(),
+            });
+        }
+        keeper_done.cancel();
+        let _ = keeping.await;
+        drop(maintained);
+        debug!(queues = ctx.names(), "worker stopped");
+        failure.map_or(Ok(()), Err)
+    }
+}
