@@ -10,7 +10,8 @@
 //! binary from `ECHOMQ_SERVER_BIN`, `.tools/valkey` or `PATH`; see
 //! `echomq::server`).
 //!
-//! Sizes (environment): `QUEUES` (50), `IDLE_SECS` (10) seconds of idle
+//! Sizes (environment): `QUEUES` (50), `WARMUP_SECS` (5) seconds before
+//! the idle figures (start-up sweeps finish there), `IDLE_SECS` (10) seconds of idle
 //! measurement, `LAT_N` (500) jobs for the latency figure, `POLL_MS` (the
 //! default poll interval, 5000). Maintenance (reaping) is on, as it is by
 //! default; it is the same task either way, and its calls are counted.
@@ -94,8 +95,10 @@ async fn measure(
     }
     let (tx, mut rx) = mpsc::unbounded_channel();
     let handles = start(&queues, tx);
-    // Warm up: every queue claimed once and found empty.
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    // Warm up: every queue claimed once and found empty, and swept once
+    // (a consumer's maintenance sweeps its queue when it starts, paced at
+    // one step a second: a few steps each here).
+    tokio::time::sleep(Duration::from_secs(env_or("WARMUP_SECS", 5))).await;
     let (connected1, received1) = clients(raw).await;
     let before = snap(raw).await;
     tokio::time::sleep(Duration::from_secs(idle_secs)).await;
