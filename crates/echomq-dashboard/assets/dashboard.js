@@ -6,6 +6,15 @@
   var body = document.body;
   var url = body.getAttribute("data-live");
   var badge = document.getElementById("live");
+  // A notice (`?done=`) is shown once: a reload must not repeat it.
+  if (window.URLSearchParams && window.history.replaceState) {
+    var params = new URLSearchParams(window.location.search);
+    if (params.has("done")) {
+      params.delete("done");
+      var rest = params.toString();
+      window.history.replaceState(null, "", window.location.pathname + (rest ? "?" + rest : ""));
+    }
+  }
   if (!url || !window.EventSource) { return; }
   var SAMPLES = 60;
   var rates = {};

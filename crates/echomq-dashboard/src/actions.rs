@@ -22,16 +22,17 @@ pub(crate) struct Token {
     csrf: Option<String>,
 }
 
-/// 403 unless the CSRF checks pass.
-fn guard(shared: &Shared, headers: &HeaderMap, form: &Token) -> Result<(), Response> {
-    shared.csrf.check(headers, form.csrf.as_deref()).map_err(|why| {
-        tracing::warn!(?why, "dashboard refused a POST (CSRF check)");
+/// A 403 unless the CSRF checks pass.
+fn refused(shared: &Shared, headers: &HeaderMap, form: &Token) -> Option<Response> {
+    let why = shared.csrf.check(headers, form.csrf.as_deref()).err()?;
+    tracing::warn!(?why, "dashboard refused a POST (CSRF check)");
+    Some(
         (
             StatusCode::FORBIDDEN,
             "forbidden: cross-site request or missing token\n",
         )
-            .into_response()
-    })
+            .into_response(),
+    )
 }
 
 /// A 303 to `to` (relative to the dashboard's root, through `up`).
@@ -53,7 +54,7 @@ pub(crate) async fn pause(
     headers: HeaderMap,
     Form(form): Form<Token>,
 ) -> Result<Response, Failure> {
-    if let Err(r) = guard(&shared, &headers, &form) {
+    if let Some(r) = refused(&shared, &headers, &form) {
         return Ok(r);
     }
     open(&shared, &name).await?.pause().await?;
@@ -74,7 +75,7 @@ pub(crate) async fn resume(
     headers: HeaderMap,
     Form(form): Form<Token>,
 ) -> Result<Response, Failure> {
-    if let Err(r) = guard(&shared, &headers, &form) {
+    if let Some(r) = refused(&shared, &headers, &form) {
         return Ok(r);
     }
     open(&shared, &name).await?.resume().await?;
@@ -103,7 +104,7 @@ pub(crate) async fn job(
     headers: HeaderMap,
     Form(form): Form<Token>,
 ) -> Result<Response, Failure> {
-    if let Err(r) = guard(&shared, &headers, &form) {
+    if let Some(r) = refused(&shared, &headers, &form) {
         return Ok(r);
     }
     let queue = open(&shared, &name).await?;

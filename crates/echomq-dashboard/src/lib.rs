@@ -1,4 +1,4 @@
-//! A web dashboard for [echomq](echomq) queues, as an axum [`Router`] you
+//! A web dashboard for [echomq] queues, as an axum [`Router`] you
 //! mount in your own app, under any path and behind your own auth.
 //!
 //! It shows every queue with its counts per state, its throughput

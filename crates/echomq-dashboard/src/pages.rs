@@ -182,7 +182,7 @@ pub(crate) async fn index(
         rows.push_str(
             "<td class=\"num\" data-rate>–</td><td><svg class=\"spark\" viewBox=\"0 0 120 24\" \
              preserveAspectRatio=\"none\" aria-label=\"completed per second, last minute\">\
-             <polyline points=\"\"/></svg></td></tr>",
+             <line x1=\"0\" y1=\"23.5\" x2=\"120\" y2=\"23.5\"/><polyline points=\"\"/></svg></td></tr>",
         );
     }
     if rows.is_empty() {
