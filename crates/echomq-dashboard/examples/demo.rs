@@ -6,7 +6,7 @@
 //! Run: `cargo run -p echomq-dashboard --example demo` (it starts a private
 //! server unless `ECHOMQ_URL` is set; a server binary is found as the
 //! tests find one, or set `ECHOMQ_SERVER_BIN`) and open
-//! <http://127.0.0.1:3000/admin/queues/>. `PORT` picks the port (0: any
+//! <http://127.0.0.1:3000/admin/queues>. `PORT` picks the port (0: any
 //! free one, printed as `dashboard at ...`). This demo has no auth: a real
 //! app puts the dashboard behind its own.
 
@@ -59,7 +59,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
 
     let app = Router::new()
-        .route("/", get(|| async { "the dashboard is at /admin/queues/\n" }))
+        .route("/", get(|| async { "the dashboard is at /admin/queues\n" }))
         .nest(
             "/admin/queues",
             echomq_dashboard::router(
@@ -69,7 +69,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         );
     let port: u16 = std::env::var("PORT").ok().and_then(|p| p.parse().ok()).unwrap_or(3000);
     let listener = tokio::net::TcpListener::bind(("127.0.0.1", port)).await?;
-    println!("dashboard at http://{}/admin/queues/", listener.local_addr()?);
+    println!("dashboard at http://{}/admin/queues", listener.local_addr()?);
     axum::serve(listener, app)
         .with_graceful_shutdown(async {
             let _ = tokio::signal::ctrl_c().await;
