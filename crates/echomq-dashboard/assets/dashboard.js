@@ -65,7 +65,9 @@
     var el = document.getElementById("job-state");
     if (!el || reloading) { return; }
     if (job.state === "gone") { el.textContent = "removed"; return; }
-    if (job.state !== el.getAttribute("data-state")) {
+    var attempts = document.getElementById("job-attempts");
+    var moved = attempts && String(job.attempts) !== attempts.getAttribute("data-attempts");
+    if (job.state !== el.getAttribute("data-state") || moved) {
       // The record changed (attempts, errors, result, timeline): show it whole.
       reloading = true;
       window.location.reload();

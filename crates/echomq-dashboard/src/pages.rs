@@ -394,8 +394,11 @@ fn record(job: &JobInfo) -> String {
     item(
         "attempts",
         format!(
-            "<span id=\"job-attempts\">{}</span> (failures {}, stalls {}, max attempts {})",
-            job.attempts, job.failures, job.stalls, job.limits.max_attempts
+            "<span id=\"job-attempts\" data-attempts=\"{a}\">{a}</span> (failures {}, stalls {}, max attempts {})",
+            job.failures,
+            job.stalls,
+            job.limits.max_attempts,
+            a = job.attempts
         ),
     );
     if let Some(kind) = &job.kind {
