@@ -2,12 +2,13 @@
 //! mount in your own app, under any path and behind your own auth.
 //!
 //! It shows every queue with its counts per state, its throughput
-//! (completed jobs per second) and a small chart of the last minute; a
-//! queue's jobs per state, page by page; a job's record (payload,
+//! (completed jobs per second) and a small chart of the last 60 samples
+//! (a minute at the default sampling period); a queue's jobs per state,
+//! page by page; a job's record (payload,
 //! attempts, errors, progress, result, holder, lane, kind, and a timeline
 //! from its timestamps); and it acts: retry, remove, cancel and promote a
 //! job, pause and resume a queue. Counts update live over server-sent
-//! events, sampled once a second. Pages are server-rendered HTML with a
+//! events, sampled once a second by default. Pages are server-rendered HTML with a
 //! little embedded CSS and JavaScript: no framework, no CDN, no fonts from
 //! elsewhere.
 //!

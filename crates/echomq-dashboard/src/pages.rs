@@ -181,7 +181,7 @@ pub(crate) async fn index(
         }
         rows.push_str(
             "<td class=\"num\" data-rate>–</td><td><svg class=\"spark\" viewBox=\"0 0 120 24\" \
-             preserveAspectRatio=\"none\" aria-label=\"completed per second, last minute\">\
+             preserveAspectRatio=\"none\" aria-label=\"completed per second, last 60 samples\">\
              <line x1=\"0\" y1=\"23.5\" x2=\"120\" y2=\"23.5\"/><polyline points=\"\"/></svg></td></tr>",
         );
     }
@@ -192,7 +192,12 @@ pub(crate) async fn index(
     for st in STATES {
         let _ = write!(head, "<th scope=\"col\" class=\"num\">{}</th>", st.as_str());
     }
-    head.push_str("<th scope=\"col\" class=\"num\">completed/s</th><th scope=\"col\">last minute</th>");
+    // The chart holds 60 samples (dashboard.js), a minute at the default period.
+    let span = (60.0 * shared.opts.sample_every.as_secs_f64()).round();
+    let _ = write!(
+        head,
+        "<th scope=\"col\" class=\"num\">completed/s</th><th scope=\"col\">last {span} s</th>"
+    );
     let body = format!(
         "{}<h1>Queues</h1><table id=\"queues\"><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>",
         notice(q.done.as_deref())

@@ -173,6 +173,10 @@ async fn counts_move_and_a_failed_job_is_retried_from_the_browser() {
     queue.enqueue_with(&Work { flaky: true }, &opts).await.unwrap();
     let flowed = format!("return {} === '5' && {} === '1';", cell("completed"), cell("failed"));
     until(&c, "5 completed and 1 failed on the queue list", &flowed).await;
+    let charted = "const row = document.querySelector('tr[data-queue=\"browser\"]'); \
+                   return row.querySelector('svg.spark polyline').getAttribute('points').split(' ').length >= 3 \
+                   && !isNaN(parseFloat(row.querySelector('[data-rate]').textContent));";
+    until(&c, "the throughput chart drawn from three samples", charted).await;
     shot(&c, "1-queues.png").await;
 
     c.find(Locator::Css("tr[data-queue=\"browser\"] a"))
