@@ -239,7 +239,7 @@ pub(crate) async fn queue(
         Some(a) => Some(ListCursor::from_str(a)?),
     };
     let c = queue.counts().await?;
-    let page_ = queue.list(state, after.as_ref(), shared.opts.page_size).await?;
+    let listing = queue.list(state, after.as_ref(), shared.opts.page_size).await?;
     let qs = segment(&name);
     let here = format!("{up}queues/{qs}");
 
@@ -256,7 +256,7 @@ pub(crate) async fn queue(
     tabs.push_str("</nav>");
 
     let mut rows = String::new();
-    for job in &page_.jobs {
+    for job in &listing.jobs {
         let id = escape(&job.id);
         let link = format!("{here}/jobs/{}", segment(&job.id));
         let when = match state {
@@ -293,7 +293,7 @@ pub(crate) async fn queue(
             state.as_str()
         );
     }
-    if let Some(next) = &page_.next {
+    if let Some(next) = &listing.next {
         let _ = write!(
             paging,
             "<a href=\"{here}?state={}&amp;after={}\" rel=\"next\">next page</a>",
