@@ -1,0 +1,238 @@
+//! The dashboard in a real browser: headless Chromium, driven over
+//! WebDriver by chromedriver (Debian's `chromium` and `chromium-driver`
+//! packages), against the router mounted under `/admin/queues` in an axum
+//! app over a private server with a live consumer. Screenshots go to
+//! `target/dashboard-screenshots/`.
+//!
+//! `ECHOMQ_CHROMIUM` and `ECHOMQ_CHROMEDRIVER` name other binaries; when
+//! either is missing the test fails, saying which (it never passes
+//! without a browser).
+
+use std::net::TcpStream;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use echomq::server::LocalServer;
+use echomq::{Client, Consumer, EnqueueOptions, HandlerError, Job, JobState};
+use echomq_dashboard::{DashboardOptions, Source};
+use fantoccini::{ClientBuilder, Locator};
+use serde_json::{Value, json};
+
+/// The longest any one page condition may take.
+const WAIT: Duration = Duration::from_secs(20);
+
+/// A binary the test needs, or a failure that says how to get it.
+fn tool(env: &str, default: &str, package: &str) -> PathBuf {
+    let path = std::env::var_os(env).map_or_else(|| PathBuf::from(default), PathBuf::from);
+    assert!(
+        path.is_file(),
+        "{} is missing: the browser test needs Debian's `{package}` package \
+         (apt-get install -y chromium chromium-driver; scripts/test installs it) or {env} set",
+        path.display()
+    );
+    path
+}
+
+/// chromedriver, stopped with the test.
+struct Driver(Child);
+
+impl Drop for Driver {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Where screenshots go: `target/dashboard-screenshots/` of the build
+/// this test binary belongs to (`target/debug/deps/browser-…`).
+fn shots_dir() -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    let target = exe.ancestors().nth(3).unwrap().to_path_buf();
+    let dir = target.join("dashboard-screenshots");
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+async fn shot(c: &fantoccini::Client, name: &str) {
+    let png = c.screenshot().await.unwrap();
+    std::fs::write(shots_dir().join(name), png).unwrap();
+}
+
+/// Runs `script` in the page until it returns true (a page reload in
+/// between is "not yet"); panics with `what` after [`WAIT`].
+async fn until(c: &fantoccini::Client, what: &str, script: &str) {
+    let start = Instant::now();
+    loop {
+        if let Ok(Value::Bool(true)) = c.execute(script, vec![]).await {
+            return;
+        }
+        if start.elapsed() > WAIT {
+            let page = c.source().await.unwrap_or_default();
+            panic!("timed out waiting for {what}; the page:\n{page}");
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[derive(serde::Serialize, serde::Deserialize)]
+struct Work {
+    flaky: bool,
+}
+
+/// Fails a flaky job's first attempt (its only one, so it stays failed).
+async fn handle(job: Job<Work>) -> Result<(), HandlerError> {
+    if job.payload().flaky && job.attempt() == 1 {
+        return Err(HandlerError::retry("flaky <b>first</b> attempt & fails"));
+    }
+    Ok(())
+}
+
+// A browser sees the counts change live as jobs flow, opens the failed job
+// (its id and error shown as text, not markup), retries it with a click
+// and watches it complete.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn counts_move_and_a_failed_job_is_retried_from_the_browser() {
+    let chromium = tool("ECHOMQ_CHROMIUM", "/usr/bin/chromium", "chromium");
+    let chromedriver = tool("ECHOMQ_CHROMEDRIVER", "/usr/bin/chromedriver", "chromium-driver");
+
+    let server = LocalServer::start().unwrap();
+    let client = Client::connect(&server.url()).await.unwrap();
+    let queue = client.queue("browser").await.unwrap();
+    let consumer = Consumer::new(queue.clone(), handle).spawn().unwrap();
+
+    let dashboard = echomq_dashboard::router(
+        Source::from(client.clone()),
+        DashboardOptions::new().sample_every(Duration::from_millis(200)),
+    );
+    let app = axum::Router::new().nest("/admin/queues", dashboard);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let _driver = Driver(
+        Command::new(&chromedriver)
+            .arg(format!("--port={port}"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let start = Instant::now();
+    while TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(start.elapsed() < WAIT, "chromedriver did not listen on port {port}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let profile = std::env::temp_dir().join(format!("echomq-chromium-{}", std::process::id()));
+    let mut caps = serde_json::Map::new();
+    caps.insert(
+        "goog:chromeOptions".into(),
+        json!({
+            "binary": chromium,
+            "args": [
+                "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                "--window-size=1280,900", format!("--user-data-dir={}", profile.display()),
+            ],
+        }),
+    );
+    let c = ClientBuilder::new(hyper_util::client::legacy::connect::HttpConnector::new())
+        .capabilities(caps)
+        .connect(&format!("http://127.0.0.1:{port}"))
+        .await
+        .expect("a chromium session through chromedriver");
+
+    // Mounted without the trailing slash, as `Router::nest` routes it.
+    c.goto(&format!("http://{addr}/admin/queues")).await.unwrap();
+    until(
+        &c,
+        "the live stream",
+        "return document.getElementById('live').textContent === 'live'",
+    )
+    .await;
+    let cell = |state: &str| {
+        format!("document.querySelector('tr[data-queue=\"browser\"] [data-count=\"{state}\"]').textContent")
+    };
+    assert_eq!(
+        c.execute(&format!("return {};", cell("completed")), vec![])
+            .await
+            .unwrap(),
+        json!("0")
+    );
+
+    let flaky_id = "flaky <b>&1</b>/../x?y#z";
+    for _ in 0..5 {
+        queue.enqueue(&Work { flaky: false }).await.unwrap();
+    }
+    let opts = EnqueueOptions::new().id(flaky_id).max_attempts(1);
+    queue.enqueue_with(&Work { flaky: true }, &opts).await.unwrap();
+    let flowed = format!("return {} === '5' && {} === '1';", cell("completed"), cell("failed"));
+    until(&c, "5 completed and 1 failed on the queue list", &flowed).await;
+    let charted = "const row = document.querySelector('tr[data-queue=\"browser\"]'); \
+                   return row.querySelector('svg.spark polyline').getAttribute('points').split(' ').length >= 3 \
+                   && !isNaN(parseFloat(row.querySelector('[data-rate]').textContent));";
+    until(&c, "the throughput chart drawn from three samples", charted).await;
+    shot(&c, "1-queues.png").await;
+
+    c.find(Locator::Css("tr[data-queue=\"browser\"] a"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    c.wait()
+        .for_element(Locator::Css("nav.tabs a[data-state=\"failed\"]"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    until(
+        &c,
+        "the failed tab",
+        "return document.querySelector('#jobs').dataset.state === 'failed';",
+    )
+    .await;
+    c.find(Locator::Css("#jobs tbody a"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    until(
+        &c,
+        "the failed job's page",
+        "return document.getElementById('job-state')?.textContent === 'failed';",
+    )
+    .await;
+    let h1 = c.find(Locator::Css("h1")).await.unwrap().text().await.unwrap();
+    assert_eq!(h1, format!("Job {flaky_id}"), "the id shows as text");
+    let errors = c.find(Locator::Css("ol.errors")).await.unwrap().text().await.unwrap();
+    assert!(errors.contains("flaky <b>first</b> attempt & fails"), "{errors}");
+    shot(&c, "2-failed-job.png").await;
+
+    c.find(Locator::Css("button[data-action=\"retry\"]"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    until(
+        &c,
+        "the retried job completed",
+        "return document.getElementById('job-state')?.textContent === 'completed';",
+    )
+    .await;
+    shot(&c, "3-retried-job.png").await;
+    let job = queue.job(flaky_id).await.unwrap();
+    assert_eq!((job.state, job.attempts), (JobState::Completed, 2));
+
+    c.close().await.unwrap();
+    consumer.shutdown().await.unwrap();
+    let _ = std::fs::remove_dir_all(profile);
+}

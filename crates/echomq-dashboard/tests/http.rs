@@ -1,0 +1,188 @@
+//! The dashboard over HTTP without a browser (tower's `oneshot` on the
+//! router, mounted as a user mounts it): the CSRF checks, escaping of user
+//! data, paging, and what an unknown queue or state answers.
+
+use std::time::Duration;
+
+use axum::Router;
+use axum::body::Body;
+use axum::http::{HeaderMap, Request, StatusCode};
+use echomq::server::LocalServer;
+use echomq::{Client, EnqueueOptions, JobState};
+use echomq_dashboard::{DashboardOptions, Source};
+use tower::ServiceExt;
+
+const SECRET: &str = "0123456789abcdef0123456789abcdef-test";
+
+async fn call(app: &Router, req: Request<Body>) -> (StatusCode, HeaderMap, String) {
+    let resp = app.clone().oneshot(req).await.unwrap();
+    let (parts, body) = resp.into_parts();
+    let bytes = axum::body::to_bytes(body, 1 << 20).await.unwrap();
+    (parts.status, parts.headers, String::from_utf8(bytes.to_vec()).unwrap())
+}
+
+async fn get(app: &Router, uri: &str) -> (StatusCode, String) {
+    let (s, _, b) = call(app, Request::get(uri).body(Body::empty()).unwrap()).await;
+    (s, b)
+}
+
+fn post(uri: &str, headers: &[(&str, &str)], body: &str) -> Request<Body> {
+    let mut req = Request::post(uri)
+        .header("host", "app.test")
+        .header("content-type", "application/x-www-form-urlencoded");
+    for (k, v) in headers {
+        req = req.header(*k, *v);
+    }
+    req.body(Body::from(body.to_owned())).unwrap()
+}
+
+fn mounted(client: &Client, page_size: usize) -> Router {
+    let opts = DashboardOptions::new()
+        .page_size(page_size)
+        .csrf_secret(SECRET)
+        .unwrap();
+    Router::new().nest(
+        "/admin/queues",
+        echomq_dashboard::router(Source::from(client.clone()), opts),
+    )
+}
+
+// A POST without the token, with a wrong one, or from another site is
+// refused with 403 and changes nothing; the page's own form pauses the
+// queue and redirects to a relative URL.
+#[tokio::test]
+async fn actions_need_the_token_and_the_same_origin() {
+    let server = LocalServer::start().unwrap();
+    let client = Client::connect(&server.url()).await.unwrap();
+    let queue = client.queue("csrf").await.unwrap();
+    let app = mounted(&client, 10);
+    let uri = "/admin/queues/queues/csrf/pause";
+    let good = format!("csrf={SECRET}");
+    let refused = [
+        post(uri, &[], ""),
+        post(uri, &[], "csrf=nope"),
+        post(uri, &[], &format!("csrf={SECRET}x")),
+        post(uri, &[("sec-fetch-site", "cross-site")], &good),
+        post(uri, &[("origin", "https://evil.test")], &good),
+    ];
+    for req in refused {
+        let (status, _, _) = call(&app, req).await;
+        assert_eq!(status, StatusCode::FORBIDDEN);
+    }
+    assert!(!queue.is_paused().await.unwrap());
+
+    let ok = post(
+        uri,
+        &[("sec-fetch-site", "same-origin"), ("origin", "http://app.test")],
+        &good,
+    );
+    let (status, headers, _) = call(&app, ok).await;
+    assert_eq!(status, StatusCode::SEE_OTHER);
+    assert_eq!(headers["location"], "../../queues/csrf?done=paused");
+    assert!(queue.is_paused().await.unwrap());
+    // The form on the page carries the token.
+    let (_, page) = get(&app, "/admin/queues/queues/csrf").await;
+    assert!(page.contains(&format!("name=\"csrf\" value=\"{SECRET}\"")));
+    assert!(page.contains("action=\"../queues/csrf/resume\""));
+}
+
+// Job ids, payloads and errors with markup come out escaped on every page,
+// ids in links percent-encoded; nothing of them runs as HTML.
+#[tokio::test]
+async fn user_data_is_escaped() {
+    let server = LocalServer::start().unwrap();
+    let client = Client::connect(&server.url()).await.unwrap();
+    let queue = client.queue("esc").await.unwrap();
+    let id = "<img src=x onerror=alert(1)>";
+    let payload = serde_json::json!({"note": "</pre><script>alert(2)</script>"});
+    queue
+        .enqueue_with(&payload, &EnqueueOptions::new().id(id).max_attempts(1))
+        .await
+        .unwrap();
+    let lease = queue.claim(1, Duration::from_secs(30)).await.unwrap().remove(0);
+    queue.fail(&lease, "<svg onload=alert(3)>").await.unwrap();
+    let app = mounted(&client, 10);
+
+    let (status, list) = get(&app, "/admin/queues/queues/esc?state=failed").await;
+    assert_eq!(status, StatusCode::OK);
+    let (status, page) = get(
+        &app,
+        "/admin/queues/queues/esc/jobs/%3Cimg%20src%3Dx%20onerror%3Dalert%281%29%3E",
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{page}");
+    for html in [&list, &page] {
+        assert!(!html.contains("<img"), "{html}");
+        assert!(!html.contains("<svg onload"), "{html}");
+        assert!(html.contains("&lt;img src=x onerror=alert(1)&gt;"));
+        assert!(html.contains("&lt;svg onload=alert(3)&gt;"));
+    }
+    assert!(list.contains("href=\"../queues/esc/jobs/%3Cimg%20src%3Dx%20onerror%3Dalert%281%29%3E\""));
+    assert!(!page.contains("<script>alert"));
+    assert!(page.contains("&lt;/pre&gt;&lt;script&gt;alert(2)&lt;/script&gt;"));
+}
+
+// A state's jobs come a page at a time, each page linking to the next,
+// until all are shown once.
+#[tokio::test]
+async fn listings_are_paged() {
+    let server = LocalServer::start().unwrap();
+    let client = Client::connect(&server.url()).await.unwrap();
+    let queue = client.queue("paged").await.unwrap();
+    for i in 0..5 {
+        queue
+            .enqueue_with(&i, &EnqueueOptions::new().id(format!("job-{i}")))
+            .await
+            .unwrap();
+    }
+    let app = mounted(&client, 2);
+    let mut uri = "/admin/queues/queues/paged?state=pending".to_owned();
+    let mut seen = Vec::new();
+    loop {
+        let (status, page) = get(&app, &uri).await;
+        assert_eq!(status, StatusCode::OK);
+        seen.extend(page.match_indices("<tr data-job=\"").map(|(at, m)| {
+            let rest = &page[at + m.len()..];
+            rest[..rest.find('"').unwrap()].to_owned()
+        }));
+        let Some(at) = page.find("rel=\"next\"") else { break };
+        let href_at = page[..at].rfind("href=\"").unwrap() + 6;
+        let href = &page[href_at..page[href_at..].find('"').unwrap() + href_at];
+        // `../queues/paged?...` seen from /admin/queues/queues/paged.
+        uri = format!("/admin/queues/{}", href.trim_start_matches("../").replace("&amp;", "&"));
+    }
+    assert_eq!(seen, ["job-0", "job-1", "job-2", "job-3", "job-4"]);
+    assert_eq!(queue.counts().await.unwrap().pending, 5);
+    assert_eq!(queue.job("job-0").await.unwrap().state, JobState::Pending);
+}
+
+// An unknown queue is a 404 and is not created by asking; an unknown state
+// or a bad cursor is a 400; the root answers with and without the mount.
+#[tokio::test]
+async fn unknown_things_are_refused() {
+    let server = LocalServer::start().unwrap();
+    let client = Client::connect(&server.url()).await.unwrap();
+    client.queue("known").await.unwrap();
+    let app = mounted(&client, 10);
+    assert_eq!(get(&app, "/admin/queues/queues/nope").await.0, StatusCode::NOT_FOUND);
+    assert!(!client.queue_exists("emq", "nope").await.unwrap());
+    assert_eq!(
+        get(&app, "/admin/queues/queues/known/jobs/x").await.0,
+        StatusCode::NOT_FOUND
+    );
+    assert_eq!(
+        get(&app, "/admin/queues/queues/known?state=bogus").await.0,
+        StatusCode::BAD_REQUEST
+    );
+    assert_eq!(
+        get(&app, "/admin/queues/queues/known?after=zz").await.0,
+        StatusCode::BAD_REQUEST
+    );
+    let (status, root) = get(&app, "/admin/queues").await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(root.contains("href=\"./queues/queues/known\""), "{root}");
+    let bare = echomq_dashboard::router(vec![client.queue("known").await.unwrap()], DashboardOptions::new());
+    let (status, root) = get(&bare, "/").await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(root.contains("href=\"./queues/known\""), "{root}");
+}
