@@ -31,7 +31,10 @@ for i = 3, #ARGV do
       finish(moves, prefix, jk, id, 'cancelled', now, keep, job[2], {'err', 'cancelled'})
       code, st = CODE.CANCELLED, 'cancelled'
     elseif st == 'active' then
-      if not job[3] then rcall('HSET', jk, 'cx', int_s(now)) end
+      if not job[3] then
+        rcall('HSET', jk, 'cx', int_s(now))
+        emit_job(prefix, 'cancel_requested', id, jk)
+      end
       code = CODE.REQUESTED
     elseif st == 'completed' or st == 'failed' or st == 'cancelled' then
       code = CODE.FINISHED

@@ -103,6 +103,80 @@ local function wake(wake_key, n)
   for _ = 1, n do rcall('LPUSH', wake_key, '1') end
 end
 
+-- Lifecycle events (README "Events"): every transition appends one entry
+-- to the queue's capped stream PREFIX:{Q}:events in the script that makes
+-- it, so the events never disagree with the state. The stream id is the
+-- server's time. Fields: `e` the event, `id` the job (absent for queue
+-- events), then as the event has them: `a` attempt, `tk` fencing token,
+-- `ln` lane, `kd` kind, `err` error text (truncated to EVENT_TEXT_MAX
+-- bytes), `due` server ms a delayed job is due, `pg` progress. The queue's
+-- meta hash holds the setting every process honours: `evoff` (events off)
+-- and `evmax` (the stream's approximate cap, else EVENTS_MAX). It is read
+-- once per script call (ev_cap caches it: a script's top-level locals live
+-- for one call).
+local EVENTS_MAX = 10000
+local EVENT_TEXT_MAX = 512
+local ev_cap -- nil: not read yet in this call; false: events off; else the cap
+
+-- Whether the queue whose keys start with `prefix` records events.
+local function events_on(prefix)
+  if ev_cap == nil then
+    local c = hfields(prefix .. 'meta', 'evoff', 'evmax')
+    if c and c[1] then
+      ev_cap = false
+    else
+      ev_cap = tonumber(c and c[2]) or EVENTS_MAX
+    end
+  end
+  return ev_cap
+end
+
+-- Text cut to EVENT_TEXT_MAX bytes.
+local function ev_text(s)
+  if s and #s > EVENT_TEXT_MAX then return string.sub(s, 1, EVENT_TEXT_MAX) end
+  return s
+end
+
+-- Appends event `event` of job `id` ("" for a queue event) with the
+-- fields `extra` (a flat list, nil values skipped in pairs).
+local function emit(prefix, event, id, extra)
+  local cap = events_on(prefix)
+  if not cap then return end
+  local args = {prefix .. 'events', 'MAXLEN', '~', cap, '*', 'e', event}
+  if id ~= '' then
+    args[#args + 1] = 'id'
+    args[#args + 1] = id
+  end
+  if extra then
+    for i = 1, #extra, 2 do
+      local v = extra[i + 1]
+      if v and v ~= '' then
+        args[#args + 1] = extra[i]
+        args[#args + 1] = v
+      end
+    end
+  end
+  rcall('XADD', unpack(args))
+end
+
+-- emit for job `id` (record `jk`), with its attempt, token, lane and kind
+-- read from the record, then `extra`.
+local function emit_job(prefix, event, id, jk, extra)
+  if not events_on(prefix) then return end
+  local f = hfields(jk, 'a', 'tk', 'ln', 'kd') or {}
+  local fields = {'a', f[1], 'tk', f[2], 'ln', f[3], 'kd', f[4]}
+  if extra then
+    for i = 1, #extra do fields[#fields + 1] = extra[i] end
+  end
+  emit(prefix, event, id, fields)
+end
+
+-- The queue prefix and job id of job key `jk` (PREFIX:{Q}:job:ID: the
+-- first '}' closes the hash tag, as neither prefix nor queue holds one).
+local function job_parts(jk)
+  return string.match(jk, '^(.-}:)job:(.*)$')
+end
+
 -- Pending scores: (127 - priority) * 2^45 + mint number, so ZPOPMIN takes
 -- the highest priority first, then the oldest; an exact integer in a double.
 local PRIO_STEP = 35184372088832
@@ -455,6 +529,13 @@ end
 -- consumer for it).
 local function store_job(prefix, pending_key, delayed_key, id, score, due, h, lane)
   rcall('HSET', prefix .. 'job:' .. id, unpack(h))
+  if events_on(prefix) then
+    local kind
+    for i = 1, #h, 2 do
+      if h[i] == 'kd' then kind = h[i + 1] end
+    end
+    emit(prefix, 'enqueued', id, {'ln', lane, 'kd', kind, 'due', due and int_s(due)})
+  end
   if due then
     rcall('ZADD', delayed_key, due, id)
     return false
@@ -479,7 +560,10 @@ local function promote_due(delayed_key, pending_key, wake_key, prefix, now, limi
   for _, id in ipairs(due) do
     local jk = prefix .. 'job:' .. id
     local st = hfields(jk, 'st')
-    if st and st[1] == 'delayed' and to_pending(pending_key, jk, id) then moved = moved + 1 end
+    if st and st[1] == 'delayed' and to_pending(pending_key, jk, id) then
+      moved = moved + 1
+      emit_job(prefix, 'promoted', id, jk)
+    end
   end
   if #due > 0 then
     rcall('ZREM', delayed_key, unpack(due))
@@ -696,6 +780,9 @@ local function lease_job(jk, id, job, token, now, deadline_s, holder, lane, zarg
   end
   zargs[#zargs + 1] = deadline_s
   zargs[#zargs + 1] = id
+  if events_on(string.sub(jk, 1, #jk - #id - 4)) then
+    emit(string.sub(jk, 1, #jk - #id - 4), 'claimed', id, {'a', attempt, 'tk', token_s, 'ln', lane, 'kd', job[5]})
+  end
   out[#out + 1] = id
   out[#out + 1] = token_s
   out[#out + 1] = attempt
@@ -914,6 +1001,13 @@ local function finish(moves, prefix, jk, id, state, now, keep, dd, fields)
   -- Written even when the record is about to be deleted, so a later item
   -- of the same call sees the job settled (check_owner reads the hash).
   rcall('HSET', jk, 'st', state, 'ft', now_s, unpack(fields))
+  if events_on(prefix) then
+    local err
+    for i = 1, #fields, 2 do
+      if fields[i] == 'err' then err = ev_text(fields[i + 1]) end
+    end
+    emit_job(prefix, state, id, jk, {'err', err})
+  end
   if keep.n == 0 then
     moves.delete[#moves.delete + 1] = jk
     return
@@ -1063,7 +1157,9 @@ local function settle_retry(moves, k, prefix, jk, id, token, now, delay, err, ke
   end
   rcall('HSET', jk, 'err', err, 'eh', eh, 'lo', lo)
   if delay < 0 then delay = backoff_ms(bo, failures, jitter, tonumber(token)) end
-  return {CODE.OK, requeue(k, jk, id, now, delay)}
+  local due = requeue(k, jk, id, now, delay)
+  emit_job(prefix, 'retried', id, jk, {'err', ev_text(err), 'due', due > 0 and int_s(due)})
+  return {CODE.OK, due}
 end
 
 -- A handler's failure too, so failures += 1, but whatever attempts remain.
@@ -1093,8 +1189,12 @@ end
 
 -- Release (op l, graceful shutdown) and snooze (op s, run later): back to
 -- pending or delayed, counting neither a failure nor a stall.
+local REQUEUE_EVENT = {l = 'released', s = 'snoozed', h = 'rate_limited'}
 local function settle_requeue(moves, k, jk, id, token, now, op, delay, owner)
   unlease(moves, id, owner.ln)
   rcall('HSET', jk, 'lo', remember(owner, op, token))
-  return {CODE.OK, requeue(k, jk, id, now, delay)}
+  local due = requeue(k, jk, id, now, delay)
+  emit_job(string.sub(jk, 1, #jk - #id - 4), REQUEUE_EVENT[op] or 'released', id, jk,
+    {'due', due > 0 and int_s(due)})
+  return {CODE.OK, due}
 end

@@ -70,6 +70,7 @@ local function replace(id, st, payload, due, mk, ttl, dedup)
   end
   if hold(mk, id, ttl, dedup, h) then rcall('HDEL', jk, 'dd') end
   rcall('HSET', jk, unpack(h))
+  emit(prefix, 'replaced', id, {'due', due and int_s(due)})
 end
 
 for j = 0, n - 1 do

@@ -32,6 +32,7 @@ for _, id in ipairs(expired) do
   unlease(moves, id, job and job[5])
   if job and job[1] then
     local stalls = rcall('HINCRBY', jk, 's', '1')
+    emit_job(prefix, 'stalled', id, jk)
     local _, max = limits(job[2])
     local outcome = CODE.OK
     if job[4] then

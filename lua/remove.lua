@@ -34,6 +34,7 @@ local function delete(id, st, dd, ln)
   end
   rcall('DEL', jk)
   removed = removed + 1
+  emit(prefix, 'removed', id)
 end
 
 if #ARGV > 2 then

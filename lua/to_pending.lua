@@ -47,6 +47,7 @@ for _, id in ipairs(ids) do
     end
     to_pending(pending_key, jk, id)
     moved = moved + 1
+    emit_job(prefix, state == 'delayed' and 'promoted' or 'requeued', id, jk)
   end
   if given then
     out[#out + 1] = id
