@@ -25,6 +25,8 @@
 //!   maintenance task that also runs the scheduling passes.
 //! - [`schedule`] (feature `cron`, on by default): leaderless cron
 //!   schedules stored in the server, one job per tick.
+//! - `metrics` (feature `metrics`): counters, histograms and gauges through
+//!   the `metrics` facade.
 //! - [`health`]: the server self-check.
 //! - [`job`]: what a job looks like to producers, handlers and inspectors.
 //! - [`keys`]: key naming (the `{queue}` hash tag).
@@ -53,6 +55,8 @@ pub mod kinds;
 pub mod lease;
 pub mod limits;
 pub mod maintenance;
+#[cfg(feature = "metrics")]
+pub mod metrics;
 pub mod queue;
 #[cfg(feature = "cron")]
 pub mod schedule;
