@@ -160,10 +160,12 @@ local function emit(prefix, event, id, extra)
 end
 
 -- emit for job `id` (record `jk`), with its attempt, token, lane and kind
--- read from the record, then `extra`.
-local function emit_job(prefix, event, id, jk, extra)
+-- (`known`: a table of them, a, tk, ln, kd, when the caller holds them;
+-- else read from the record), then `extra`.
+local function emit_job(prefix, event, id, jk, extra, known)
   if not events_on(prefix) then return end
-  local f = hfields(jk, 'a', 'tk', 'ln', 'kd') or {}
+  local f = known or hfields(jk, 'a', 'tk', 'ln', 'kd') or {}
+  if known then f = {known.a, known.tk, known.ln, known.kd} end
   local fields = {'a', f[1], 'tk', f[2], 'ln', f[3], 'kd', f[4]}
   if extra then
     for i = 1, #extra do fields[#fields + 1] = extra[i] end
@@ -932,10 +934,11 @@ end
 -- LO_KEEP settlements), {NOT_FOUND, now} for a missing job, {LEASE_LOST,
 -- now} for a lost lease.
 local function check_owner(jk, token, op, now)
-  local cur = hfields(jk, 'st', 'tk', 'lo', 'dd', 'cx', 'ln')
+  local cur = hfields(jk, 'st', 'tk', 'lo', 'dd', 'cx', 'ln', 'a', 'kd')
   if not cur or not cur[1] then return {CODE.NOT_FOUND, now} end
   if cur[1] == 'active' and cur[2] == token then
-    return nil, {dd = cur[4], lo = cur[3], cx = cur[5], ln = cur[6]}
+    -- a, tk and kd too: the settlement's event needs them (emit_job)
+    return nil, {dd = cur[4], lo = cur[3], cx = cur[5], ln = cur[6], a = cur[7], tk = token, kd = cur[8]}
   end
   if op and cur[3] and string.find(' ' .. cur[3] .. ' ', ' ' .. op .. ':' .. token .. ' ', 1, true) then
     return {CODE.ALREADY, now}
@@ -992,7 +995,9 @@ local KEEP_ALL = {n = -1, age = 0}
 -- Terminal move into state `state` (completed, failed or cancelled) at `now`: releases
 -- the job's dedup marker `dd` if it still holds it; with retention `keep`
 -- of 0 records the record is deleted, otherwise it is stamped with `fields`.
-local function finish(moves, prefix, jk, id, state, now, keep, dd, fields)
+-- Its event is named after the state (`owner`: check_owner's fields, when
+-- a settlement holds them, so the event reads nothing more).
+local function finish(moves, prefix, jk, id, state, now, keep, dd, fields, owner)
   if dd then
     local mk = prefix .. 'de:' .. dd
     if sget(mk) == id then rcall('DEL', mk) end
@@ -1006,7 +1011,7 @@ local function finish(moves, prefix, jk, id, state, now, keep, dd, fields)
     for i = 1, #fields, 2 do
       if fields[i] == 'err' then err = ev_text(fields[i + 1]) end
     end
-    emit_job(prefix, state, id, jk, {'err', err})
+    emit_job(prefix, state, id, jk, {'err', err}, owner)
   end
   if keep.n == 0 then
     moves.delete[#moves.delete + 1] = jk
@@ -1111,7 +1116,7 @@ local function settle_complete(moves, prefix, jk, id, token, now, keep, owner, r
     fields[3] = 'rs'
     fields[4] = result
   end
-  finish(moves, prefix, jk, id, 'completed', now, keep, owner.dd, fields)
+  finish(moves, prefix, jk, id, 'completed', now, keep, owner.dd, fields, owner)
   return {CODE.OK, 0}
 end
 
@@ -1152,13 +1157,13 @@ local function settle_retry(moves, k, prefix, jk, id, token, now, delay, err, ke
   local lo = remember(owner, 'r', token)
   local eh = errors_with(jk, now, err)
   if failures >= max then
-    finish(moves, prefix, jk, id, 'failed', now, keep, owner.dd, {'err', err, 'eh', eh, 'lo', lo})
+    finish(moves, prefix, jk, id, 'failed', now, keep, owner.dd, {'err', err, 'eh', eh, 'lo', lo}, owner)
     return {CODE.FAILED, 0}
   end
   rcall('HSET', jk, 'err', err, 'eh', eh, 'lo', lo)
   if delay < 0 then delay = backoff_ms(bo, failures, jitter, tonumber(token)) end
   local due = requeue(k, jk, id, now, delay)
-  emit_job(prefix, 'retried', id, jk, {'err', ev_text(err), 'due', due > 0 and int_s(due)})
+  emit_job(prefix, 'retried', id, jk, {'err', ev_text(err), 'due', due > 0 and int_s(due)}, owner)
   return {CODE.OK, due}
 end
 
@@ -1167,7 +1172,8 @@ local function settle_fail(moves, prefix, jk, id, token, now, reason, keep, owne
   unlease(moves, id, owner.ln)
   rcall('HINCRBY', jk, 'f', '1')
   local eh = errors_with(jk, now, reason)
-  finish(moves, prefix, jk, id, 'failed', now, keep, owner.dd, {'err', reason, 'eh', eh, 'lo', remember(owner, 'f', token)})
+  finish(moves, prefix, jk, id, 'failed', now, keep, owner.dd,
+    {'err', reason, 'eh', eh, 'lo', remember(owner, 'f', token)}, owner)
   return {CODE.OK, 0}
 end
 
@@ -1183,7 +1189,7 @@ local function settle_cancel(moves, prefix, jk, id, token, now, op, text, keep, 
     fields[5] = 'eh'
     fields[6] = errors_with(jk, now, text)
   end
-  finish(moves, prefix, jk, id, 'cancelled', now, keep, owner.dd, fields)
+  finish(moves, prefix, jk, id, 'cancelled', now, keep, owner.dd, fields, owner)
   return {CODE.CANCELLED, 0}
 end
 
@@ -1195,6 +1201,6 @@ local function settle_requeue(moves, k, jk, id, token, now, op, delay, owner)
   rcall('HSET', jk, 'lo', remember(owner, op, token))
   local due = requeue(k, jk, id, now, delay)
   emit_job(string.sub(jk, 1, #jk - #id - 4), REQUEUE_EVENT[op] or 'released', id, jk,
-    {'due', due > 0 and int_s(due)})
+    {'due', due > 0 and int_s(due)}, owner)
   return {CODE.OK, due}
 end
