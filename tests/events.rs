@@ -259,3 +259,27 @@ async fn a_reader_resumes_from_a_saved_id_without_loss_or_duplicates() {
         Err(Error::InvalidId { .. })
     ));
 }
+
+// A cron schedule's tick appears as its job's `enqueued`, with the
+// schedule's kind (the fire path stores jobs as enqueue does).
+#[cfg(feature = "cron")]
+#[tokio::test]
+async fn a_cron_tick_appears_as_enqueued_with_its_kind() {
+    use echomq::schedule::{Schedule, Scheduler};
+    let (_s, q) = setup("ev-cron").await;
+    let mut r = q.events(EventCursor::Now).await.unwrap();
+    q.upsert_schedule(&Schedule::new("tick", "* * * * * *").kind("beat"), &1u32)
+        .await
+        .unwrap();
+    let scheduler = Scheduler::new(q.clone());
+    assert!(
+        common::eventually(Duration::from_secs(5), || async {
+            scheduler.run_once().await.unwrap();
+            q.counts().await.unwrap().pending > 0
+        })
+        .await
+    );
+    let ev = take(&mut r, 1).await.remove(0);
+    assert_eq!(ev.kind, EventKind::Enqueued);
+    assert_eq!(ev.job_kind.as_deref(), Some("beat"));
+}
