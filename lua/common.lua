@@ -23,6 +23,8 @@
 --   cx  cancel requested (server ms): the job ends cancelled unless its
 --       running attempt completes it (cancel.lua)
 --   ln  lane (absent: none), fixed at enqueue (see "Lanes" below)
+--   tp  the W3C traceparent of the span that enqueued it (absent: none),
+--       handed to each claim of it
 local rcall = redis.call
 local WAKE_CAP = 64
 local LO_KEEP = 8
@@ -512,8 +514,9 @@ end
 -- pending score and its hash fields: state delayed with a `due` time, else
 -- pending; `lm` its limits ("" for the defaults, then no field); `lane`
 -- its lane ("" for none); `kind` its kind ("" or nil for none: no `kd`
--- field, as records from before kinds have none).
-local function new_job(seq_key, id, payload, priority, lm, lane, due, now, kind)
+-- field, as records from before kinds have none); `tp` its traceparent
+-- ("" or nil for none).
+local function new_job(seq_key, id, payload, priority, lm, lane, due, now, kind, tp)
   local seq = rcall('INCR', seq_key)
   if id == '' then id = int_s(seq) end
   local score = (127 - priority) * PRIO_STEP + seq
@@ -522,6 +525,7 @@ local function new_job(seq_key, id, payload, priority, lm, lane, due, now, kind)
   if lm ~= '' then h[#h + 1] = 'lm'; h[#h + 1] = lm end
   if lane ~= '' then h[#h + 1] = 'ln'; h[#h + 1] = lane end
   if kind and kind ~= '' then h[#h + 1] = 'kd'; h[#h + 1] = kind end
+  if tp and tp ~= '' then h[#h + 1] = 'tp'; h[#h + 1] = tp end
   return id, score, h
 end
 
@@ -716,7 +720,7 @@ local function claim_turns(k, prefix, limit, picked, now, lane_limits)
           -- without a record. Its entry in `pending` goes too unless a
           -- pending job holds that id (another lane's, or an unlaned job
           -- that reuses the id): that one stays claimable.
-          local job = hfields(prefix .. 'job:' .. id, 'p', 'f', 'a', 'lm', 'kd', 'ct', 'st', 'ln')
+          local job = hfields(prefix .. 'job:' .. id, 'p', 'f', 'a', 'lm', 'kd', 'ct', 'st', 'ln', 'tp')
           if job and job[1] and job[7] == 'pending' and job[8] == lane then
             gone[#gone + 1] = id
             picked[#picked + 1] = {id = id, job = job, lane = lane}
@@ -765,7 +769,7 @@ local function claim_turns(k, prefix, limit, picked, now, lane_limits)
   return cut
 end
 
--- Leases job `id` (its record's fields `job`: p, f, a, lm, kd, ct) with fencing
+-- Leases job `id` (its record's fields `job`: p, f, a, lm, kd, ct, st, ln, tp) with fencing
 -- token `token` until `deadline_s`: attempts += 1, state active, holder.
 -- Appends its reply fields to `out` (lane "" for none) and its deadline
 -- and id to `zargs` (the active set's ZADD). A pending id without a record
@@ -794,6 +798,7 @@ local function lease_job(jk, id, job, token, now, deadline_s, holder, lane, zarg
   out[#out + 1] = lane
   out[#out + 1] = job[5] or ''
   out[#out + 1] = job[6] or '0'
+  out[#out + 1] = job[9] or ''
 end
 
 -- Leases up to `limit` pending jobs until now + lease, after promoting up
@@ -810,8 +815,9 @@ end
 -- `k` holds pending, active, delayed, wake, token, meta; `holder` names
 -- the claiming consumer (stored as `hd`).
 -- Appends {deadline, wait, id_1, token_1, attempt_1, failures_1, limits_1,
--- payload_1, lane_1, kind_1, created_1, ...} to `out` (lane and kind ""
--- for none; created: the record's `ct`, server ms, "0" if it has none);
+-- payload_1, lane_1, kind_1, created_1, traceparent_1, ...} to `out` (lane,
+-- kind and traceparent "" for none; created: the record's `ct`, server ms,
+-- "0" if it has none);
 -- `wait` also says when the first stopped lane reopens, when the claim
 -- leased fewer than `limit` jobs.
 local function claim_jobs(k, prefix, now, lease, limit, promote, holder, out)
@@ -879,7 +885,7 @@ local function claim_jobs(k, prefix, now, lease, limit, promote, holder, out)
       local id = popped[i]
       local jk = prefix .. 'job:' .. id
       token = token + 1
-      local job = hfields(jk, 'p', 'f', 'a', 'lm', 'kd', 'ct', 'st')
+      local job = hfields(jk, 'p', 'f', 'a', 'lm', 'kd', 'ct', 'st', 'ln', 'tp')
       -- Only a job whose record says pending: a torn write (a restart that
       -- replayed part of a script) can leave a finished or running job's id
       -- on pending too, and leasing it would run it again. Its id just
@@ -908,7 +914,8 @@ local function claim_jobs(k, prefix, now, lease, limit, promote, holder, out)
     for _, pick in ipairs(picked) do
       local jk = prefix .. 'job:' .. pick.id
       token = token + 1
-      lease_job(jk, pick.id, pick.job or hfields(jk, 'p', 'f', 'a', 'lm', 'kd', 'ct'), token, now, deadline_s, holder,
+      lease_job(jk, pick.id, pick.job or hfields(jk, 'p', 'f', 'a', 'lm', 'kd', 'ct', 'st', 'ln', 'tp'), token, now,
+        deadline_s, holder,
         pick.lane or '', zargs, out)
       if #zargs > 2 * #logged then
         logged[#logged + 1] = int_s(token)

@@ -156,7 +156,8 @@ async fn run_job(ctx: Arc<Ctx>, q: usize, lease: Lease, claimed_at: Instant, per
         attempt = lease.attempt,
         token = lease.token,
         lane = lease.lane(),
-        kind = lease.kind()
+        kind = lease.kind(),
+        traceparent = lease.traceparent()
     );
     async move {
         let s = &ctx.settings;
