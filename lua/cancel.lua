@@ -13,6 +13,9 @@
 -- Returns {now, id_1, code_1, state_1, ...}: CANCELLED (state "cancelled");
 -- REQUESTED (state "active"; asking again changes nothing); FINISHED
 -- (the state it finished in: nothing changed); NOT_FOUND (state "").
+--
+-- Events (common.lua emit, unless the queue turned them off): cancelled (a
+-- waiting job), cancel_requested (a running one, the first time).
 local pending_key, delayed_key, cancelled_key = KEYS[1], KEYS[2], KEYS[3]
 local prefix, keep = ARGV[1], retention(ARGV[2])
 local now = server_now()

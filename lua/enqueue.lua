@@ -31,6 +31,9 @@
 -- this job's (its id, priority, limits, lane, created time, counters and pending
 -- place are kept; the marker is set again as this job asks). Jobs are
 -- handled in order, so a later job of the batch may replace an earlier one.
+--
+-- Events (common.lua emit, unless the queue turned them off): enqueued (each
+-- job stored), replaced (a debounce).
 local seq_key, pending_key, delayed_key, wake_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local prefix = ARGV[1]
 local n = tonumber(ARGV[2])

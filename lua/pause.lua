@@ -9,6 +9,9 @@
 --
 -- Returns {now, changed}: changed 1 when the queue was not already in
 -- that state. Resuming wakes the waiting consumers.
+--
+-- Events (common.lua emit, unless the queue turned them off): paused, resumed
+-- (only when the state changed).
 local meta_key, wake_key = KEYS[1], KEYS[2]
 local now = server_now()
 local prefix = string.sub(meta_key, 1, -5)

@@ -6,6 +6,8 @@
 -- ARGV[2] value  the progress, JSON
 --
 -- Returns {code, now}: OK recorded; NOT_FOUND; LEASE_LOST (nothing changed).
+--
+-- Events (common.lua emit, unless the queue turned them off): progress.
 local jk = KEYS[1]
 local now = server_now()
 local refused, owner = check_owner(jk, ARGV[1], nil, now)

@@ -17,6 +17,10 @@
 -- number of leases still held and `next_due` the earliest due time of a
 -- delayed job (server ms, 0 for none): the maintenance task reaps an idle
 -- queue less often.
+--
+-- Events (common.lua emit, unless the queue turned them off): stalled (each
+-- lapsed lease), then failed or cancelled when the job does not go back;
+-- promoted.
 local active_key, pending_key, delayed_key, failed_key, wake_key, cancelled_key =
   KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local prefix, limit, keep = ARGV[1], tonumber(ARGV[2]), retention(ARGV[3])
