@@ -158,7 +158,12 @@ local function emit(prefix, event, id, extra)
       end
     end
   end
-  rcall('XADD', unpack(args))
+  -- pcall: a script raising part-way keeps its earlier writes (there is
+  -- no rollback), so an XADD refused (a user whose ACL lacks +xadd, a
+  -- foreign key of another type at the stream's name) must not tear the
+  -- transition: the event is lost instead, and no more are tried in this call.
+  local r = redis.pcall('XADD', unpack(args))
+  if type(r) == 'table' and r.err then ev_cap = false end
 end
 
 -- emit for job `id` (record `jk`), with its attempt, token, lane and kind

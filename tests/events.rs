@@ -283,3 +283,23 @@ async fn a_cron_tick_appears_as_enqueued_with_its_kind() {
     assert_eq!(ev.kind, EventKind::Enqueued);
     assert_eq!(ev.job_kind.as_deref(), Some("beat"));
 }
+
+// An event that cannot be written (a foreign key of another type at the
+// stream's name) never tears the transition: the job's life goes on whole.
+#[tokio::test]
+async fn an_unwritable_stream_does_not_stop_the_transitions() {
+    let (s, q) = setup("ev-foreign").await;
+    let mut c = raw(&s).await;
+    let key = format!("emq:{{{}}}:events", q.name());
+    let () = redis::cmd("SET")
+        .arg(&key)
+        .arg("not a stream")
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    q.enqueue_with(&1u32, &EnqueueOptions::new().id("f")).await.unwrap();
+    let lease = q.claim(1, Duration::from_secs(30)).await.unwrap().remove(0);
+    q.complete(&lease).await.unwrap();
+    assert_eq!(q.job("f").await.unwrap().state, echomq::JobState::Completed);
+    assert_eq!(q.sweep(1000).await.unwrap().repaired, 0);
+}
