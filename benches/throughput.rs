@@ -14,7 +14,8 @@
 //! ```
 //!
 //! Figures (default `all`): `enqueue_bulk`, `enqueue_add` (`enqueue` = both),
-//! `process`, `latency`, `server_cost`, `memory`, `redelivery`, `lanes`.
+//! `process`, `latency`, `server_cost`, `memory`, `redelivery`, `lanes`,
+//! `events` (what lifecycle events cost the server: events on vs off).
 //!
 //! Each figure is one JSON line on stdout (also appended to `$BENCH_OUT`),
 //! with the field names of the BullMQ peer benchmark
@@ -31,7 +32,7 @@
 //!   [`prefetch`](echomq::Consumer::prefetch));
 //! - `LAT_RATE` (1000 jobs/s), `LAT_N` (5000 jobs), `LAT_CONSUMERS` (2),
 //!   `LAT_CONC` (16 per consumer);
-//! - `COST_N` (20000) jobs per server-cost phase, `MEM_N` (20000) pending
+//! - `COST_N` (20000) jobs per server-cost phase (and per case of `events`), `MEM_N` (20000) pending
 //!   jobs for the memory figure;
 //! - `REDELIVERY_RUNS` (3), `REDELIVERY_LEASE_MS` (2000);
 //! - `LANES_CLAIMS` (5000) claims per phase of the lanes figure, `LANES_MANY`
@@ -84,6 +85,7 @@ const FIGURES: &[&str] = &[
     "memory",
     "redelivery",
     "lanes",
+    "events",
 ];
 
 /// The payload of every job, the same as BullMQ's benchmark:
@@ -320,6 +322,7 @@ impl Bench {
                 "memory" => self.memory().await,
                 "redelivery" => self.redelivery().await,
                 "lanes" => self.lanes().await,
+                "events" => self.events_cost().await,
                 other => unreachable!("figure {other}"),
             }
         }
@@ -731,6 +734,50 @@ impl Bench {
             }
             self.out.emit(line);
         }
+    }
+
+    /// What lifecycle events cost the server: a job's life through the
+    /// low-level API (enqueue 1,000 per call, claim 64 per call, settle 64
+    /// per call: three events per job) with the queue's events on and off
+    /// (`Queue::set_events`), `COST_N` jobs each; server µs per job over
+    /// the three scripts, and their difference.
+    async fn events_cost(&mut self) {
+        let n = self.cfg.cost_n;
+        let lease = Duration::from_secs(600);
+        let mut per_job = Vec::new();
+        for on in [true, false] {
+            let name = self.fresh("events").await;
+            let q = self.connect(&name, Ret::Default).await;
+            q.set_events(&echomq::EventSettings::default().enabled(on))
+                .await
+                .unwrap();
+            let before = self.snap().await;
+            fill(&q, n, payload).await;
+            loop {
+                let got = q.claim(CLAIM_BATCH, lease).await.unwrap();
+                if got.is_empty() {
+                    break;
+                }
+                settle_all(&q, &got).await;
+            }
+            let d = self.snap().await.since(&before);
+            let usec = d.usec(SCRIPT_CMDS) as f64 / n as f64;
+            per_job.push(usec);
+            let mut line = json!({
+                "op": "events_cost", "events": if on { "on" } else { "off" }, "jobs": n,
+                "usec_per_job": round(usec, 2),
+                "server_cmds_per_job": round((d.all_calls() - d.calls(SCRIPT_CMDS)) as f64 / n as f64, 2),
+                "wall_s": round(d.wall, 4),
+            });
+            cost_fields(&mut line, &d, n);
+            self.out.emit(line);
+            drop(q);
+            self.cleanup(&name).await;
+        }
+        self.out.emit(json!({
+            "op": "events_cost", "events": "on_minus_off",
+            "usec_per_job": round(per_job[0] - per_job[1], 2),
+        }));
     }
 
     fn cost_line(&mut self, script: &str, phase: &str, ret: Ret, jobs: usize, d: &Delta) {

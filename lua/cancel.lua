@@ -13,6 +13,9 @@
 -- Returns {now, id_1, code_1, state_1, ...}: CANCELLED (state "cancelled");
 -- REQUESTED (state "active"; asking again changes nothing); FINISHED
 -- (the state it finished in: nothing changed); NOT_FOUND (state "").
+--
+-- Events (common.lua emit, unless the queue turned them off): cancelled (a
+-- waiting job), cancel_requested (a running one, the first time).
 local pending_key, delayed_key, cancelled_key = KEYS[1], KEYS[2], KEYS[3]
 local prefix, keep = ARGV[1], retention(ARGV[2])
 local now = server_now()
@@ -31,7 +34,10 @@ for i = 3, #ARGV do
       finish(moves, prefix, jk, id, 'cancelled', now, keep, job[2], {'err', 'cancelled'})
       code, st = CODE.CANCELLED, 'cancelled'
     elseif st == 'active' then
-      if not job[3] then rcall('HSET', jk, 'cx', int_s(now)) end
+      if not job[3] then
+        rcall('HSET', jk, 'cx', int_s(now))
+        emit_job(prefix, 'cancel_requested', id, jk)
+      end
       code = CODE.REQUESTED
     elseif st == 'completed' or st == 'failed' or st == 'cancelled' then
       code = CODE.FINISHED

@@ -15,9 +15,12 @@
 -- (common.lua claim_turns). The queue's global cap, its rate limit and
 -- its lanes' rate limits lease fewer jobs, or none (common.lua "Limits").
 -- Returns {now, deadline, wait, id_1, token_1, attempt_1, failures_1,
--- limits_1, payload_1, lane_1, kind_1, created_1, ...} (lane, kind "" for a job
--- without one); `wait` is 0, or the ms until a rate limit that stopped the
+-- limits_1, payload_1, lane_1, kind_1, created_1, traceparent_1, ...} (lane,
+-- kind, traceparent "" for a job without one); `wait` is 0, or the ms until a rate limit that stopped the
 -- claim (or a lane it left out) lets it lease again.
+--
+-- Events (common.lua emit, unless the queue turned them off): promoted (due
+-- delayed jobs), claimed (each job leased).
 local k = {pending = KEYS[1], active = KEYS[2], delayed = KEYS[3], wake = KEYS[4], token = KEYS[5],
   meta = KEYS[6]}
 local now = server_now()

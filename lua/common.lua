@@ -23,6 +23,8 @@
 --   cx  cancel requested (server ms): the job ends cancelled unless its
 --       running attempt completes it (cancel.lua)
 --   ln  lane (absent: none), fixed at enqueue (see "Lanes" below)
+--   tp  the W3C traceparent of the span that enqueued it (absent: none),
+--       handed to each claim of it
 local rcall = redis.call
 local WAKE_CAP = 64
 local LO_KEEP = 8
@@ -101,6 +103,87 @@ local function wake(wake_key, n)
   local room = WAKE_CAP - rcall('LLEN', wake_key)
   if n > room then n = room end
   for _ = 1, n do rcall('LPUSH', wake_key, '1') end
+end
+
+-- Lifecycle events (README "Events"): every transition appends one entry
+-- to the queue's capped stream PREFIX:{Q}:events in the script that makes
+-- it, so the events never disagree with the state. The stream id is the
+-- server's time. Fields: `e` the event, `id` the job (absent for queue
+-- events), then as the event has them: `a` attempt, `tk` fencing token,
+-- `ln` lane, `kd` kind, `err` error text (truncated to EVENT_TEXT_MAX
+-- bytes), `due` server ms a delayed job is due, `pg` progress. The queue's
+-- meta hash holds the setting every process honours: `evoff` (events off)
+-- and `evmax` (the stream's approximate cap, else EVENTS_MAX). It is read
+-- once per script call (ev_cap caches it: a script's top-level locals live
+-- for one call).
+local EVENTS_MAX = 10000
+local EVENT_TEXT_MAX = 512
+local ev_cap -- nil: not read yet in this call; false: events off; else the cap
+
+-- Whether the queue whose keys start with `prefix` records events.
+local function events_on(prefix)
+  if ev_cap == nil then
+    local c = hfields(prefix .. 'meta', 'evoff', 'evmax')
+    if c and c[1] then
+      ev_cap = false
+    else
+      ev_cap = tonumber(c and c[2]) or EVENTS_MAX
+    end
+  end
+  return ev_cap
+end
+
+-- Text cut to EVENT_TEXT_MAX bytes.
+local function ev_text(s)
+  if s and #s > EVENT_TEXT_MAX then return string.sub(s, 1, EVENT_TEXT_MAX) end
+  return s
+end
+
+-- Appends event `event` of job `id` ("" for a queue event) with the
+-- fields `extra` (a flat list, nil values skipped in pairs).
+local function emit(prefix, event, id, extra)
+  local cap = events_on(prefix)
+  if not cap then return end
+  local args = {prefix .. 'events', 'MAXLEN', '~', cap, '*', 'e', event}
+  if id ~= '' then
+    args[#args + 1] = 'id'
+    args[#args + 1] = id
+  end
+  if extra then
+    for i = 1, #extra, 2 do
+      local v = extra[i + 1]
+      if v and v ~= '' then
+        args[#args + 1] = extra[i]
+        args[#args + 1] = v
+      end
+    end
+  end
+  -- pcall: a script raising part-way keeps its earlier writes (there is
+  -- no rollback), so an XADD refused (a user whose ACL lacks +xadd, a
+  -- foreign key of another type at the stream's name) must not tear the
+  -- transition: the event is lost instead, and no more are tried in this call.
+  local r = redis.pcall('XADD', unpack(args))
+  if type(r) == 'table' and r.err then ev_cap = false end
+end
+
+-- emit for job `id` (record `jk`), with its attempt, token, lane and kind
+-- (`known`: a table of them, a, tk, ln, kd, when the caller holds them;
+-- else read from the record), then `extra`.
+local function emit_job(prefix, event, id, jk, extra, known)
+  if not events_on(prefix) then return end
+  local f = known or hfields(jk, 'a', 'tk', 'ln', 'kd') or {}
+  if known then f = {known.a, known.tk, known.ln, known.kd} end
+  local fields = {'a', f[1], 'tk', f[2], 'ln', f[3], 'kd', f[4]}
+  if extra then
+    for i = 1, #extra do fields[#fields + 1] = extra[i] end
+  end
+  emit(prefix, event, id, fields)
+end
+
+-- The queue prefix and job id of job key `jk` (PREFIX:{Q}:job:ID: the
+-- first '}' closes the hash tag, as neither prefix nor queue holds one).
+local function job_parts(jk)
+  return string.match(jk, '^(.-}:)job:(.*)$')
 end
 
 -- Pending scores: (127 - priority) * 2^45 + mint number, so ZPOPMIN takes
@@ -436,8 +519,9 @@ end
 -- pending score and its hash fields: state delayed with a `due` time, else
 -- pending; `lm` its limits ("" for the defaults, then no field); `lane`
 -- its lane ("" for none); `kind` its kind ("" or nil for none: no `kd`
--- field, as records from before kinds have none).
-local function new_job(seq_key, id, payload, priority, lm, lane, due, now, kind)
+-- field, as records from before kinds have none); `tp` its traceparent
+-- ("" or nil for none).
+local function new_job(seq_key, id, payload, priority, lm, lane, due, now, kind, tp)
   local seq = rcall('INCR', seq_key)
   if id == '' then id = int_s(seq) end
   local score = (127 - priority) * PRIO_STEP + seq
@@ -446,6 +530,7 @@ local function new_job(seq_key, id, payload, priority, lm, lane, due, now, kind)
   if lm ~= '' then h[#h + 1] = 'lm'; h[#h + 1] = lm end
   if lane ~= '' then h[#h + 1] = 'ln'; h[#h + 1] = lane end
   if kind and kind ~= '' then h[#h + 1] = 'kd'; h[#h + 1] = kind end
+  if tp and tp ~= '' then h[#h + 1] = 'tp'; h[#h + 1] = tp end
   return id, score, h
 end
 
@@ -455,6 +540,13 @@ end
 -- consumer for it).
 local function store_job(prefix, pending_key, delayed_key, id, score, due, h, lane)
   rcall('HSET', prefix .. 'job:' .. id, unpack(h))
+  if events_on(prefix) then
+    local kind
+    for i = 1, #h, 2 do
+      if h[i] == 'kd' then kind = h[i + 1] end
+    end
+    emit(prefix, 'enqueued', id, {'ln', lane, 'kd', kind, 'due', due and int_s(due)})
+  end
   if due then
     rcall('ZADD', delayed_key, due, id)
     return false
@@ -479,7 +571,10 @@ local function promote_due(delayed_key, pending_key, wake_key, prefix, now, limi
   for _, id in ipairs(due) do
     local jk = prefix .. 'job:' .. id
     local st = hfields(jk, 'st')
-    if st and st[1] == 'delayed' and to_pending(pending_key, jk, id) then moved = moved + 1 end
+    if st and st[1] == 'delayed' and to_pending(pending_key, jk, id) then
+      moved = moved + 1
+      emit_job(prefix, 'promoted', id, jk)
+    end
   end
   if #due > 0 then
     rcall('ZREM', delayed_key, unpack(due))
@@ -630,7 +725,7 @@ local function claim_turns(k, prefix, limit, picked, now, lane_limits)
           -- without a record. Its entry in `pending` goes too unless a
           -- pending job holds that id (another lane's, or an unlaned job
           -- that reuses the id): that one stays claimable.
-          local job = hfields(prefix .. 'job:' .. id, 'p', 'f', 'a', 'lm', 'kd', 'ct', 'st', 'ln')
+          local job = hfields(prefix .. 'job:' .. id, 'p', 'f', 'a', 'lm', 'kd', 'ct', 'st', 'ln', 'tp')
           if job and job[1] and job[7] == 'pending' and job[8] == lane then
             gone[#gone + 1] = id
             picked[#picked + 1] = {id = id, job = job, lane = lane}
@@ -679,7 +774,7 @@ local function claim_turns(k, prefix, limit, picked, now, lane_limits)
   return cut
 end
 
--- Leases job `id` (its record's fields `job`: p, f, a, lm, kd, ct) with fencing
+-- Leases job `id` (its record's fields `job`: p, f, a, lm, kd, ct, st, ln, tp) with fencing
 -- token `token` until `deadline_s`: attempts += 1, state active, holder.
 -- Appends its reply fields to `out` (lane "" for none) and its deadline
 -- and id to `zargs` (the active set's ZADD). A pending id without a record
@@ -696,6 +791,9 @@ local function lease_job(jk, id, job, token, now, deadline_s, holder, lane, zarg
   end
   zargs[#zargs + 1] = deadline_s
   zargs[#zargs + 1] = id
+  if events_on(string.sub(jk, 1, #jk - #id - 4)) then
+    emit(string.sub(jk, 1, #jk - #id - 4), 'claimed', id, {'a', attempt, 'tk', token_s, 'ln', lane, 'kd', job[5]})
+  end
   out[#out + 1] = id
   out[#out + 1] = token_s
   out[#out + 1] = attempt
@@ -705,6 +803,7 @@ local function lease_job(jk, id, job, token, now, deadline_s, holder, lane, zarg
   out[#out + 1] = lane
   out[#out + 1] = job[5] or ''
   out[#out + 1] = job[6] or '0'
+  out[#out + 1] = job[9] or ''
 end
 
 -- Leases up to `limit` pending jobs until now + lease, after promoting up
@@ -721,8 +820,9 @@ end
 -- `k` holds pending, active, delayed, wake, token, meta; `holder` names
 -- the claiming consumer (stored as `hd`).
 -- Appends {deadline, wait, id_1, token_1, attempt_1, failures_1, limits_1,
--- payload_1, lane_1, kind_1, created_1, ...} to `out` (lane and kind ""
--- for none; created: the record's `ct`, server ms, "0" if it has none);
+-- payload_1, lane_1, kind_1, created_1, traceparent_1, ...} to `out` (lane,
+-- kind and traceparent "" for none; created: the record's `ct`, server ms,
+-- "0" if it has none);
 -- `wait` also says when the first stopped lane reopens, when the claim
 -- leased fewer than `limit` jobs.
 local function claim_jobs(k, prefix, now, lease, limit, promote, holder, out)
@@ -790,7 +890,7 @@ local function claim_jobs(k, prefix, now, lease, limit, promote, holder, out)
       local id = popped[i]
       local jk = prefix .. 'job:' .. id
       token = token + 1
-      local job = hfields(jk, 'p', 'f', 'a', 'lm', 'kd', 'ct', 'st')
+      local job = hfields(jk, 'p', 'f', 'a', 'lm', 'kd', 'ct', 'st', 'ln', 'tp')
       -- Only a job whose record says pending: a torn write (a restart that
       -- replayed part of a script) can leave a finished or running job's id
       -- on pending too, and leasing it would run it again. Its id just
@@ -819,7 +919,8 @@ local function claim_jobs(k, prefix, now, lease, limit, promote, holder, out)
     for _, pick in ipairs(picked) do
       local jk = prefix .. 'job:' .. pick.id
       token = token + 1
-      lease_job(jk, pick.id, pick.job or hfields(jk, 'p', 'f', 'a', 'lm', 'kd', 'ct'), token, now, deadline_s, holder,
+      lease_job(jk, pick.id, pick.job or hfields(jk, 'p', 'f', 'a', 'lm', 'kd', 'ct', 'st', 'ln', 'tp'), token, now,
+        deadline_s, holder,
         pick.lane or '', zargs, out)
       if #zargs > 2 * #logged then
         logged[#logged + 1] = int_s(token)
@@ -845,10 +946,11 @@ end
 -- LO_KEEP settlements), {NOT_FOUND, now} for a missing job, {LEASE_LOST,
 -- now} for a lost lease.
 local function check_owner(jk, token, op, now)
-  local cur = hfields(jk, 'st', 'tk', 'lo', 'dd', 'cx', 'ln')
+  local cur = hfields(jk, 'st', 'tk', 'lo', 'dd', 'cx', 'ln', 'a', 'kd')
   if not cur or not cur[1] then return {CODE.NOT_FOUND, now} end
   if cur[1] == 'active' and cur[2] == token then
-    return nil, {dd = cur[4], lo = cur[3], cx = cur[5], ln = cur[6]}
+    -- a, tk and kd too: the settlement's event needs them (emit_job)
+    return nil, {dd = cur[4], lo = cur[3], cx = cur[5], ln = cur[6], a = cur[7], tk = token, kd = cur[8]}
   end
   if op and cur[3] and string.find(' ' .. cur[3] .. ' ', ' ' .. op .. ':' .. token .. ' ', 1, true) then
     return {CODE.ALREADY, now}
@@ -905,7 +1007,9 @@ local KEEP_ALL = {n = -1, age = 0}
 -- Terminal move into state `state` (completed, failed or cancelled) at `now`: releases
 -- the job's dedup marker `dd` if it still holds it; with retention `keep`
 -- of 0 records the record is deleted, otherwise it is stamped with `fields`.
-local function finish(moves, prefix, jk, id, state, now, keep, dd, fields)
+-- Its event is named after the state (`owner`: check_owner's fields, when
+-- a settlement holds them, so the event reads nothing more).
+local function finish(moves, prefix, jk, id, state, now, keep, dd, fields, owner)
   if dd then
     local mk = prefix .. 'de:' .. dd
     if sget(mk) == id then rcall('DEL', mk) end
@@ -914,6 +1018,13 @@ local function finish(moves, prefix, jk, id, state, now, keep, dd, fields)
   -- Written even when the record is about to be deleted, so a later item
   -- of the same call sees the job settled (check_owner reads the hash).
   rcall('HSET', jk, 'st', state, 'ft', now_s, unpack(fields))
+  if events_on(prefix) then
+    local err
+    for i = 1, #fields, 2 do
+      if fields[i] == 'err' then err = ev_text(fields[i + 1]) end
+    end
+    emit_job(prefix, state, id, jk, {'err', err}, owner)
+  end
   if keep.n == 0 then
     moves.delete[#moves.delete + 1] = jk
     return
@@ -1017,7 +1128,7 @@ local function settle_complete(moves, prefix, jk, id, token, now, keep, owner, r
     fields[3] = 'rs'
     fields[4] = result
   end
-  finish(moves, prefix, jk, id, 'completed', now, keep, owner.dd, fields)
+  finish(moves, prefix, jk, id, 'completed', now, keep, owner.dd, fields, owner)
   return {CODE.OK, 0}
 end
 
@@ -1058,12 +1169,14 @@ local function settle_retry(moves, k, prefix, jk, id, token, now, delay, err, ke
   local lo = remember(owner, 'r', token)
   local eh = errors_with(jk, now, err)
   if failures >= max then
-    finish(moves, prefix, jk, id, 'failed', now, keep, owner.dd, {'err', err, 'eh', eh, 'lo', lo})
+    finish(moves, prefix, jk, id, 'failed', now, keep, owner.dd, {'err', err, 'eh', eh, 'lo', lo}, owner)
     return {CODE.FAILED, 0}
   end
   rcall('HSET', jk, 'err', err, 'eh', eh, 'lo', lo)
   if delay < 0 then delay = backoff_ms(bo, failures, jitter, tonumber(token)) end
-  return {CODE.OK, requeue(k, jk, id, now, delay)}
+  local due = requeue(k, jk, id, now, delay)
+  emit_job(prefix, 'retried', id, jk, {'err', ev_text(err), 'due', due > 0 and int_s(due)}, owner)
+  return {CODE.OK, due}
 end
 
 -- A handler's failure too, so failures += 1, but whatever attempts remain.
@@ -1071,7 +1184,8 @@ local function settle_fail(moves, prefix, jk, id, token, now, reason, keep, owne
   unlease(moves, id, owner.ln)
   rcall('HINCRBY', jk, 'f', '1')
   local eh = errors_with(jk, now, reason)
-  finish(moves, prefix, jk, id, 'failed', now, keep, owner.dd, {'err', reason, 'eh', eh, 'lo', remember(owner, 'f', token)})
+  finish(moves, prefix, jk, id, 'failed', now, keep, owner.dd,
+    {'err', reason, 'eh', eh, 'lo', remember(owner, 'f', token)}, owner)
   return {CODE.OK, 0}
 end
 
@@ -1087,14 +1201,18 @@ local function settle_cancel(moves, prefix, jk, id, token, now, op, text, keep, 
     fields[5] = 'eh'
     fields[6] = errors_with(jk, now, text)
   end
-  finish(moves, prefix, jk, id, 'cancelled', now, keep, owner.dd, fields)
+  finish(moves, prefix, jk, id, 'cancelled', now, keep, owner.dd, fields, owner)
   return {CODE.CANCELLED, 0}
 end
 
 -- Release (op l, graceful shutdown) and snooze (op s, run later): back to
 -- pending or delayed, counting neither a failure nor a stall.
+local REQUEUE_EVENT = {l = 'released', s = 'snoozed', h = 'rate_limited'}
 local function settle_requeue(moves, k, jk, id, token, now, op, delay, owner)
   unlease(moves, id, owner.ln)
   rcall('HSET', jk, 'lo', remember(owner, op, token))
-  return {CODE.OK, requeue(k, jk, id, now, delay)}
+  local due = requeue(k, jk, id, now, delay)
+  emit_job(string.sub(jk, 1, #jk - #id - 4), REQUEUE_EVENT[op] or 'released', id, jk,
+    {'due', due > 0 and int_s(due)}, owner)
+  return {CODE.OK, due}
 end

@@ -27,6 +27,8 @@
 -- applied again); NOT_FOUND; LEASE_LOST (not active, or a newer token owns
 -- it): nothing changed. {REFUSED, now, i, reason}: effect i (1-based)
 -- refused: nothing changed, the job is still leased to the caller.
+--
+-- Events (common.lua emit, unless the queue turned them off): completed.
 local jk, active_key, completed_key = KEYS[1], KEYS[2], KEYS[3]
 local prefix, id, token, keep = ARGV[1], ARGV[2], ARGV[3], retention(ARGV[4])
 local n_effects = tonumber(ARGV[5] or '0')

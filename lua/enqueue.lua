@@ -4,7 +4,7 @@
 -- KEYS[3] delayed  (zset)                KEYS[4] wake (list)
 -- ARGV[1] prefix  key prefix "emq:{Q}:" (job and dedup keys are built from
 --                 it; they carry the same hash tag, so they live in the same slot)
--- ARGV[2] jobs    number of jobs N, then 10 fields per job:
+-- ARGV[2] jobs    number of jobs N, then 11 fields per job:
 --   id          "" to mint one from seq
 --   payload     JSON bytes
 --   priority    integer -128..127, higher runs first
@@ -21,6 +21,8 @@
 --               laned job waits on its lane, see common.lua "Lanes")
 --   kind        "" for none, else the job's kind (kept as `kd`; claims
 --               hand it to the worker, which routes the job by it)
+--   traceparent "" for none, else the W3C traceparent of the enqueuing
+--               span (kept as `tp`; claims hand it to the worker)
 --
 -- Returns {now, status_1, id_1, ..., status_N, id_N}; status OK created,
 -- EXISTS a job with that id already exists (nothing written), DEDUPED the
@@ -29,6 +31,9 @@
 -- this job's (its id, priority, limits, lane, created time, counters and pending
 -- place are kept; the marker is set again as this job asks). Jobs are
 -- handled in order, so a later job of the batch may replace an earlier one.
+--
+-- Events (common.lua emit, unless the queue turned them off): enqueued (each
+-- job stored), replaced (a debounce).
 local seq_key, pending_key, delayed_key, wake_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local prefix = ARGV[1]
 local n = tonumber(ARGV[2])
@@ -70,10 +75,11 @@ local function replace(id, st, payload, due, mk, ttl, dedup)
   end
   if hold(mk, id, ttl, dedup, h) then rcall('HDEL', jk, 'dd') end
   rcall('HSET', jk, unpack(h))
+  emit(prefix, 'replaced', id, {'due', due and int_s(due)})
 end
 
 for j = 0, n - 1 do
-  local b = 3 + j * 10
+  local b = 3 + j * 11
   local id, payload = ARGV[b], ARGV[b + 1]
   local priority, when = tonumber(ARGV[b + 2]), ARGV[b + 3]
   -- The due time, or nil to be pending at once.
@@ -86,7 +92,7 @@ for j = 0, n - 1 do
   if due and due <= now then due = nil end
   local lm, dedup, dedup_ttl = ARGV[b + 4], ARGV[b + 5], tonumber(ARGV[b + 6])
   local replacing = ARGV[b + 7] == '1'
-  local lane, kind = ARGV[b + 8], ARGV[b + 9]
+  local lane, kind, tp = ARGV[b + 8], ARGV[b + 9], ARGV[b + 10]
   local status = CODE.OK
   local mk
   if dedup ~= '' then
@@ -111,7 +117,7 @@ for j = 0, n - 1 do
   end
   if status == CODE.OK then
     local score, h
-    id, score, h = new_job(seq_key, id, payload, priority, lm, lane, due, now, kind)
+    id, score, h = new_job(seq_key, id, payload, priority, lm, lane, due, now, kind, tp)
     if mk then hold(mk, id, dedup_ttl, dedup, h) end
     if store_job(prefix, pending_key, delayed_key, id, score, due, h, lane) then woken = woken + 1 end
   end

@@ -9,11 +9,20 @@
 --
 -- Returns {now, changed}: changed 1 when the queue was not already in
 -- that state. Resuming wakes the waiting consumers.
+--
+-- Events (common.lua emit, unless the queue turned them off): paused, resumed
+-- (only when the state changed).
 local meta_key, wake_key = KEYS[1], KEYS[2]
 local now = server_now()
+local prefix = string.sub(meta_key, 1, -5)
 if ARGV[1] == '1' then
-  return {now, rcall('HSET', meta_key, 'paused', '1')}
+  local changed = rcall('HSET', meta_key, 'paused', '1')
+  if changed == 1 then emit(prefix, 'paused', '') end
+  return {now, changed}
 end
 local changed = rcall('HDEL', meta_key, 'paused')
-if changed == 1 then wake(wake_key, WAKE_CAP) end
+if changed == 1 then
+  wake(wake_key, WAKE_CAP)
+  emit(prefix, 'resumed', '')
+end
 return {now, changed}

@@ -6,9 +6,13 @@
 -- ARGV[2] value  the progress, JSON
 --
 -- Returns {code, now}: OK recorded; NOT_FOUND; LEASE_LOST (nothing changed).
+--
+-- Events (common.lua emit, unless the queue turned them off): progress.
 local jk = KEYS[1]
 local now = server_now()
-local refused = check_owner(jk, ARGV[1], nil, now)
+local refused, owner = check_owner(jk, ARGV[1], nil, now)
 if refused then return refused end
 rcall('HSET', jk, 'pg', ARGV[2])
+local prefix, id = job_parts(jk)
+if prefix then emit_job(prefix, 'progress', id, jk, {'pg', ev_text(ARGV[2])}, owner) end
 return {CODE.OK, now}

@@ -17,6 +17,10 @@
 -- number of leases still held and `next_due` the earliest due time of a
 -- delayed job (server ms, 0 for none): the maintenance task reaps an idle
 -- queue less often.
+--
+-- Events (common.lua emit, unless the queue turned them off): stalled (each
+-- lapsed lease), then failed or cancelled when the job does not go back;
+-- promoted.
 local active_key, pending_key, delayed_key, failed_key, wake_key, cancelled_key =
   KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local prefix, limit, keep = ARGV[1], tonumber(ARGV[2]), retention(ARGV[3])
@@ -32,6 +36,7 @@ for _, id in ipairs(expired) do
   unlease(moves, id, job and job[5])
   if job and job[1] then
     local stalls = rcall('HINCRBY', jk, 's', '1')
+    emit_job(prefix, 'stalled', id, jk)
     local _, max = limits(job[2])
     local outcome = CODE.OK
     if job[4] then

@@ -13,6 +13,8 @@
 -- Returns {now, removed, left, id_1, code_1, ...}: a code per id given (OK
 -- removed; NOT_FOUND no such job; BUSY active, not removed); in drain
 -- mode `left` is how many pending and delayed jobs remain.
+--
+-- Events (common.lua emit, unless the queue turned them off): removed.
 local prefix, limit = ARGV[1], tonumber(ARGV[2])
 local now = server_now()
 local sets = {pending = KEYS[1], delayed = KEYS[2], completed = KEYS[3], failed = KEYS[4], cancelled = KEYS[5]}
@@ -34,6 +36,7 @@ local function delete(id, st, dd, ln)
   end
   rcall('DEL', jk)
   removed = removed + 1
+  emit(prefix, 'removed', id)
 end
 
 if #ARGV > 2 then

@@ -31,6 +31,9 @@
 -- lt after the call; look: the schedule's look time now (9007199254740991
 -- when no tick follows); missed: the latest missed tick taken (0: none);
 -- then each job made (status OK) or found (EXISTS).
+--
+-- Events (common.lua emit, unless the queue turned them off): enqueued (each
+-- job a tick makes).
 local index_key, sched_key, seq_key, pending_key, wake_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local prefix, name, cron, tz = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 local NEVER = 9007199254740991

@@ -35,10 +35,14 @@
 -- happened with this token), NOT_FOUND, LEASE_LOST (nothing changed);
 -- due is the delayed job's due time (server ms), 0 otherwise. When M was
 -- sent claim.lua's {deadline, id, token, attempt, failures, limits,
--- payload, lane, kind, created, ...} follows, with claim.lua's `wait` after the
+-- payload, lane, kind, created, traceparent, ...} follows, with claim.lua's `wait` after the
 -- deadline. Every item that ends a lease gives its lane's slot back
 -- (common.lua apply_moves) before the claim; slots freed under the queue's
 -- global cap that this call's claim leaves free wake other consumers.
+--
+-- Events (common.lua emit, unless the queue turned them off): completed,
+-- retried, failed, released, snoozed, rate_limited, cancelled (one per item
+-- applied), claimed (each job leased after).
 local k = {active = KEYS[1], pending = KEYS[2], delayed = KEYS[3], completed = KEYS[4], failed = KEYS[5],
   wake = KEYS[6], token = KEYS[7], meta = KEYS[8], cancelled = KEYS[9]}
 local prefix = ARGV[1]

@@ -14,6 +14,9 @@
 -- Returns {now, moved, left, id_1, code_1, ...} with a code per id given
 -- (OK moved; NOT_FOUND no such job; REFUSED not in `state`, or the queue
 -- is being obliterated); `left` is how many jobs remain in `from`.
+--
+-- Events (common.lua emit, unless the queue turned them off): promoted (a
+-- delayed job), requeued (a failed one).
 local from_key, pending_key, wake_key = KEYS[1], KEYS[2], KEYS[3]
 local prefix, limit, state = ARGV[1], tonumber(ARGV[2]), ARGV[3]
 local now = server_now()
@@ -47,6 +50,7 @@ for _, id in ipairs(ids) do
     end
     to_pending(pending_key, jk, id)
     moved = moved + 1
+    emit_job(prefix, state == 'delayed' and 'promoted' or 'requeued', id, jk)
   end
   if given then
     out[#out + 1] = id

@@ -33,7 +33,10 @@
 /// other than 0, `CLIENT ID`, with which the maintenance task notices
 /// that its connection was made anew (a server restart or failover: it
 /// then sweeps its queues), and `LPUSH`/`PEXPIRE` on a worker's own wake
-/// list (which ends its wake-up wait early when a queue goes idle).
+/// list (which ends its wake-up wait early when a queue goes idle),
+/// `XRANGE`/`XREVRANGE`/`XREAD` on a queue's event stream (an
+/// [`EventReader`](crate::EventReader)) and `HMGET`/`HSET`/`HDEL` of the
+/// queue's event settings ([`Queue::set_events`](crate::Queue::set_events)).
 pub const DIRECT_COMMANDS: &[&str] = &[
     "evalsha",
     "script|load",
@@ -49,6 +52,12 @@ pub const DIRECT_COMMANDS: &[&str] = &[
     "client|id",
     "lpush",
     "pexpire",
+    "xrange",
+    "xrevrange",
+    "xread",
+    "hmget",
+    "hset",
+    "hdel",
 ];
 
 /// Commands echomq's scripts call.
@@ -74,6 +83,7 @@ pub const SCRIPT_COMMANDS: &[&str] = &[
     "llen",
     "lpush",
     "sadd",
+    "xadd",
     "zadd",
     "zcard",
     "zlexcount",

@@ -177,6 +177,19 @@ pub enum Error {
         /// True when `holder` finished the effect; false while it holds it.
         done: bool,
     },
+    /// An [`EventReader`](crate::EventReader) resumed from an event the
+    /// queue's capped event stream no longer holds: events after it may
+    /// have been trimmed away unread. The reader goes on from the oldest
+    /// event left.
+    #[error(
+        "events of queue {queue} after {after} may have been trimmed (the stream is capped); reading on from the oldest left"
+    )]
+    EventsTrimmed {
+        /// The queue.
+        queue: String,
+        /// The last event id the reader had.
+        after: String,
+    },
     /// A script answered something this version does not understand.
     #[error("unexpected reply from {script}: {detail}")]
     Protocol {

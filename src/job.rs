@@ -111,6 +111,8 @@ pub struct Job<T> {
     pub(crate) kind: Option<String>,
     /// When its record was created (server ms).
     pub(crate) created_ms: u64,
+    /// The W3C traceparent it was enqueued with.
+    pub(crate) traceparent: Option<String>,
     pub(crate) cancel: CancellationToken,
     /// Set when an operator asked to cancel the job (seen at a lease renewal).
     pub(crate) cancel_requested: std::sync::Arc<std::sync::atomic::AtomicBool>,
@@ -140,6 +142,7 @@ impl<T> Job<T> {
             lane: lease.lane.clone(),
             kind: lease.kind.clone(),
             created_ms: lease.created_ms,
+            traceparent: lease.traceparent.clone(),
             cancel,
             cancel_requested,
         }
@@ -186,6 +189,14 @@ impl<T> Job<T> {
     pub fn kind(&self) -> Option<&str> {
         self.kind.as_deref()
     }
+    /// The W3C `traceparent` of the span that enqueued the job
+    /// ([`EnqueueOptions::traceparent`]), if it was given: the handler's
+    /// span can link to (or take as parent) the request that enqueued the
+    /// job, through the application's OpenTelemetry propagator. The job's
+    /// span records it as its field `traceparent`.
+    pub fn traceparent(&self) -> Option<&str> {
+        self.traceparent.as_deref()
+    }
     /// This job with its payload changed by `f` (a router hands the
     /// decoded payload on this way).
     pub(crate) fn map_payload<U>(self, f: impl FnOnce(T) -> U) -> Job<U> {
@@ -202,6 +213,7 @@ impl<T> Job<T> {
             lane: self.lane,
             kind: self.kind,
             created_ms: self.created_ms,
+            traceparent: self.traceparent,
             cancel: self.cancel,
             cancel_requested: self.cancel_requested,
         }

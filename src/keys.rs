@@ -55,6 +55,9 @@ pub(crate) struct Keys {
     pub lane_rates: String,
     /// Lanes: when each stopped lane may give jobs again (server ms).
     pub lane_wait: String,
+    /// Lifecycle events: the capped stream every transition appends to
+    /// (`lua/common.lua` emit; read by [`EventReader`](crate::EventReader)).
+    pub events: String,
 }
 
 impl Keys {
@@ -91,13 +94,14 @@ impl Keys {
             limits_log: k("limits:log"),
             lane_rates: k("lanes:rate"),
             lane_wait: k("lanes:wait"),
+            events: k("events"),
             base,
         })
     }
 
     /// Every fixed key of the queue (not the job records, markers or user
     /// keys): what obliterate deletes last, and what the hash-tag test checks.
-    pub fn own(&self) -> [&String; 20] {
+    pub fn own(&self) -> [&String; 21] {
         [
             &self.pending,
             &self.active,
@@ -119,6 +123,7 @@ impl Keys {
             &self.limits_log,
             &self.lane_rates,
             &self.lane_wait,
+            &self.events,
         ]
     }
 

@@ -31,6 +31,9 @@ pub struct Lease {
     /// When the job's record was created (server ms; 0 for a record
     /// without one): tells incarnations of one id apart.
     pub(crate) created_ms: u64,
+    /// The W3C traceparent the job was enqueued with
+    /// ([`EnqueueOptions::traceparent`](crate::EnqueueOptions::traceparent)).
+    pub(crate) traceparent: Option<String>,
     /// Set by [`Queue::extend`](crate::Queue::extend) when an operator
     /// asked to cancel the job.
     pub(crate) cancel_requested: bool,
@@ -94,6 +97,11 @@ impl Lease {
     /// slots until it is settled, released, snoozed or reaped.
     pub fn lane(&self) -> Option<&str> {
         self.lane.as_deref()
+    }
+    /// The W3C traceparent the job was enqueued with
+    /// ([`EnqueueOptions::traceparent`](crate::EnqueueOptions::traceparent)), if any.
+    pub fn traceparent(&self) -> Option<&str> {
+        self.traceparent.as_deref()
     }
     /// The job's kind ([`EnqueueOptions::kind`](crate::EnqueueOptions::kind),
     /// [`JobKind::KIND`](crate::JobKind::KIND)), if it has one.

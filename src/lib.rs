@@ -25,9 +25,13 @@
 //!   maintenance task that also runs the scheduling passes.
 //! - [`schedule`] (feature `cron`, on by default): leaderless cron
 //!   schedules stored in the server, one job per tick.
+//! - `metrics` (feature `metrics`): counters, histograms and gauges through
+//!   the `metrics` facade.
 //! - [`health`]: the server self-check.
 //! - [`job`]: what a job looks like to producers, handlers and inspectors.
 //! - [`keys`]: key naming (the `{queue}` hash tag).
+//! - [`events`]: lifecycle events, one capped stream per queue written by
+//!   the transitions themselves, read from any process with an [`EventReader`].
 //! - [`error`]: the one [`Error`] type.
 //! - [`testing`]: run a queue's jobs inline in a test, and see what was enqueued.
 //! - `server` (feature `local-server`): a private `valkey-server` for tests.
@@ -40,6 +44,7 @@ mod conn;
 pub mod consumer;
 pub mod effect;
 pub mod error;
+pub mod events;
 #[cfg(echomq_faults)]
 mod faults;
 pub mod handlers;
@@ -50,6 +55,8 @@ pub mod kinds;
 pub mod lease;
 pub mod limits;
 pub mod maintenance;
+#[cfg(feature = "metrics")]
+pub mod metrics;
 pub mod queue;
 #[cfg(feature = "cron")]
 pub mod schedule;
@@ -65,6 +72,7 @@ pub use consumer::{
 };
 pub use effect::{EffectMarker, Effects, MarkerState, Once, OnceError};
 pub use error::{Error, Result};
+pub use events::{EventCursor, EventKind, EventReader, EventSettings, QueueEvent};
 pub use handlers::with_state;
 pub use health::ServerReport;
 pub use job::{Counts, EnqueueOptions, EnqueueStatus, Enqueued, Job, JobError, JobInfo, JobKind, JobState};

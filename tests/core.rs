@@ -1025,3 +1025,55 @@ async fn retention_by_age_keeps_records_bounded() {
         assert!(matches!(e, Err(Error::InvalidOption { .. })), "{bad:?}");
     }
 }
+
+// A job's W3C traceparent travels from the enqueue to every claim of it
+// and to the handler's Job; a malformed one is refused and stores nothing.
+#[tokio::test]
+async fn the_traceparent_travels_with_the_job() {
+    let (_s, q) = setup("traceparent").await;
+    let tp = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+    let opts = echomq::EnqueueOptions::new().id("t1").traceparent(tp);
+    q.enqueue_with(&1u32, &opts).await.unwrap();
+    q.enqueue_with(&2u32, &echomq::EnqueueOptions::new().id("t2"))
+        .await
+        .unwrap();
+    let leases = q.claim(2, Duration::from_secs(30)).await.unwrap();
+    assert_eq!(leases[0].traceparent(), Some(tp));
+    assert_eq!(leases[1].traceparent(), None);
+    q.retry(&leases[0], Some(Duration::ZERO), "again").await.unwrap();
+    q.complete(&leases[1]).await.unwrap();
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let c = Consumer::new(q.clone(), move |job: Job<u32>| {
+        let tx = tx.clone();
+        async move {
+            tx.send(job.traceparent().map(str::to_owned)).unwrap();
+            Ok(())
+        }
+    })
+    .spawn()
+    .unwrap();
+    assert_eq!(rx.recv().await.unwrap().as_deref(), Some(tp));
+    c.shutdown().await.unwrap();
+    for bad in [
+        "",
+        "01-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+        "00-abc-def-01",
+        "00-00000000000000000000000000000000-00f067aa0ba902b7-01",
+        "00-4BF92F3577B34DA6A3CE929D0E0E4736-00f067aa0ba902b7-01",
+    ] {
+        let r = q
+            .enqueue_with(&3u32, &echomq::EnqueueOptions::new().traceparent(bad))
+            .await;
+        assert!(
+            matches!(
+                r,
+                Err(Error::InvalidId {
+                    what: "traceparent",
+                    ..
+                })
+            ),
+            "{bad:?}: {r:?}"
+        );
+    }
+    assert_eq!(q.counts().await.unwrap().pending, 0);
+}

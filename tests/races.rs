@@ -458,7 +458,7 @@ async fn obliterate_under_load() {
         .await
     );
     let base = format!("emq:{{{}}}:", q.name());
-    let mut expected: BTreeSet<String> = ["seq", "token", "completed"]
+    let mut expected: BTreeSet<String> = ["seq", "token", "completed", "events"]
         .iter()
         .map(|k| format!("{base}{k}"))
         .collect();

@@ -156,7 +156,8 @@ async fn run_job(ctx: Arc<Ctx>, q: usize, lease: Lease, claimed_at: Instant, per
         attempt = lease.attempt,
         token = lease.token,
         lane = lease.lane(),
-        kind = lease.kind()
+        kind = lease.kind(),
+        traceparent = lease.traceparent()
     );
     async move {
         let s = &ctx.settings;
@@ -170,6 +171,8 @@ async fn run_job(ctx: Arc<Ctx>, q: usize, lease: Lease, claimed_at: Instant, per
             server_ms: lease.claimed_ms,
             lane: lease.lane(),
         });
+        #[cfg(feature = "metrics")]
+        crate::metrics::claimed(qn, lease.created_ms(), lease.claimed_ms);
         let mut heart = Heartbeat::new(s, claimed_at);
         let ready = match ctx.queues[q].handler.decode(&lease) {
             Ok(r) => r,
@@ -315,6 +318,8 @@ async fn run_job(ctx: Arc<Ctx>, q: usize, lease: Lease, claimed_at: Instant, per
             token: lease.token,
             result: ended.result(),
         });
+        #[cfg(feature = "metrics")]
+        crate::metrics::handler_done(qn, ended.result(), handler_started.elapsed());
         let op = match ended {
             Ended::Ok(None) => Settle::Complete,
             Ended::Ok(Some(result)) => Settle::Return { result },

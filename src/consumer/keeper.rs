@@ -154,6 +154,7 @@ mod tests {
             cancel_requested: false,
             lane: None,
             kind: None,
+            traceparent: None,
         })
     }
 

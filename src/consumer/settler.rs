@@ -123,6 +123,8 @@ fn report(ctx: &Ctx, p: Pending, result: std::result::Result<Settled, &Error>) -
     match result {
         Ok(done) => {
             debug!(outcome = ?done.outcome, "{op}");
+            #[cfg(feature = "metrics")]
+            crate::metrics::settled(queue, done.outcome);
             s.observers.emit(Event::Settled {
                 queue,
                 id,
@@ -134,6 +136,8 @@ fn report(ctx: &Ctx, p: Pending, result: std::result::Result<Settled, &Error>) -
         }
         Err(error) => {
             warn!(%error, "{op} not applied");
+            #[cfg(feature = "metrics")]
+            crate::metrics::settle_failed(queue);
             s.observers.emit(Event::SettleFailed {
                 queue,
                 id,

@@ -39,6 +39,8 @@ pub struct EnqueueOptions {
     pub(crate) lane: Option<String>,
     /// The job's kind: a router runs the kind's handler.
     pub(crate) kind: Option<String>,
+    /// The W3C traceparent of the enqueuing span, handed to each claim.
+    pub(crate) traceparent: Option<String>,
 }
 
 impl EnqueueOptions {
@@ -124,6 +126,24 @@ impl EnqueueOptions {
     /// ```
     pub fn kind(mut self, kind: impl Into<String>) -> Self {
         self.kind = Some(kind.into());
+        self
+    }
+
+    /// The W3C `traceparent` of the span that enqueues the job
+    /// (`00-TRACE_ID-SPAN_ID-FLAGS`, lowercase hex: 2, 32, 16 and 2
+    /// digits), kept with the job and handed to every claim of it
+    /// ([`Job::traceparent`](crate::Job::traceparent), the job span's
+    /// `traceparent` field), so the handler's span can link to the request
+    /// that enqueued it. echomq does not read the current span itself: take
+    /// the value from your OpenTelemetry propagator. Checked when the job
+    /// is enqueued. Default: none.
+    ///
+    /// ```
+    /// let opts = echomq::EnqueueOptions::new()
+    ///     .traceparent("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01");
+    /// ```
+    pub fn traceparent(mut self, traceparent: impl Into<String>) -> Self {
+        self.traceparent = Some(traceparent.into());
         self
     }
 
@@ -311,6 +331,9 @@ impl EnqueueOptions {
         if let Some(kind) = &self.kind {
             super::validate_kind(kind)?;
         }
+        if let Some(tp) = &self.traceparent {
+            validate_traceparent(tp)?;
+        }
         delay_ms("delay", self.delay)?;
         self.when()?;
         if let Some(n) = self.max_attempts {
@@ -396,4 +419,22 @@ pub struct Enqueued {
     pub id: String,
     /// Whether it was created now (or found, or updated).
     pub status: EnqueueStatus,
+}
+
+/// Checks a W3C traceparent: version `00`, a trace id and a parent id that
+/// are not all zeros, and flags, in lowercase hex.
+fn validate_traceparent(tp: &str) -> Result<()> {
+    let hex = |s: &str, n: usize| s.len() == n && s.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
+    let parts: Vec<&str> = tp.split('-').collect();
+    let ok = matches!(parts.as_slice(), [v, t, p, f]
+        if *v == "00" && hex(t, 32) && hex(p, 16) && hex(f, 2)
+            && t.bytes().any(|b| b != b'0') && p.bytes().any(|b| b != b'0'));
+    if ok {
+        return Ok(());
+    }
+    Err(Error::InvalidId {
+        what: "traceparent",
+        value: crate::error::excerpt(tp),
+        reason: "must be a W3C traceparent: 00-<32 hex>-<16 hex>-<2 hex>, lowercase, ids not all zeros",
+    })
 }

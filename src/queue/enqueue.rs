@@ -37,6 +37,8 @@ pub(super) struct Encoded {
     lane: String,
     /// The kind, "" for none.
     kind: String,
+    /// The W3C traceparent, "" for none.
+    traceparent: String,
 }
 
 /// One `enqueue_with` waiting for the coalescer.
@@ -121,7 +123,8 @@ async fn call_script(conn: &mut Conn, k: &Keys, jobs: &[&Encoded]) -> Result<Vec
             .arg(j.dedup_ttl_ms)
             .arg(if j.replace { "1" } else { "0" })
             .arg(&j.lane)
-            .arg(&j.kind);
+            .arg(&j.kind)
+            .arg(&j.traceparent);
     }
     let mut r = call.run(conn).await?;
     let _now = r.uint()?;
@@ -166,6 +169,7 @@ impl Queue {
             replace: opts.replace_waiting,
             lane: opts.lane.clone().unwrap_or_default(),
             kind: opts.kind.clone().unwrap_or_default(),
+            traceparent: opts.traceparent.clone().unwrap_or_default(),
         })
     }
 

@@ -216,13 +216,13 @@ pub(crate) fn encode_result<R: serde::Serialize + ?Sized>(result: &R) -> Result<
     Ok(Some(text))
 }
 
-/// Reads claim's `deadline, wait, id, token, attempt, failures, limits, payload, lane, kind, created, ...`
+/// Reads claim's `deadline, wait, id, token, attempt, failures, limits, payload, lane, kind, created, traceparent, ...`
 /// tail: the leases, and how long until a rate limit that stopped the claim
 /// lets it lease again (`None`: nothing to wait for).
 fn read_leases(q: &Queue, r: &mut Reply, claimed_ms: u64) -> Result<(Vec<Lease>, Option<Duration>)> {
     let deadline_ms = r.uint()?;
     let wait = Some(Duration::from_millis(r.uint()?)).filter(|w| !w.is_zero());
-    let mut leases = Vec::with_capacity(r.remaining() / 9);
+    let mut leases = Vec::with_capacity(r.remaining() / 10);
     while r.remaining() > 0 {
         leases.push(Lease {
             queue: q.base().clone(),
@@ -235,6 +235,7 @@ fn read_leases(q: &Queue, r: &mut Reply, claimed_ms: u64) -> Result<(Vec<Lease>,
             lane: Some(r.string()?).filter(|l| !l.is_empty()),
             kind: Some(r.string()?).filter(|k| !k.is_empty()),
             created_ms: r.uint()?,
+            traceparent: Some(r.string()?).filter(|t| !t.is_empty()),
             deadline_ms,
             claimed_ms,
             cancel_requested: false,

@@ -107,6 +107,13 @@ pub async fn snapshot(server: &LocalServer, queue: &str) -> Vec<(String, String)
                 .query_async(&mut c)
                 .await
                 .unwrap(),
+            "stream" => redis::cmd("XRANGE")
+                .arg(&k)
+                .arg("-")
+                .arg("+")
+                .query_async(&mut c)
+                .await
+                .unwrap(),
             _ => redis::cmd("GET").arg(&k).query_async(&mut c).await.unwrap(),
         };
         out.push((k, format!("{v:?}")));

@@ -146,6 +146,18 @@ pub enum Command {
     /// finds problems: an evicting server, a server older than Redis 7, a
     /// queue it cannot open, repairs made or keys skipped by a sweep.
     Doctor,
+
+    /// Print the queue's lifecycle events live, one line each (--json: one
+    /// JSON object per line), until Ctrl-C or --count events
+    Watch {
+        /// Where to start: "$" (now, the default), "0" (the oldest event
+        /// kept) or an event id printed earlier (resume after it)
+        #[arg(long, default_value = "$", value_parser = parse_from)]
+        from: echomq::EventCursor,
+        /// Stop after this many events
+        #[arg(long)]
+        count: Option<u64>,
+    },
 }
 
 /// What `schedules` does instead of listing.
@@ -187,6 +199,10 @@ impl State {
             State::Cancelled => JobState::Cancelled,
         }
     }
+}
+
+fn parse_from(s: &str) -> Result<echomq::EventCursor, String> {
+    echomq::EventCursor::parse(s).map_err(|e| e.to_string())
 }
 
 fn parse_cursor(s: &str) -> Result<ListCursor, String> {

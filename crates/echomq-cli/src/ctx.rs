@@ -15,6 +15,9 @@ pub struct Output {
     pub text: String,
     /// The exit code ([`crate::exit`]).
     pub code: u8,
+    /// True when the command printed as it went (`watch`): nothing is
+    /// left to print.
+    pub streamed: bool,
 }
 
 impl Output {
@@ -24,6 +27,17 @@ impl Output {
             json,
             text,
             code: crate::exit::OK,
+            streamed: false,
+        }
+    }
+
+    /// A result already printed, exiting 0.
+    pub fn streamed() -> Output {
+        Output {
+            json: Value::Null,
+            text: String::new(),
+            code: crate::exit::OK,
+            streamed: true,
         }
     }
 }

@@ -8,7 +8,8 @@
 //!   kept out of what is printed.
 //! - `render`: tables, times, durations, the JSON form of a job.
 //! - one file per group of commands: `stats`, `jobs` (`jobs`, `show`),
-//!   `ops` (the commands that change a queue), `schedules`, `doctor`.
+//!   `ops` (the commands that change a queue), `schedules`, `doctor`,
+//!   `watch` (live events, printed as they come).
 #![forbid(unsafe_code)]
 
 mod args;
@@ -20,6 +21,7 @@ mod ops;
 mod render;
 mod schedules;
 mod stats;
+mod watch;
 
 use std::io::Write as _;
 use std::process::ExitCode;
@@ -46,6 +48,7 @@ fn main() -> ExitCode {
     // Printing to a closed pipe (`echomq jobs failed | head`) is not an error.
     let mut stdout = std::io::stdout().lock();
     let code = match result {
+        Ok(out) if out.streamed => out.code,
         Ok(out) => {
             let _ = if json {
                 writeln!(stdout, "{}", pretty(&out.json))
@@ -93,6 +96,7 @@ fn check_queue(cli: &Cli) {
 }
 
 async fn run(cli: Cli) -> Result<Output, Failure> {
+    let json = cli.json;
     let ctx = Ctx::connect(Url::new(&cli.url), cli.prefix, cli.queue).await?;
     match cli.command {
         Command::Stats => stats::stats(&ctx).await,
@@ -113,5 +117,6 @@ async fn run(cli: Cli) -> Result<Output, Failure> {
             action: Some(SchedulesAction::Remove { name }),
         } => schedules::remove(&ctx, &name).await,
         Command::Doctor => doctor::doctor(&ctx).await,
+        Command::Watch { from, count } => watch::watch(&ctx, from, count, json).await,
     }
 }

@@ -493,3 +493,35 @@ async fn schedules_list_and_remove() {
     let run = echomq(&url, &["schedules", "remove", "nightly", "-q", "cron"]).await;
     assert_eq!(run.code, 1, "{run:?}");
 }
+
+// `watch --json --count N` prints N events, one JSON object per line, in
+// order, and `--from ID` resumes right after an event it printed.
+#[tokio::test]
+async fn watch_prints_events_and_resumes_from_an_id() {
+    let (s, client) = server().await;
+    let q = client.queue("watched").await.unwrap();
+    add(&q, "a", EnqueueOptions::new().lane("acme")).await;
+    let lease = claim(&q, "a").await;
+    q.complete(&lease).await.unwrap();
+    q.pause().await.unwrap();
+    let run = echomq(
+        &s.url(),
+        &["-q", "watched", "--json", "watch", "--from", "0", "--count", "3"],
+    )
+    .await;
+    assert_eq!(run.code, 0, "{run:?}");
+    let lines: Vec<Value> = run.stdout.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let events: Vec<&str> = lines.iter().map(|l| l["event"].as_str().unwrap()).collect();
+    assert_eq!(events, ["enqueued", "claimed", "completed"]);
+    assert_eq!(lines[1]["job"], "a");
+    assert_eq!(lines[1]["lane"], "acme");
+    assert_eq!(lines[1]["attempt"], 1);
+    assert_eq!(lines[1]["token"], lease.token());
+    let after = lines[2]["id"].as_str().unwrap();
+    let run = echomq(&s.url(), &["-q", "watched", "watch", "--from", after, "--count", "1"]).await;
+    assert_eq!(run.code, 0, "{run:?}");
+    assert!(run.stdout.contains(" paused"), "{run:?}");
+    assert_eq!(run.stdout.lines().count(), 1, "{run:?}");
+    let run = echomq(&s.url(), &["-q", "watched", "watch", "--from", "junk"]).await;
+    assert_eq!(run.code, 2, "{run:?}");
+}

@@ -1,0 +1,305 @@
+//! Lifecycle events against a real server: every transition appends its
+//! event in the script that makes it; readers resume from saved ids.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{past, raw, setup};
+use echomq::{
+    Consumer, EnqueueOptions, Error, EventCursor, EventKind, EventReader, EventSettings, HandlerError, Job, QueueEvent,
+    Reaper,
+};
+
+/// The next `n` events (each must come within 5 s).
+async fn take(reader: &mut EventReader, n: usize) -> Vec<QueueEvent> {
+    let mut out = Vec::with_capacity(n);
+    while out.len() < n {
+        let ev = reader
+            .next_within(Duration::from_secs(5))
+            .await
+            .unwrap()
+            .unwrap_or_else(|| panic!("no event after {:?}", kinds(&out)));
+        out.push(ev);
+    }
+    out
+}
+
+fn kinds(evs: &[QueueEvent]) -> Vec<&str> {
+    evs.iter().map(|e| e.kind.as_str()).collect()
+}
+
+/// No event is waiting (checked without blocking).
+async fn none_left(reader: &mut EventReader) {
+    let ev = reader.next_within(Duration::ZERO).await.unwrap();
+    assert!(ev.is_none(), "unexpected {ev:?}");
+}
+
+// A job's life, enqueue -> claim -> retry -> claim -> complete, appears in
+// order with the attempt, token, lane, kind and error of each step.
+#[tokio::test]
+async fn a_jobs_life_appears_in_order_with_its_fields() {
+    let (_s, q) = setup("ev-life").await;
+    let mut r = q.events(EventCursor::Now).await.unwrap();
+    let opts = EnqueueOptions::new().id("j1").lane("acme").kind("mail");
+    q.enqueue_with(&1u32, &opts).await.unwrap();
+    let first = q.claim(1, Duration::from_secs(30)).await.unwrap().remove(0);
+    q.retry(&first, Some(Duration::ZERO), "boom").await.unwrap();
+    let second = q.claim(1, Duration::from_secs(30)).await.unwrap().remove(0);
+    q.complete(&second).await.unwrap();
+    let evs = take(&mut r, 5).await;
+    assert_eq!(kinds(&evs), ["enqueued", "claimed", "retried", "claimed", "completed"]);
+    for e in &evs {
+        assert_eq!(e.job_id.as_deref(), Some("j1"));
+        assert_eq!(e.lane.as_deref(), Some("acme"));
+        assert_eq!(e.job_kind.as_deref(), Some("mail"));
+        assert!(e.at_ms > 0);
+    }
+    assert_eq!(evs[1].attempt, Some(1));
+    assert_eq!(evs[1].token, Some(first.token()));
+    assert_eq!(evs[2].error.as_deref(), Some("boom"));
+    assert_eq!(evs[2].token, Some(first.token()));
+    assert_eq!(evs[3].attempt, Some(2));
+    assert_eq!(evs[4].token, Some(second.token()));
+    assert!(evs.windows(2).all(|w| w[0].id < w[1].id || w[0].at_ms < w[1].at_ms));
+    none_left(&mut r).await;
+}
+
+// A handler's progress and its failure appear, with the progress value
+// and the error text; a snooze and a rate limit say so too.
+#[tokio::test]
+async fn progress_failure_snooze_and_rate_limit_appear() {
+    let (_s, q) = setup("ev-handler").await;
+    let mut r = q.events(EventCursor::Now).await.unwrap();
+    let c = Consumer::new(q.clone(), |job: Job<u32>| async move {
+        job.progress(&serde_json::json!({"done": 1})).await.unwrap();
+        Err::<(), _>(HandlerError::fail(std::io::Error::other("bad input")))
+    })
+    .spawn()
+    .unwrap();
+    q.enqueue(&1u32).await.unwrap();
+    let evs = take(&mut r, 4).await;
+    c.shutdown().await.unwrap();
+    assert_eq!(kinds(&evs), ["enqueued", "claimed", "progress", "failed"]);
+    assert_eq!(evs[2].progress.as_deref(), Some(r#"{"done":1}"#));
+    assert!(evs[3].error.as_deref().unwrap().contains("bad input"));
+    assert_eq!(evs[3].attempt, Some(1));
+
+    q.enqueue(&2u32).await.unwrap();
+    let lease = q.claim(1, Duration::from_secs(30)).await.unwrap().remove(0);
+    q.snooze(&lease, Duration::from_secs(60)).await.unwrap();
+    q.promote_all().await.unwrap();
+    let lease = q.claim(1, Duration::from_secs(30)).await.unwrap().remove(0);
+    q.rate_limited(&lease, Duration::from_millis(1)).await.unwrap();
+    let evs = take(&mut r, 6).await;
+    assert_eq!(
+        kinds(&evs),
+        ["enqueued", "claimed", "snoozed", "promoted", "claimed", "rate_limited"]
+    );
+    assert!(evs[2].due_ms.unwrap() > evs[2].at_ms);
+}
+
+// The reaper's work appears: a lapsed lease is stalled (and goes back),
+// and a job out of stalls is stalled then failed with "stalled".
+#[tokio::test]
+async fn reaping_appears_as_stalled_then_failed() {
+    let (_s, q) = setup("ev-reap").await;
+    let mut r = q.events(EventCursor::Now).await.unwrap();
+    q.enqueue_with(&1u32, &EnqueueOptions::new().id("a")).await.unwrap();
+    q.enqueue_with(&2u32, &EnqueueOptions::new().id("b").max_stalls(0))
+        .await
+        .unwrap();
+    let leases = q.claim(2, Duration::from_millis(50)).await.unwrap();
+    past(&q, leases.iter().map(|l| l.deadline_ms()).max().unwrap()).await;
+    Reaper::new(q.clone()).run_once().await.unwrap();
+    let evs = take(&mut r, 7).await;
+    let got: Vec<(&str, &str)> = evs
+        .iter()
+        .map(|e| (e.kind.as_str(), e.job_id.as_deref().unwrap()))
+        .collect();
+    assert_eq!(
+        got,
+        [
+            ("enqueued", "a"),
+            ("enqueued", "b"),
+            ("claimed", "a"),
+            ("claimed", "b"),
+            ("stalled", "a"),
+            ("stalled", "b"),
+            ("failed", "b"),
+        ]
+    );
+    assert_eq!(evs[6].error.as_deref(), Some("stalled"));
+    none_left(&mut r).await;
+}
+
+// Operator calls appear: pause and resume (queue events, no job), cancel of
+// a waiting job and of a running one, removal, and a retry by hand.
+#[tokio::test]
+async fn operator_calls_appear() {
+    let (_s, q) = setup("ev-admin").await;
+    let mut r = q.events(EventCursor::Now).await.unwrap();
+    q.pause().await.unwrap();
+    q.pause().await.unwrap(); // no change: no event
+    q.resume().await.unwrap();
+    for id in ["w", "x", "y"] {
+        q.enqueue_with(&0u32, &EnqueueOptions::new().id(id)).await.unwrap();
+    }
+    q.cancel("w").await.unwrap();
+    let running = q.claim(1, Duration::from_secs(30)).await.unwrap().remove(0);
+    assert_eq!(running.id(), "x");
+    q.cancel("x").await.unwrap();
+    q.remove(&["y"]).await.unwrap();
+    q.fail(&running, "gave up").await.unwrap();
+    let evs = take(&mut r, 10).await;
+    assert_eq!(
+        kinds(&evs),
+        [
+            "paused",
+            "resumed",
+            "enqueued",
+            "enqueued",
+            "enqueued",
+            "cancelled",
+            "claimed",
+            "cancel_requested",
+            "removed",
+            "cancelled"
+        ]
+    );
+    assert_eq!(evs[0].job_id, None);
+    // The running job whose cancel was requested ends cancelled at its
+    // settlement.
+    assert_eq!(evs[9].job_id.as_deref(), Some("x"));
+    assert_eq!(evs[9].error.as_deref(), Some("cancelled"));
+    // A failed job retried by hand comes back as requeued.
+    let lease = {
+        q.enqueue_with(&0u32, &EnqueueOptions::new().id("z")).await.unwrap();
+        q.claim(1, Duration::from_secs(30)).await.unwrap().remove(0)
+    };
+    q.fail(&lease, "no").await.unwrap();
+    q.retry_failed(&["z"]).await.unwrap();
+    let evs = take(&mut r, 4).await;
+    assert_eq!(kinds(&evs), ["enqueued", "claimed", "failed", "requeued"]);
+}
+
+// Turned off, no transition writes the stream (in every process: the
+// setting is on the server); turned on again, events resume.
+#[tokio::test]
+async fn events_off_write_no_stream() {
+    let (s, q) = setup("ev-off").await;
+    assert_eq!(q.event_settings().await.unwrap(), EventSettings::default());
+    q.set_events(&EventSettings::default().enabled(false)).await.unwrap();
+    assert!(!q.event_settings().await.unwrap().is_enabled());
+    q.enqueue(&1u32).await.unwrap();
+    let lease = q.claim(1, Duration::from_secs(30)).await.unwrap().remove(0);
+    q.complete(&lease).await.unwrap();
+    q.pause().await.unwrap();
+    let mut c = raw(&s).await;
+    let key = format!("emq:{{{}}}:events", q.name());
+    let exists: u64 = redis::cmd("EXISTS").arg(&key).query_async(&mut c).await.unwrap();
+    assert_eq!(exists, 0);
+    q.set_events(&EventSettings::default()).await.unwrap();
+    q.resume().await.unwrap();
+    let len: u64 = redis::cmd("XLEN").arg(&key).query_async(&mut c).await.unwrap();
+    assert_eq!(len, 1);
+    assert!(matches!(
+        q.set_events(&EventSettings::default().max_len(0)).await,
+        Err(Error::InvalidOption { .. })
+    ));
+}
+
+// The cap holds (approximately: trimming goes by whole blocks), and a
+// reader resuming from an id trimmed away is told so, then reads on.
+#[tokio::test]
+async fn the_cap_holds_and_a_trimmed_cursor_is_reported() {
+    let (s, q) = setup("ev-cap").await;
+    q.set_events(&EventSettings::default().max_len(10)).await.unwrap();
+    assert_eq!(q.event_settings().await.unwrap().cap(), 10);
+    let mut r = q.events(EventCursor::Start).await.unwrap();
+    q.enqueue(&0u32).await.unwrap();
+    let saved = take(&mut r, 1).await.remove(0).id;
+    q.enqueue_bulk(&vec![0u32; 600]).await.unwrap();
+    let mut c = raw(&s).await;
+    let len: u64 = redis::cmd("XLEN")
+        .arg(format!("emq:{{{}}}:events", q.name()))
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    assert!(len <= 10 + 100, "{len} events kept");
+    let mut late = q.events(EventCursor::After(saved.clone())).await.unwrap();
+    match late.next_within(Duration::from_secs(1)).await {
+        Err(Error::EventsTrimmed { after, .. }) => assert_eq!(after, saved),
+        other => panic!("{other:?}"),
+    }
+    // It reads on from the oldest event left.
+    let next = late.next_within(Duration::from_secs(1)).await.unwrap().unwrap();
+    assert_eq!(next.kind, EventKind::Enqueued);
+}
+
+// A reader that stops and a new one resuming from its saved id see every
+// event exactly once, in the order a single reader sees them.
+#[tokio::test]
+async fn a_reader_resumes_from_a_saved_id_without_loss_or_duplicates() {
+    let (_s, q) = setup("ev-resume").await;
+    let mut whole = q.events(EventCursor::Start).await.unwrap();
+    q.enqueue_bulk(&[1u32, 2, 3, 4, 5]).await.unwrap();
+    let mut first = q.events(EventCursor::Start).await.unwrap();
+    let mut seen = take(&mut first, 3).await;
+    let saved = first.cursor().to_owned();
+    drop(first);
+    q.enqueue_bulk(&[6u32, 7, 8]).await.unwrap();
+    let mut second = q.events(EventCursor::After(saved)).await.unwrap();
+    seen.extend(take(&mut second, 5).await);
+    none_left(&mut second).await;
+    let all = take(&mut whole, 8).await;
+    assert_eq!(seen, all);
+    assert!(matches!(
+        q.events(EventCursor::After("junk".into())).await,
+        Err(Error::InvalidId { .. })
+    ));
+}
+
+// A cron schedule's tick appears as its job's `enqueued`, with the
+// schedule's kind (the fire path stores jobs as enqueue does).
+#[cfg(feature = "cron")]
+#[tokio::test]
+async fn a_cron_tick_appears_as_enqueued_with_its_kind() {
+    use echomq::schedule::{Schedule, Scheduler};
+    let (_s, q) = setup("ev-cron").await;
+    let mut r = q.events(EventCursor::Now).await.unwrap();
+    q.upsert_schedule(&Schedule::new("tick", "* * * * * *").kind("beat"), &1u32)
+        .await
+        .unwrap();
+    let scheduler = Scheduler::new(q.clone());
+    assert!(
+        common::eventually(Duration::from_secs(5), || async {
+            scheduler.run_once().await.unwrap();
+            q.counts().await.unwrap().pending > 0
+        })
+        .await
+    );
+    let ev = take(&mut r, 1).await.remove(0);
+    assert_eq!(ev.kind, EventKind::Enqueued);
+    assert_eq!(ev.job_kind.as_deref(), Some("beat"));
+}
+
+// An event that cannot be written (a foreign key of another type at the
+// stream's name) never tears the transition: the job's life goes on whole.
+#[tokio::test]
+async fn an_unwritable_stream_does_not_stop_the_transitions() {
+    let (s, q) = setup("ev-foreign").await;
+    let mut c = raw(&s).await;
+    let key = format!("emq:{{{}}}:events", q.name());
+    let () = redis::cmd("SET")
+        .arg(&key)
+        .arg("not a stream")
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    q.enqueue_with(&1u32, &EnqueueOptions::new().id("f")).await.unwrap();
+    let lease = q.claim(1, Duration::from_secs(30)).await.unwrap().remove(0);
+    q.complete(&lease).await.unwrap();
+    assert_eq!(q.job("f").await.unwrap().state, echomq::JobState::Completed);
+    assert_eq!(q.sweep(1000).await.unwrap().repaired, 0);
+}
