@@ -10,7 +10,7 @@
 //! binary from `ECHOMQ_SERVER_BIN`, `.tools/valkey` or `PATH`; see
 //! `echomq::server`).
 //!
-//! Sizes (environment): `QUEUES` (50), `WARMUP_SECS` (5) seconds before
+//! Sizes (environment): `QUEUES` (50), `WARMUP_SECS` (20) seconds before
 //! the idle figures (start-up sweeps finish there), `IDLE_SECS` (10) seconds of idle
 //! measurement, `LAT_N` (500) jobs for the latency figure, `POLL_MS` (the
 //! default poll interval, 5000). Maintenance (reaping) is on, as it is by
@@ -97,8 +97,8 @@ async fn measure(
     let handles = start(&queues, tx);
     // Warm up: every queue claimed once and found empty, and swept once
     // (a consumer's maintenance sweeps its queue when it starts, paced at
-    // one step a second: a few steps each here).
-    tokio::time::sleep(Duration::from_secs(env_or("WARMUP_SECS", 5))).await;
+    // one step a second: a few steps each here, more when the database is bigger).
+    tokio::time::sleep(Duration::from_secs(env_or("WARMUP_SECS", 20))).await;
     let (connected1, received1) = clients(raw).await;
     let before = snap(raw).await;
     tokio::time::sleep(Duration::from_secs(idle_secs)).await;
