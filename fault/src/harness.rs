@@ -601,6 +601,8 @@ impl Run {
                     .arg("WITHSCORES")
                     .query(&mut c),
                 "list" => redis::cmd("LRANGE").arg(&k).arg(0).arg(-1).query(&mut c),
+                // The lifecycle events: a stale call must not add one either.
+                "stream" => redis::cmd("XRANGE").arg(&k).arg("-").arg("+").query(&mut c),
                 _ => redis::cmd("GET").arg(&k).query(&mut c),
             }
             .expect("read a key");
