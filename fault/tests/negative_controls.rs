@@ -5,9 +5,10 @@
 //! `no-token-check`, `client-clock`, `two-step-reaper`,
 //! `no-stall-increment`, `per-job-token`, `no-lane-cap`, `no-global-cap`,
 //! `no-rate-limit`. This test builds the fault
-//! binaries and the core tests once each with that cfg (into
-//! `target/faults`, so the normal build is untouched; a few minutes on 2
-//! cores), then for each control runs the scenario that exposes it and
+//! binaries and the library's core and lane tests (this crate's
+//! `guarantees` target) once each with that cfg (into `target/faults`, so
+//! the normal build is untouched; about a minute and a half on 2 cores),
+//! then for each control runs the scenario that exposes it and
 //! asserts that the checker **fails**, and that the deterministic core
 //! test for the same guarantee **fails** too. Without a control, the same
 //! build passes both (so a failure is the control's doing, not the
@@ -36,8 +37,7 @@ use echomq_fault::scenarios::{self, Ctx, Outcome, Stale};
 
 static SERIAL: Mutex<()> = Mutex::new(());
 static BINS_BUILT: OnceLock<Result<PathBuf, String>> = OnceLock::new();
-static CORE_BUILT: OnceLock<Result<PathBuf, String>> = OnceLock::new();
-static LANES_BUILT: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+static LIBRARY_BUILT: OnceLock<Result<PathBuf, String>> = OnceLock::new();
 
 fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -67,6 +67,11 @@ fn cargo(args: &[&str], fault: Option<&str>) -> Command {
         .arg(target())
         .args(test_args)
         .env("RUSTFLAGS", flags)
+        // A build of its own, run a few times: no debug info and no
+        // incremental state to write (a third off the build's time).
+        .env("CARGO_PROFILE_DEV_DEBUG", "0")
+        .env("CARGO_PROFILE_TEST_DEBUG", "0")
+        .env("CARGO_INCREMENTAL", "0")
         .env_remove("CARGO_TARGET_DIR")
         .env_remove("CARGO_ENCODED_RUSTFLAGS");
     match fault {
@@ -104,21 +109,13 @@ fn faults_build() -> PathBuf {
     )
 }
 
-/// Builds the core tests with `--cfg echomq_faults`, once.
-fn core_build() {
+/// Builds the library's core and lane tests with `--cfg echomq_faults`,
+/// once (as this crate's `guarantees` target: see `library/guarantees.rs`).
+fn library_build() {
     build_once(
-        &CORE_BUILT,
-        "the core tests",
-        &["test", "-p", "echomq", "--test", "core", "--no-run"],
-    );
-}
-
-/// Builds the lane tests with `--cfg echomq_faults`, once.
-fn lanes_build() {
-    build_once(
-        &LANES_BUILT,
-        "the lane tests",
-        &["test", "-p", "echomq", "--test", "lanes", "--no-run"],
+        &LIBRARY_BUILT,
+        "the library's core and lane tests",
+        &["test", "-p", "echomq-fault", "--test", "guarantees", "--no-run"],
     );
 }
 
@@ -140,20 +137,28 @@ fn ctx(fault: Option<&str>) -> Ctx {
 
 /// Runs one core test of the faults build; true when it passed.
 fn core_test(name: &str, fault: Option<&str>) -> bool {
-    core_build();
-    test_of("core", name, fault)
+    test_of(&format!("core::{name}"), fault)
 }
 
 /// Runs one lane test of the faults build; true when it passed.
 fn lanes_test(name: &str, fault: Option<&str>) -> bool {
-    lanes_build();
-    test_of("lanes", name, fault)
+    test_of(&format!("lanes::{name}"), fault)
 }
 
-/// Runs test `name` of test binary `binary` of the faults build.
-fn test_of(binary: &str, name: &str, fault: Option<&str>) -> bool {
+/// Runs test `name` (`core::…` or `lanes::…`) of the faults build.
+fn test_of(name: &str, fault: Option<&str>) -> bool {
+    library_build();
     let out = cargo(
-        &["test", "-p", "echomq", "--test", binary, "--", "--exact", name],
+        &[
+            "test",
+            "-p",
+            "echomq-fault",
+            "--test",
+            "guarantees",
+            "--",
+            "--exact",
+            name,
+        ],
         fault,
     )
     .output()
@@ -161,7 +166,7 @@ fn test_of(binary: &str, name: &str, fault: Option<&str>) -> bool {
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(
         text.contains("running 1 test"),
-        "{binary} test {name} did not run:\n{text}\n{}",
+        "test {name} did not run:\n{text}\n{}",
         String::from_utf8_lossy(&out.stderr)
     );
     out.status.success()
