@@ -1,5 +1,6 @@
--- common.lua: helpers prepended to every echomq script (src/scripts/mod.rs joins
--- them), so each state move and each reply code is written once.
+-- common.lua: helpers shared by every echomq script (src/scripts/mod.rs loads
+-- them and every script as one function library), so each state move and
+-- each reply code is written once.
 --
 -- Job hash fields (absent counters read as 0; short names keep small hashes
 -- in listpack encoding):
@@ -25,7 +26,9 @@
 --   ln  lane (absent: none), fixed at enqueue (see "Lanes" below)
 --   tp  the W3C traceparent of the span that enqueued it (absent: none),
 --       handed to each claim of it
-local rcall = redis.call
+-- redis.call, set by new_call: a function library's top level runs at load,
+-- where redis.call is not there yet.
+local rcall
 local WAKE_CAP = 64
 local LO_KEEP = 8
 local ERRORS_KEEP = 5
@@ -114,11 +117,18 @@ end
 -- bytes), `due` server ms a delayed job is due, `pg` progress. The queue's
 -- meta hash holds the setting every process honours: `evoff` (events off)
 -- and `evmax` (the stream's approximate cap, else EVENTS_MAX). It is read
--- once per script call (ev_cap caches it: a script's top-level locals live
--- for one call).
+-- once per script call (ev_cap caches it for the call).
 local EVENTS_MAX = 10000
 local EVENT_TEXT_MAX = 512
 local ev_cap -- nil: not read yet in this call; false: events off; else the cap
+
+-- Forgets the per-call caches. The scripts run as functions of one library
+-- (src/scripts/mod.rs), whose top-level locals live from one call to the
+-- next: every function calls this first.
+local function new_call()
+  rcall = redis.call
+  ev_cap = nil
+end
 
 -- Whether the queue whose keys start with `prefix` records events.
 local function events_on(prefix)

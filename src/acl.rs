@@ -13,7 +13,7 @@
 //!
 //! ```
 //! let line = format!("ACL SETUSER echomq on >secret {}", echomq::acl::rules("emq"));
-//! assert!(line.starts_with("ACL SETUSER echomq on >secret resetkeys ~emq:* resetchannels -@all +evalsha"));
+//! assert!(line.starts_with("ACL SETUSER echomq on >secret resetkeys ~emq:* resetchannels -@all +fcall"));
 //! ```
 //!
 //! The rules grant `+scan` (the sweep and obliterate walk the queue's keys
@@ -27,7 +27,8 @@
 //! sentinels name is a master (without it, echomq takes the sentinels'
 //! word). The sentinels' own users need `+sentinel|get-master-addr-by-name`.
 
-/// Commands echomq sends itself: scripts by SHA (loaded on `NOSCRIPT`),
+/// Commands echomq sends itself: its scripts as functions of one library
+/// (`FCALL`; `FUNCTION LOAD` when the library is missing),
 /// `MULTI`/`EXEC` around the reads of `Queue::job` and `Queue::counts`,
 /// `TIME`, a consumer's `BLPOP` wake-up wait, `SELECT` for a database
 /// other than 0, `CLIENT ID`, with which the maintenance task notices
@@ -38,8 +39,8 @@
 /// [`EventReader`](crate::EventReader)) and `HMGET`/`HSET`/`HDEL` of the
 /// queue's event settings ([`Queue::set_events`](crate::Queue::set_events)).
 pub const DIRECT_COMMANDS: &[&str] = &[
-    "evalsha",
-    "script|load",
+    "fcall",
+    "function|load",
     "multi",
     "exec",
     "hgetall",
@@ -194,7 +195,7 @@ mod tests {
     fn rules_name_the_prefix_and_each_command_once() {
         let r = rules("emq");
         assert!(
-            r.starts_with("resetkeys ~emq:* resetchannels -@all +evalsha +script|load"),
+            r.starts_with("resetkeys ~emq:* resetchannels -@all +fcall +function|load"),
             "{r}"
         );
         assert_eq!(r.matches("+time").count(), 1, "{r}");

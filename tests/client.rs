@@ -13,7 +13,7 @@ async fn script_calls(c: &mut redis::aio::MultiplexedConnection) -> u64 {
     let stats: String = redis::cmd("INFO").arg("commandstats").query_async(c).await.unwrap();
     stats
         .lines()
-        .filter(|l| l.starts_with("cmdstat_evalsha:") || l.starts_with("cmdstat_eval:"))
+        .filter(|l| l.starts_with("cmdstat_fcall:"))
         .filter_map(|l| l.split("calls=").nth(1)?.split(',').next()?.parse::<u64>().ok())
         .sum()
 }

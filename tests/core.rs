@@ -443,12 +443,12 @@ async fn bad_input_gets_typed_errors() {
     assert!(q.enqueue(&email(2)).await.unwrap_err().is_transient());
 }
 
-// After SCRIPT FLUSH every operation still works (scripts reload on NOSCRIPT).
+// After FUNCTION FLUSH every operation still works (the function library reloads when a call finds it missing).
 #[tokio::test]
-async fn script_flush_is_transparent() {
+async fn function_flush_is_transparent() {
     let (s, q) = setup("noscript").await;
     let mut c = raw(&s).await;
-    let flush = || redis::cmd("SCRIPT").arg("FLUSH").to_owned();
+    let flush = || redis::cmd("FUNCTION").arg("FLUSH").to_owned();
     flush().exec_async(&mut c).await.unwrap();
     q.enqueue(&email(1)).await.unwrap();
     q.enqueue(&email(2)).await.unwrap();
@@ -739,7 +739,7 @@ async fn concurrent_enqueues_coalesce_with_exact_answers() {
         .unwrap();
     let calls: u64 = stats
         .lines()
-        .filter(|l| l.starts_with("cmdstat_evalsha:") || l.starts_with("cmdstat_eval:"))
+        .filter(|l| l.starts_with("cmdstat_fcall:"))
         .filter_map(|l| l.split("calls=").nth(1)?.split(',').next()?.parse::<u64>().ok())
         .sum();
     assert!(calls < 200, "200 concurrent enqueues took {calls} script calls");

@@ -345,8 +345,10 @@ async fn a_week_down_is_bounded_work() {
 /// `lua/schedule_fire.lua` as echomq runs it, to call it the way a
 /// scheduler that read the schedule long ago would.
 fn fire_script() -> redis::Script {
+    // As the library's function runs it: common.lua, its per-call start, the script.
     redis::Script::new(concat!(
         include_str!("../lua/common.lua"),
+        "\nnew_call()\n",
         include_str!("../lua/schedule_fire.lua")
     ))
 }

@@ -276,8 +276,8 @@ async fn connects_without_dangerous_commands() {
 async fn refuses_a_user_without_scripts_at_connect() {
     let server = LocalServer::start().unwrap();
     for (user, rules, needs) in [
-        ("no_scripting", &["~*", "+@all", "-@scripting"][..], "command 'evalsha'"),
-        ("no_evalsha", &["~*", "+@all", "-evalsha"][..], "command 'evalsha'"),
+        ("no_scripting", &["~*", "+@all", "-@scripting"][..], "command 'fcall'"),
+        ("no_fcall", &["~*", "+@all", "-fcall"][..], "command 'fcall'"),
     ] {
         let url = acl_user(&server, user, rules).await;
         let name = common::unique(user);

@@ -238,16 +238,10 @@ async fn idle_queues_cost_one_blocking_call_per_poll() {
         })
         .await
     );
-    let (b0, s0) = (
-        calls(&mut raw, &["blpop"]).await,
-        calls(&mut raw, &["evalsha", "eval"]).await,
-    );
+    let (b0, s0) = (calls(&mut raw, &["blpop"]).await, calls(&mut raw, &["fcall"]).await);
     let window = Duration::from_secs(1);
     tokio::time::sleep(window).await;
-    let (b1, s1) = (
-        calls(&mut raw, &["blpop"]).await,
-        calls(&mut raw, &["evalsha", "eval"]).await,
-    );
+    let (b1, s1) = (calls(&mut raw, &["blpop"]).await, calls(&mut raw, &["fcall"]).await);
     let polls = (window.as_millis() / poll.as_millis()) as u64;
     let (blpops, scripts) = (b1 - b0, s1 - s0);
     assert!(

@@ -135,7 +135,7 @@ pub struct Report {
     pub partitions: usize,
     /// Connections dropped (proxy cuts, CLIENT KILL, acks cut in flight).
     pub connection_drops: usize,
-    /// SCRIPT FLUSH calls.
+    /// FUNCTION FLUSH calls (the scripts are one function library).
     pub script_flushes: usize,
     /// Workers stopped gracefully by SIGTERM.
     pub graceful_stops: usize,

@@ -435,7 +435,7 @@ pub fn ack_lost(ctx: &Ctx, how: AckLoss) -> Outcome {
         ..WorkerOpts::default()
     });
     // A first job loads the scripts, so the cut hits the complete itself
-    // and not a NOSCRIPT answer that would be retried anyway.
+    // and not a missing-function answer that would be retried anyway.
     enqueue(&mut run, 1);
     let warm = run.wait_event(&w1, Duration::from_secs(10), |e| matches!(e, Ev::Settled { .. }));
     assert!(warm.is_some(), "the first job was not completed");
@@ -823,7 +823,8 @@ pub fn connection_drops(ctx: &Ctx, jobs: u64) -> Outcome {
     finish(run, drained, notes)
 }
 
-/// `SCRIPT FLUSH` every 100 ms under load: scripts reload on NOSCRIPT.
+/// `FUNCTION FLUSH` every 100 ms under load: the scripts' function
+/// library reloads when a call finds it missing.
 pub fn script_flush(ctx: &Ctx, jobs: u64) -> Outcome {
     let server = ctx.server(false);
     let mut run = Run::new(&ctx.bins, &server.url(), "flush");
@@ -842,7 +843,7 @@ pub fn script_flush(ctx: &Ctx, jobs: u64) -> Outcome {
     let drained = run.drive(Duration::from_secs(90), |run| {
         if Instant::now() >= next {
             if let Ok(mut c) = run.conn() {
-                let _: redis::RedisResult<()> = redis::cmd("SCRIPT").arg("FLUSH").query(&mut c);
+                let _: redis::RedisResult<()> = redis::cmd("FUNCTION").arg("FLUSH").query(&mut c);
                 run.fault("script_flush", "server", "");
                 flushes += 1;
             }

@@ -363,7 +363,7 @@ fn connection_drops_under_load() {
     assert!(out.check.n("connection_drops") >= 3);
 }
 
-// SCRIPT FLUSH every 100 ms under load: every script reloads transparently.
+// FUNCTION FLUSH every 100 ms under load: the scripts' library reloads transparently.
 #[test]
 fn script_flush_under_load() {
     let _g = serial();

@@ -1,17 +1,25 @@
 //! The Lua scripts (one file per script in `lua/`) and how they are run.
 //!
-//! Each script is `lua/common.lua` followed by its own file, embedded at
-//! build time. `redis::Script` calls it by SHA and loads it on `NOSCRIPT`,
-//! so a server restart or `SCRIPT FLUSH` never surfaces as an error. Each
-//! script's [`Spec`] names the KEYS and fixed ARGV its header documents; a
-//! [`Call`] checks (in debug builds) that a caller passes exactly those
-//! keys, and a test checks every spec against its Lua header.
+//! The scripts are loaded as one function library (`FUNCTION LOAD`):
+//! `lua/common.lua` once, then each script's own file as a function of it,
+//! called with `FCALL`. Sent as plain scripts, every call would run
+//! common.lua's top level again (defining its helpers anew, about 20 µs of
+//! server time per call); a library defines them once per load. The
+//! library's name and its functions' names carry a hash of its code, so two
+//! echomq builds with different scripts (a rolling upgrade) each call their
+//! own. A call that finds no function (a restart without persistence,
+//! `FUNCTION FLUSH`, a new node) loads the library and runs again, so that
+//! never surfaces as an error.
+//!
+//! Each script's [`Spec`] names the KEYS and fixed ARGV its header
+//! documents; a [`Call`] checks (in debug builds) that a caller passes
+//! exactly those keys, and a test checks every spec against its Lua header.
 
 pub(crate) mod codes;
 
-use std::sync::LazyLock;
+use std::sync::{LazyLock, OnceLock};
 
-use redis::{Script, ScriptInvocation, ToRedisArgs, Value};
+use redis::{Script, ToRedisArgs, Value};
 
 pub(crate) use self::codes::Code;
 use crate::conn::Conn;
@@ -19,12 +27,12 @@ use crate::error::{Error, Result};
 
 macro_rules! lua {
     ($name:literal) => {
-        concat!(
-            include_str!("../../lua/common.lua"),
-            include_str!(concat!("../../lua/", $name, ".lua"))
-        )
+        include_str!(concat!("../../lua/", $name, ".lua"))
     };
 }
+
+/// The helpers every script's function shares.
+const COMMON: &str = include_str!("../../lua/common.lua");
 
 /// One script: its name, the KEYS and the fixed leading ARGV its header
 /// documents (variadic keys and arguments may follow), and its code.
@@ -34,13 +42,16 @@ pub(crate) struct Spec {
     /// True when more keys may follow the named ones (effect targets).
     pub more_keys: bool,
     pub args: &'static [&'static str],
-    pub script: Script,
+    /// The script's own file (the body of its library function).
+    body: &'static str,
+    /// The library function's name (`emq_HASH_NAME`), set on first use.
+    function: OnceLock<String>,
 }
 
 impl Spec {
     fn new(
         name: &'static str,
-        source: &str,
+        body: &'static str,
         keys: &'static [&'static str],
         more_keys: bool,
         args: &'static [&'static str],
@@ -50,7 +61,8 @@ impl Spec {
             keys,
             more_keys,
             args,
-            script: script(source),
+            body,
+            function: OnceLock::new(),
         }
     }
 
@@ -58,14 +70,70 @@ impl Spec {
     pub fn call(&'static self) -> Call {
         Call {
             spec: self,
-            inv: self.script.prepare_invoke(),
-            keys: 0,
-            args: 0,
+            keys: Vec::with_capacity(self.keys.len()),
+            args: Vec::with_capacity(self.args.len()),
         }
+    }
+
+    fn function(&self) -> &str {
+        self.function.get_or_init(|| function_name(&LIBRARY.hash, self.name))
     }
 }
 
-/// All scripts, hashed once per process.
+fn function_name(hash: &str, script: &str) -> String {
+    format!("emq_{hash}_{script}")
+}
+
+/// The function library: its code and the hash that names it.
+pub(crate) struct Library {
+    pub hash: String,
+    pub code: String,
+}
+
+/// Built once per process from every script of this build.
+pub(crate) static LIBRARY: LazyLock<Library> = LazyLock::new(|| library(&SCRIPTS.list()));
+
+/// Assembles the library: common.lua, then one function per script. Each
+/// function first forgets the per-call caches common.lua keeps in its
+/// top-level locals (which, in a library, live from one call to the next).
+/// A build with `--cfg echomq_faults` (the fault suite's negative
+/// controls, never a normal build) then breaks the guarantees named in
+/// `ECHOMQ_FAULT` (see [`crate::faults`]).
+fn library(specs: &[&Spec]) -> Library {
+    let mut body = String::with_capacity(COMMON.len() + specs.iter().map(|s| s.body.len() + 128).sum::<usize>());
+    body.push_str(COMMON);
+    for spec in specs {
+        body.push_str("\nredis.register_function('emq_@HASH@_");
+        body.push_str(spec.name);
+        body.push_str("', function(KEYS, ARGV)\nnew_call()\n");
+        body.push_str(spec.body);
+        body.push_str("\nend)\n");
+    }
+    #[cfg(echomq_faults)]
+    let body = crate::faults::apply(&body);
+    // The hash covers every function's code, so a changed script is a new library.
+    let hash = Script::new(&body).get_hash()[..12].to_owned();
+    let code = format!("#!lua name=echomq_{hash}\n{}", body.replace("@HASH@", &hash));
+    Library { hash, code }
+}
+
+/// Whether `e` says the function called is not loaded.
+fn missing_function(e: &redis::RedisError) -> bool {
+    e.detail().is_some_and(|d| d.starts_with("Function not found")) || e.to_string().contains("Function not found")
+}
+
+/// Loads the library (again) on the server behind `conn`.
+pub(crate) async fn load_library(conn: &mut Conn) -> Result<()> {
+    redis::cmd("FUNCTION")
+        .arg("LOAD")
+        .arg("REPLACE")
+        .arg(&LIBRARY.code)
+        .query_async::<()>(conn)
+        .await
+        .map_err(Error::from_redis)
+}
+
+/// All scripts.
 pub(crate) struct Scripts {
     pub enqueue: Spec,
     pub claim: Spec,
@@ -96,6 +164,44 @@ pub(crate) struct Scripts {
     pub lane_config: Spec,
     pub lanes: Spec,
     pub limits: Spec,
+}
+
+impl Scripts {
+    /// Every script of this build, in a fixed order.
+    fn list(&self) -> Vec<&Spec> {
+        #[allow(unused_mut)]
+        let mut all = vec![
+            &self.enqueue,
+            &self.claim,
+            &self.settle,
+            &self.complete,
+            &self.extend,
+            &self.reap,
+            &self.sweep,
+            &self.marker_claim,
+            &self.marker_done,
+            &self.marker_abandon,
+            &self.layout,
+            &self.pause,
+            &self.to_pending,
+            &self.remove,
+            &self.progress,
+            &self.list,
+            &self.obliterate,
+            &self.cancel,
+            &self.lane_config,
+            &self.lanes,
+            &self.limits,
+        ];
+        #[cfg(feature = "cron")]
+        all.extend([
+            &self.schedule_upsert,
+            &self.schedule_remove,
+            &self.schedule_due,
+            &self.schedule_fire,
+        ]);
+        all
+    }
 }
 
 #[cfg(test)]
@@ -314,36 +420,21 @@ pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
     ),
 });
 
-/// Builds a script. A build with `--cfg echomq_faults` (the fault suite's
-/// negative controls, never a normal build) first breaks the guarantees
-/// named in `ECHOMQ_FAULT` (see [`crate::faults`]).
-fn script(source: &str) -> Script {
-    #[cfg(echomq_faults)]
-    {
-        return Script::new(&crate::faults::apply(source));
-    }
-    #[allow(unreachable_code)]
-    Script::new(source)
-}
-
 /// One script call being built: keys first, then arguments.
 pub(crate) struct Call {
     spec: &'static Spec,
-    inv: ScriptInvocation<'static>,
-    keys: usize,
-    args: usize,
+    keys: Vec<Vec<u8>>,
+    args: Vec<Vec<u8>>,
 }
 
 impl Call {
     pub fn key<T: ToRedisArgs>(&mut self, key: T) -> &mut Self {
-        self.inv.key(key);
-        self.keys += 1;
+        key.write_redis_args(&mut self.keys);
         self
     }
 
     pub fn arg<T: ToRedisArgs>(&mut self, arg: T) -> &mut Self {
-        self.inv.arg(arg);
-        self.args += 1;
+        arg.write_redis_args(&mut self.args);
         self
     }
 
@@ -357,20 +448,34 @@ impl Call {
     pub async fn run_raw(&self, conn: &mut Conn) -> Result<Value> {
         let spec = self.spec;
         debug_assert!(
-            self.keys == spec.keys.len() || (spec.more_keys && self.keys > spec.keys.len()),
+            self.keys.len() == spec.keys.len() || (spec.more_keys && self.keys.len() > spec.keys.len()),
             "{}: {} keys passed, the header names {:?}",
             spec.name,
-            self.keys,
+            self.keys.len(),
             spec.keys
         );
         debug_assert!(
-            self.args >= spec.args.len(),
+            self.args.len() >= spec.args.len(),
             "{}: {} arguments passed, the header names {:?}",
             spec.name,
-            self.args,
+            self.args.len(),
             spec.args
         );
-        self.inv.invoke_async(conn).await.map_err(Error::from_redis)
+        let mut cmd = redis::cmd("FCALL");
+        cmd.arg(spec.function()).arg(self.keys.len());
+        for k in &self.keys {
+            cmd.arg(k.as_slice());
+        }
+        for a in &self.args {
+            cmd.arg(a.as_slice());
+        }
+        match cmd.query_async(conn).await {
+            Err(e) if missing_function(&e) => {
+                load_library(conn).await?;
+                cmd.query_async(conn).await.map_err(Error::from_redis)
+            }
+            r => r.map_err(Error::from_redis),
+        }
     }
 }
 
@@ -481,11 +586,23 @@ mod tests {
         }
     }
 
-    // The embedded scripts start with the shared helpers and keep their own text.
+    // The library holds common.lua once, then every script as a function named with the library's hash.
     #[test]
-    fn scripts_embed_common_helpers() {
-        let src = lua!("complete");
-        assert!(src.starts_with("-- common.lua"));
-        assert!(src.contains("-- complete: settles"));
+    fn library_holds_common_helpers_and_every_script() {
+        let lib = &*LIBRARY;
+        assert!(
+            lib.code
+                .starts_with(&format!("#!lua name=echomq_{}\n-- common.lua", lib.hash))
+        );
+        assert_eq!(lib.code.matches("-- common.lua:").count(), 1);
+        for spec in SCRIPTS.list() {
+            let f = format!(
+                "redis.register_function('{}', function(KEYS, ARGV)\nnew_call()\n",
+                spec.function()
+            );
+            assert!(lib.code.contains(&f), "{} is not registered", spec.name);
+        }
+        assert!(!lib.code.contains("@HASH@"));
+        assert!(lib.code.contains("-- complete: settles"));
     }
 }
