@@ -26,11 +26,22 @@
 //! what users of the Sidekiq and BullMQ OpenTelemetry integrations get, and
 //! what a trace viewer shows as one waterfall (the queue wait is the gap
 //! between the enqueue and the job span). Its cost: a job that runs much
-//! later, or many times, stretches the request's trace. Whoever prefers a
-//! link (a new trace per attempt that points back to the request) leaves
-//! the job span alone and, in the handler, creates a span and calls
-//! `OpenTelemetrySpanExt::add_link` with the context parsed from
-//! [`Job::traceparent`](crate::Job::traceparent).
+//! later, or many times, stretches the request's trace. A link (a trace of
+//! its own per attempt that points back to the request) is possible too:
+//! the handler opens a root span and links it to the job's traceparent
+//! (the job span itself stays in the request's trace):
+//!
+//! ```
+//! use tracing_opentelemetry::OpenTelemetrySpanExt;
+//!
+//! fn linked_span(job: &echomq::Job<String>) -> tracing::Span {
+//!     let span = tracing::info_span!(parent: None, "send_email");
+//!     if let Some(request) = job.traceparent().and_then(echomq::otel::span_context) {
+//!         span.add_link(request);
+//!     }
+//!     span
+//! }
+//! ```
 //!
 //! **Nothing to install but your own layer.** The feature reads and sets
 //! span contexts through tracing-opentelemetry's `OpenTelemetrySpanExt`;
@@ -80,6 +91,24 @@ pub(crate) fn set_parent(span: &tracing::Span, traceparent: Option<&str>) {
 
 /// The context of a remote parent span, from a W3C traceparent.
 fn remote_context(traceparent: &str) -> Option<Context> {
+    span_context(traceparent).map(|sc| Context::new().with_remote_span_context(sc))
+}
+
+/// The remote span context a W3C traceparent names (a job's
+/// [`Job::traceparent`](crate::Job::traceparent)), to link a span to or to
+/// parent one on. `None` for anything but a valid version `00` traceparent.
+/// Only the sampled flag is kept; the trace state is empty (echomq does not
+/// carry `tracestate`).
+///
+/// ```
+/// let sc = echomq::otel::span_context("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01").unwrap();
+/// assert!(sc.is_remote() && sc.is_sampled());
+/// assert!(echomq::otel::span_context("00-abc-def-01").is_none());
+/// ```
+pub fn span_context(traceparent: &str) -> Option<SpanContext> {
+    // The same check an enqueue makes (lengths, lowercase), which the
+    // parsers below are laxer about.
+    crate::job::validate_traceparent(traceparent).ok()?;
     let mut parts = traceparent.split('-');
     let (Some("00"), Some(trace), Some(span), Some(flags), None) =
         (parts.next(), parts.next(), parts.next(), parts.next(), parts.next())
@@ -94,7 +123,7 @@ fn remote_context(traceparent: &str) -> Option<Context> {
         true,
         TraceState::default(),
     );
-    sc.is_valid().then(|| Context::new().with_remote_span_context(sc))
+    sc.is_valid().then_some(sc)
 }
 
 #[cfg(test)]
@@ -112,6 +141,8 @@ mod tests {
         assert_eq!(sc.span_id().to_string(), "00f067aa0ba902b7");
         assert!(remote_context("00-00000000000000000000000000000000-00f067aa0ba902b7-01").is_none());
         assert!(remote_context("01-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01").is_none());
+        assert!(remote_context("00-4BF92F3577B34DA6A3CE929D0E0E4736-00f067aa0ba902b7-01").is_none());
+        assert!(remote_context("00-abc-00f067aa0ba902b7-01").is_none());
     }
 
     // Without an OpenTelemetry layer, an enqueue finds no context to store.
