@@ -20,7 +20,8 @@
 //!   traceparent (whoever set it) a child of that remote span context, so
 //!   the handler's spans, and everything under them, belong to the
 //!   request's trace. The span that reports the job's settlement is
-//!   parented the same way.
+//!   parented the same way. A handler's own enqueue happens inside the job
+//!   span, so a follow-up job joins the same trace, one level down.
 //!
 //! **Parent, not link.** One trace from the request through the job is
 //! what users of the Sidekiq and BullMQ OpenTelemetry integrations get, and

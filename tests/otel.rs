@@ -77,7 +77,7 @@ async fn run_handler(queue: &echomq::Queue, spans: &Collected, trace: TraceId, t
     })
     .spawn()
     .unwrap();
-    let ended = || chain(&spans.trace(trace), "handler_work").is_some_and(|(_, end)| end == top);
+    let ended = || chain_of(&spans.trace(trace), "handler_work").is_some_and(|(_, end)| end == top);
     let done = eventually(Duration::from_secs(10), || async { ended() }).await;
     c.shutdown().await.unwrap();
     assert!(done, "no handler span chained to {top} in: {:#?}", spans.trace(trace));
@@ -86,8 +86,13 @@ async fn run_handler(queue: &echomq::Queue, spans: &Collected, trace: TraceId, t
 
 /// The names of the spans from the first one called `name` up its parents
 /// within `spans`, and the parent id where the chain leaves them.
-fn chain(spans: &[SpanData], name: &str) -> Option<(Vec<String>, SpanId)> {
-    let mut span = spans.iter().find(|s| s.name == name)?;
+fn chain_of(spans: &[SpanData], name: &str) -> Option<(Vec<String>, SpanId)> {
+    Some(chain(spans, spans.iter().find(|s| s.name == name)?))
+}
+
+/// The names of the spans from `span` up its parents within `spans`, and
+/// the parent id where the chain leaves them.
+fn chain<'a>(spans: &'a [SpanData], mut span: &'a SpanData) -> (Vec<String>, SpanId) {
     let mut names = vec![span.name.to_string()];
     loop {
         let parent = span.parent_span_id;
@@ -96,13 +101,13 @@ fn chain(spans: &[SpanData], name: &str) -> Option<(Vec<String>, SpanId)> {
                 names.push(p.name.to_string());
                 span = p;
             }
-            None => return Some((names, parent)),
+            None => return (names, parent),
         }
     }
 }
 
-// A job enqueued inside a request span (single and bulk alike) carries its
-// traceparent, and the handler's span lands in the request's trace, under
+// Jobs enqueued inside a request span (single and bulk alike) carry its
+// traceparent, and each handler's span lands in the request's trace, under
 // the job span, under the request span.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_handler_runs_in_the_enqueuing_request_trace() {
@@ -127,10 +132,62 @@ async fn the_handler_runs_in_the_enqueuing_request_trace() {
     drop(request);
 
     let trace = run_handler(&q, spans, sc.trace_id(), SpanId::INVALID).await;
-    let (names, _) = chain(&trace, "handler_work").unwrap();
+    let (names, _) = chain_of(&trace, "handler_work").unwrap();
     assert_eq!(names, ["handler_work", "job", "web_request"], "{trace:#?}");
     let request_span = trace.iter().find(|s| s.name == "web_request").unwrap();
     assert_eq!(request_span.span_context.span_id(), sc.span_id());
+    // All three jobs ran in the trace: a job span and a settlement span
+    // (also named `job`) each, straight under the request.
+    let under_request = || {
+        let t = spans.trace(sc.trace_id());
+        t.iter()
+            .filter(|s| s.name == "job" && s.parent_span_id == sc.span_id())
+            .count()
+    };
+    assert!(eventually(Duration::from_secs(10), || async { under_request() == 6 }).await);
+}
+
+// A job its handler enqueues joins the same trace, under that handler's span.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_follow_up_job_joins_the_trace() {
+    let spans = collected();
+    let (_server, q) = setup("otel-follow-up").await;
+    let request = info_span!("web_request");
+    q.enqueue(&1u32).instrument(request.clone()).await.unwrap();
+    let sc = request.context().span().span_context().clone();
+    drop(request);
+    let producer = q.clone();
+    let c = Consumer::new(q.clone(), move |job: Job<u32>| {
+        let q = producer.clone();
+        let name = if *job.payload() == 1 { "first" } else { "follow_up" };
+        async move {
+            if *job.payload() == 1 {
+                q.enqueue(&2u32).await?;
+            }
+            Ok(())
+        }
+        .instrument(info_span!("handler", name))
+    })
+    .spawn()
+    .unwrap();
+    let follow_up = || {
+        let trace = spans.trace(sc.trace_id());
+        let second = trace.iter().find(|s| {
+            s.name == "handler"
+                && s.attributes
+                    .iter()
+                    .any(|kv| kv.key.as_str() == "name" && kv.value.as_str() == "follow_up")
+        })?;
+        Some(chain(&trace, second))
+    };
+    let done = eventually(Duration::from_secs(10), || async {
+        follow_up().is_some_and(|(names, end)| names.len() == 5 && end == SpanId::INVALID)
+    })
+    .await;
+    c.shutdown().await.unwrap();
+    assert!(done, "{:#?}", spans.trace(sc.trace_id()));
+    let (names, _) = follow_up().unwrap();
+    assert_eq!(names, ["handler", "job", "handler", "job", "web_request"]);
 }
 
 // An explicit traceparent wins over the current span's, and the job span
@@ -158,7 +215,7 @@ async fn an_explicit_traceparent_wins() {
         remote,
     )
     .await;
-    let (names, _) = chain(&trace, "handler_work").unwrap();
+    let (names, _) = chain_of(&trace, "handler_work").unwrap();
     assert_eq!(names, ["handler_work", "job"], "{trace:#?}");
 }
 
@@ -172,7 +229,7 @@ async fn without_a_layer_nothing_is_stored_or_required() {
     let (server, q) = setup("otel-none").await;
     let id = q.enqueue(&1u32).instrument(info_span!("web_request")).await.unwrap();
     assert_eq!(stored_tp(&server, q.name(), &id).await, None);
-    let tp = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+    let tp = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
     q.enqueue_with(&2u32, &EnqueueOptions::new().traceparent(tp))
         .await
         .unwrap();
