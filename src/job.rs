@@ -9,6 +9,8 @@ use crate::limits::Limits;
 mod enqueue;
 mod kind;
 
+#[cfg(feature = "otel")]
+pub(crate) use self::enqueue::validate_traceparent;
 pub use self::enqueue::{EnqueueOptions, EnqueueStatus, Enqueued};
 pub(crate) use self::enqueue::{delay_ms, millis};
 pub(crate) use self::kind::validate_kind;
@@ -190,10 +192,10 @@ impl<T> Job<T> {
         self.kind.as_deref()
     }
     /// The W3C `traceparent` of the span that enqueued the job
-    /// ([`EnqueueOptions::traceparent`]), if it was given: the handler's
-    /// span can link to (or take as parent) the request that enqueued the
-    /// job, through the application's OpenTelemetry propagator. The job's
-    /// span records it as its field `traceparent`.
+    /// ([`EnqueueOptions::traceparent`], or with feature `otel` the
+    /// enqueuing span's own), if it has one. The job's span records it as
+    /// its field `traceparent`, and with feature `otel` is already its
+    /// child; a handler that wants a link instead can parse it.
     pub fn traceparent(&self) -> Option<&str> {
         self.traceparent.as_deref()
     }

@@ -27,6 +27,8 @@
 //!   schedules stored in the server, one job per tick.
 //! - `metrics` (feature `metrics`): counters, histograms and gauges through
 //!   the `metrics` facade.
+//! - `otel` (feature `otel`): a job runs in the OpenTelemetry trace of the
+//!   request that enqueued it.
 //! - [`health`]: the server self-check.
 //! - [`job`]: what a job looks like to producers, handlers and inspectors.
 //! - [`keys`]: key naming (the `{queue}` hash tag).
@@ -57,6 +59,8 @@ pub mod limits;
 pub mod maintenance;
 #[cfg(feature = "metrics")]
 pub mod metrics;
+#[cfg(feature = "otel")]
+pub mod otel;
 pub mod queue;
 #[cfg(feature = "cron")]
 pub mod schedule;

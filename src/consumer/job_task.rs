@@ -159,6 +159,9 @@ async fn run_job(ctx: Arc<Ctx>, q: usize, lease: Lease, claimed_at: Instant, per
         kind = lease.kind(),
         traceparent = lease.traceparent()
     );
+    // Before the span is first entered: a started span's parent is fixed.
+    #[cfg(feature = "otel")]
+    crate::otel::set_parent(&span, lease.traceparent());
     async move {
         let s = &ctx.settings;
         let qn = queue.name();

@@ -118,7 +118,10 @@ pub(super) async fn settler(ctx: Arc<Ctx>, mut rx: mpsc::UnboundedReceiver<Pendi
 fn report(ctx: &Ctx, p: Pending, result: std::result::Result<Settled, &Error>) -> Option<Slot> {
     let (id, token, op) = (p.lease.id.as_str(), p.lease.token, p.op.op());
     let queue = ctx.queue(p.q).name();
-    let _span = info_span!("job", queue, job_id = %id, attempt = p.lease.attempt, lane = p.lease.lane()).entered();
+    let span = info_span!("job", queue, job_id = %id, attempt = p.lease.attempt, lane = p.lease.lane());
+    #[cfg(feature = "otel")]
+    crate::otel::set_parent(&span, p.lease.traceparent());
+    let _span = span.entered();
     let s = &ctx.settings;
     match result {
         Ok(done) => {

@@ -133,10 +133,15 @@ impl EnqueueOptions {
     /// (`00-TRACE_ID-SPAN_ID-FLAGS`, lowercase hex: 2, 32, 16 and 2
     /// digits), kept with the job and handed to every claim of it
     /// ([`Job::traceparent`](crate::Job::traceparent), the job span's
-    /// `traceparent` field), so the handler's span can link to the request
-    /// that enqueued it. echomq does not read the current span itself: take
-    /// the value from your OpenTelemetry propagator. Checked when the job
-    /// is enqueued. Default: none.
+    /// `traceparent` field), so the handler's span can join the trace of
+    /// the request that enqueued it. Checked when the job is enqueued.
+    ///
+    /// Default: with feature `otel`, the current `tracing` span's
+    /// OpenTelemetry context, if a tracing-opentelemetry layer gives it
+    /// one, and the worker makes the job span a child of the traceparent
+    /// (see the `otel` module); without the feature, none. Set it for a
+    /// context that did not come from the current span (a message header,
+    /// say): it wins over the current span's.
     ///
     /// ```
     /// let opts = echomq::EnqueueOptions::new()
@@ -423,7 +428,7 @@ pub struct Enqueued {
 
 /// Checks a W3C traceparent: version `00`, a trace id and a parent id that
 /// are not all zeros, and flags, in lowercase hex.
-fn validate_traceparent(tp: &str) -> Result<()> {
+pub(crate) fn validate_traceparent(tp: &str) -> Result<()> {
     let hex = |s: &str, n: usize| s.len() == n && s.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
     let parts: Vec<&str> = tp.split('-').collect();
     let ok = matches!(parts.as_slice(), [v, t, p, f]

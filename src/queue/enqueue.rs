@@ -150,9 +150,26 @@ async fn call_script(conn: &mut Conn, k: &Keys, jobs: &[&Encoded]) -> Result<Vec
     Ok(out)
 }
 
+/// The traceparent jobs of this enqueue call inherit when their options
+/// give none: with feature `otel`, the current span's OpenTelemetry context
+/// (see [`crate::otel`]); otherwise none. Looked up once per call, in the
+/// caller's span (an `async fn` body runs where the caller polls it).
+fn ambient_traceparent() -> Option<String> {
+    #[cfg(feature = "otel")]
+    return crate::otel::current_traceparent();
+    #[cfg(not(feature = "otel"))]
+    None
+}
+
 impl Queue {
-    /// Encodes and checks one job against this queue's options.
-    fn prepare<T: Serialize + ?Sized>(&self, payload: &T, opts: &EnqueueOptions) -> Result<Encoded> {
+    /// Encodes and checks one job against this queue's options; `ambient`
+    /// is the traceparent it carries unless `opts` names one.
+    fn prepare<T: Serialize + ?Sized>(
+        &self,
+        payload: &T,
+        opts: &EnqueueOptions,
+        ambient: Option<&str>,
+    ) -> Result<Encoded> {
         opts.validate()?;
         let (dedup, dedup_ttl_ms) = match &opts.dedup {
             Some((d, ttl)) => (d.clone(), ttl.map_or(0, |t| t.as_millis() as u64)),
@@ -169,7 +186,7 @@ impl Queue {
             replace: opts.replace_waiting,
             lane: opts.lane.clone().unwrap_or_default(),
             kind: opts.kind.clone().unwrap_or_default(),
-            traceparent: opts.traceparent.clone().unwrap_or_default(),
+            traceparent: opts.traceparent.as_deref().or(ambient).unwrap_or_default().to_owned(),
         })
     }
 
@@ -209,7 +226,12 @@ impl Queue {
     /// As [`enqueue`](Self::enqueue), plus [`Error::InvalidId`] and
     /// [`Error::InvalidOption`] for bad options.
     pub async fn enqueue_with<T: Serialize + ?Sized>(&self, payload: &T, opts: &EnqueueOptions) -> Result<Enqueued> {
-        let job = self.prepare(payload, opts)?;
+        let ambient = if opts.traceparent.is_none() {
+            ambient_traceparent()
+        } else {
+            None
+        };
+        let job = self.prepare(payload, opts, ambient.as_deref())?;
         let (reply, answer) = oneshot::channel();
         if self.inner.enqueues.send(Request { job, reply }).is_err() {
             return Err(gone());
@@ -225,9 +247,10 @@ impl Queue {
     /// anything is sent; if a later chunk fails, earlier chunks are stored.
     pub async fn enqueue_bulk<T: Serialize>(&self, payloads: &[T]) -> Result<Vec<String>> {
         let opts = EnqueueOptions::default();
+        let ambient = ambient_traceparent();
         let encoded = payloads
             .iter()
-            .map(|p| self.prepare(p, &opts))
+            .map(|p| self.prepare(p, &opts, ambient.as_deref()))
             .collect::<Result<Vec<_>>>()?;
         Ok(self.send_bulk(&encoded).await?.into_iter().map(|e| e.id).collect())
     }
@@ -256,9 +279,10 @@ impl Queue {
     /// before anything is sent; if a later chunk fails, earlier chunks are
     /// stored.
     pub async fn enqueue_bulk_with<T: Serialize>(&self, jobs: &[(T, EnqueueOptions)]) -> Result<Vec<Enqueued>> {
+        let ambient = ambient_traceparent();
         let encoded = jobs
             .iter()
-            .map(|(p, o)| self.prepare(p, o))
+            .map(|(p, o)| self.prepare(p, o, ambient.as_deref()))
             .collect::<Result<Vec<_>>>()?;
         self.send_bulk(&encoded).await
     }
@@ -307,9 +331,10 @@ impl Queue {
     /// As [`enqueue_bulk`](Self::enqueue_bulk).
     pub async fn enqueue_jobs<J: JobKind>(&self, jobs: &[J]) -> Result<Vec<String>> {
         let opts = EnqueueOptions::default().kind(J::KIND);
+        let ambient = ambient_traceparent();
         let encoded = jobs
             .iter()
-            .map(|p| self.prepare(p, &opts))
+            .map(|p| self.prepare(p, &opts, ambient.as_deref()))
             .collect::<Result<Vec<_>>>()?;
         Ok(self.send_bulk(&encoded).await?.into_iter().map(|e| e.id).collect())
     }
@@ -323,9 +348,10 @@ impl Queue {
     /// # Errors
     /// As [`enqueue_bulk_with`](Self::enqueue_bulk_with).
     pub async fn enqueue_jobs_with<J: JobKind>(&self, jobs: &[(J, EnqueueOptions)]) -> Result<Vec<Enqueued>> {
+        let ambient = ambient_traceparent();
         let encoded = jobs
             .iter()
-            .map(|(p, o)| self.prepare(p, &o.clone().kind(J::KIND)))
+            .map(|(p, o)| self.prepare(p, &o.clone().kind(J::KIND), ambient.as_deref()))
             .collect::<Result<Vec<_>>>()?;
         self.send_bulk(&encoded).await
     }
