@@ -73,6 +73,7 @@
 
 mod actions;
 mod csrf;
+mod feed;
 mod html;
 mod live;
 mod pages;
@@ -231,6 +232,9 @@ pub(crate) struct Shared {
     pub(crate) csrf: csrf::Csrf,
     // Discovered queues' handles, opened once (opening reads the server).
     opened: Mutex<HashMap<String, Queue>>,
+    // Each shown queue's throughput and latest events, from its event
+    // stream, shared by all pages and streams.
+    pub(crate) feeds: feed::Feeds,
 }
 
 impl Shared {
@@ -285,6 +289,7 @@ pub fn router(source: impl Into<Source>, opts: DashboardOptions) -> Router {
         opts,
         csrf,
         opened: Mutex::new(HashMap::new()),
+        feeds: feed::Feeds::default(),
     });
     Router::new()
         .route("/", get(pages::index))
