@@ -583,8 +583,17 @@ fn record(job: &JobInfo, events: &[FeedEvent]) -> String {
         }
     } else {
         // Every transition the dashboard saw, where the record keeps only
-        // the first start, the errors and the end.
+        // the first start, the errors and the end. The feed may have begun
+        // (or kept events) after the job was enqueued: what the record
+        // says of earlier times comes first, and the deadline or due time
+        // ahead last.
         out.push_str("<h2>Timeline</h2><ol class=\"timeline\" data-from=\"events\">");
+        let first = events[0].at_ms;
+        let record = timeline(job);
+        let ahead = |what: &str| matches!(what, "lease deadline" | "due");
+        for (at, what) in record.iter().filter(|(at, w)| *at < first && !ahead(w)) {
+            let _ = write!(out, "<li><time>{}</time> {}</li>", time(*at), escape(what));
+        }
         for ev in events {
             let _ = write!(
                 out,
@@ -599,6 +608,9 @@ fn record(job: &JobInfo, events: &[FeedEvent]) -> String {
                 let _ = write!(out, " <span class=\"err\">{}</span>", escape(&excerpt(e, 120)));
             }
             out.push_str("</li>");
+        }
+        for (at, what) in record.iter().filter(|(_, w)| ahead(w)) {
+            let _ = write!(out, "<li><time>{}</time> {}</li>", time(*at), escape(what));
         }
     }
     out.push_str("</ol>");
