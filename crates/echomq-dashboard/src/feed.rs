@@ -34,6 +34,11 @@ pub(crate) const FEED_SHOWN: usize = 20;
 /// How often a feed reads the queue's event settings and the server's
 /// clock again.
 const RECHECK_EVERY: Duration = Duration::from_secs(5);
+/// The longest one read of a queue's events may take. A reader's
+/// connection has no response timeout of its own (it is made for blocking
+/// reads): without this a dead server would hold the feed, and every page
+/// that waits on it, forever.
+const READ_TIMEOUT: Duration = Duration::from_secs(5);
 /// A feed nobody asked for this long is dropped (with its reader's
 /// connection); the next page to ask opens a new one.
 const IDLE_AFTER: Duration = Duration::from_secs(120);
@@ -129,7 +134,7 @@ impl Feed {
         // From now: the public API reads a stream forward from an event id
         // or its start, not from a time, and the start may be 10,000
         // events back. The window fills while the dashboard looks.
-        self.reader = Some(self.queue.events(EventCursor::Now).await?);
+        self.reader = Some(open_now(&self.queue).await?);
         self.since_ms = self.server_now();
         Ok(())
     }
@@ -165,7 +170,10 @@ impl Feed {
                 behind = true;
                 break;
             }
-            match reader.next_within(Duration::ZERO).await {
+            let next = tokio::time::timeout(READ_TIMEOUT, reader.next_within(Duration::ZERO))
+                .await
+                .unwrap_or(Err(echomq::Error::Timeout(READ_TIMEOUT)));
+            match next {
                 Ok(Some(ev)) => {
                     read += 1;
                     self.count(&ev, bucket_ms);
@@ -189,7 +197,7 @@ impl Feed {
                 "dashboard fell behind the events; skipping ahead"
             );
             self.skipped_ms = Some(self.server_now());
-            self.reader = Some(self.queue.events(EventCursor::Now).await?);
+            self.reader = Some(open_now(&self.queue).await?);
         }
         let oldest = (self.server_now() / bucket_ms).saturating_sub(BUCKETS);
         self.buckets = self.buckets.split_off(&oldest);
@@ -308,6 +316,13 @@ impl Feeds {
             .collect();
         Ok((feed.events_on, events))
     }
+}
+
+/// A reader from the stream's newest event on.
+async fn open_now(queue: &Queue) -> echomq::Result<EventReader> {
+    tokio::time::timeout(READ_TIMEOUT, queue.events(EventCursor::Now))
+        .await
+        .unwrap_or(Err(echomq::Error::Timeout(READ_TIMEOUT)))
 }
 
 fn bucket_ms(every: Duration) -> u64 {
