@@ -93,7 +93,7 @@ pub(crate) struct Throughput {
     /// Failed jobs in each whole bucket of the window, oldest first.
     pub(crate) failed: Vec<u64>,
     /// Whether events were skipped within the window (the reader fell
-    /// behind): the figures are then lower bounds.
+    /// behind, or lost its connection): the figures are then lower bounds.
     pub(crate) partial: bool,
     /// Server ms since which the feed has counted (the window's earlier
     /// buckets read 0 because the dashboard was not looking yet).
@@ -116,9 +116,10 @@ struct Feed {
     latest: VecDeque<FeedEvent>,
     /// When events were last read.
     read_at: Option<Instant>,
-    /// Server ms when events were last skipped (the reader fell behind).
+    /// Server ms when events were last skipped (the reader fell behind,
+    /// or its connection broke).
     skipped_ms: Option<u64>,
-    /// Server ms when counting started (the reader opened).
+    /// Server ms when counting started (the first reader opened; 0 before).
     since_ms: u64,
     /// When a page last asked (for dropping idle feeds).
     used: Instant,
@@ -135,7 +136,9 @@ impl Feed {
         // or its start, not from a time, and the start may be 10,000
         // events back. The window fills while the dashboard looks.
         self.reader = Some(open_now(&self.queue).await?);
-        self.since_ms = self.server_now();
+        if self.since_ms == 0 {
+            self.since_ms = self.server_now();
+        }
         Ok(())
     }
 
@@ -184,8 +187,10 @@ impl Feed {
                     break;
                 }
                 Err(e) => {
-                    // A broken connection: the next read opens another.
+                    // A broken connection: the next read opens another,
+                    // from then on; what was written in between is lost.
                     self.reader = None;
+                    self.skipped_ms = Some(self.server_now());
                     return Err(e);
                 }
             }

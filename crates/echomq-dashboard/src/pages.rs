@@ -268,7 +268,7 @@ fn throughput_cells(t: Option<&Throughput>) -> String {
          aria-label=\"{title}\"><title>{title}</title><line x1=\"0\" y1=\"23.5\" x2=\"120\" y2=\"23.5\"/>\
          <polyline class=\"completed\" points=\"{line}\"/><polyline class=\"failed\" points=\"{failed_line}\"/></svg>\
          <span class=\"note\" data-estimated{e}>events off: estimated from counts</span>\
-         <span class=\"note\" data-partial{p}>at least: events came faster than read</span></td>",
+         <span class=\"note\" data-partial{p}>at least: some events went unread</span></td>",
         e = if estimated { "" } else { " hidden" },
         p = if partial { "" } else { " hidden" },
     )

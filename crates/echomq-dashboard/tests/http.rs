@@ -377,3 +377,30 @@ async fn the_feed_shows_the_latest_events() {
     assert_eq!(kinds(&job), ["claimed", "completed"], "{job}");
     assert!(job.contains("UTC</time> enqueued</li>"), "{job}");
 }
+
+// A burst of more events than one sample reads (5,000) is not read to the
+// end: the feed skips ahead, and the page marks its figures as lower bounds.
+#[tokio::test]
+async fn a_burst_past_the_read_cap_is_skipped_and_marked() {
+    let server = LocalServer::start().unwrap();
+    let client = Client::connect(&server.url()).await.unwrap();
+    let queue = client.queue("burst").await.unwrap();
+    let app = fast(&client);
+    let (_, page) = get(&app, "/admin/queues").await;
+    assert!(page.contains("data-partial hidden"), "{page}");
+    let payloads: Vec<u32> = (0..5_001).collect();
+    queue.enqueue_bulk(&payloads).await.unwrap();
+    page_until(&app, "/admin/queues", "the lower-bound mark", |p| {
+        p.contains("<span class=\"note\" data-partial>")
+    })
+    .await;
+    // Skipped ahead: the next read starts after the burst, and is cheap.
+    queue
+        .enqueue_with(&0, &EnqueueOptions::new().id("after"))
+        .await
+        .unwrap();
+    page_until(&app, "/admin/queues/queues/burst", "the event after the burst", |p| {
+        p.contains("href=\"../queues/burst/jobs/after\"")
+    })
+    .await;
+}
