@@ -71,8 +71,14 @@
       if (svg) {
         draw(svg, t.series, t.failed_series);
         var sum = function (a) { return a.reduce(function (x, y) { return x + y; }, 0); };
-        svg.setAttribute("data-completed", String(sum(t.series)));
-        svg.setAttribute("data-failed", String(sum(t.failed_series)));
+        var done = sum(t.series), bad = sum(t.failed_series);
+        svg.setAttribute("data-completed", String(done));
+        svg.setAttribute("data-failed", String(bad));
+        var label = done + " completed, " + bad + " failed in the chart's window, from the queue's events";
+        if (svg.getAttribute("data-since")) { label += " (counted since " + svg.getAttribute("data-since") + ")"; }
+        svg.setAttribute("aria-label", label);
+        var title = svg.querySelector("title");
+        if (title) { title.textContent = label; }
       }
       return;
     }

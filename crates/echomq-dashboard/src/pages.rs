@@ -243,7 +243,10 @@ fn throughput_cells(t: Option<&Throughput>) -> String {
                 points(&t.completed, max),
                 points(&t.failed, max),
                 max,
-                format!(" data-completed=\"{done}\" data-failed=\"{bad}\""),
+                format!(
+                    " data-completed=\"{done}\" data-failed=\"{bad}\" data-since=\"{}\"",
+                    time(t.since_ms)
+                ),
                 format!(
                     "{done} completed, {bad} failed in the chart's window, from the queue's events \
                      (counted since {})",
