@@ -10,8 +10,13 @@
 //!
 //! Counting events, not the growth of the completed count, keeps the rate
 //! true when retention holds that count flat (`keep_completed` full, or
-//! `Retention::None`). A queue whose events are off has no feed: the pages
-//! fall back to the counts and say so.
+//! `Retention::None`). A queue whose events are off has no reader (its
+//! connection is closed): the pages fall back to the counts and say so.
+//!
+//! A reader starts at the stream's newest event: the library reads a
+//! stream forward from an event id or from its start, not from a time, so
+//! the window is filled while the dashboard looks rather than read back
+//! at once.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
