@@ -1,4 +1,5 @@
-// echomq dashboard: live counts, throughput charts, and following a job.
+// echomq dashboard: live counts, throughput charts, the latest events of a
+// queue, and following a job.
 // Reads the page's own event stream (body[data-live], a relative URL);
 // touches the DOM only through textContent and attributes, never HTML.
 (function () {
@@ -28,18 +29,108 @@
     return null;
   }
 
-  function draw(svg, values) {
-    var line = svg.querySelector("polyline");
-    if (!line) { return; }
-    var max = 1;
-    values.forEach(function (v) { if (v > max) { max = v; } });
+  function line(values, max) {
     var step = 120 / (SAMPLES - 1);
     var start = SAMPLES - values.length;
-    var pts = values.map(function (v, i) {
+    return values.map(function (v, i) {
       return ((start + i) * step).toFixed(1) + "," + (23 - (v / max) * 22).toFixed(1);
-    });
-    line.setAttribute("points", pts.join(" "));
+    }).join(" ");
+  }
+
+  // `failed` may be null (the estimate from counts has no failed line).
+  function draw(svg, values, failed) {
+    var done = svg.querySelector("polyline.completed");
+    var bad = svg.querySelector("polyline.failed");
+    if (!done) { return; }
+    var max = 1;
+    values.concat(failed || []).forEach(function (v) { if (v > max) { max = v; } });
+    done.setAttribute("points", line(values, max));
+    if (bad) { bad.setAttribute("points", failed ? line(failed, max) : ""); }
     svg.setAttribute("data-max", String(max));
+  }
+
+  function show(scope, selector, on) {
+    var el = scope.querySelector(selector);
+    if (el) { el.hidden = !on; }
+  }
+
+  function text(scope, selector, value) {
+    var el = scope.querySelector(selector);
+    if (el) { el.textContent = value; }
+  }
+
+  function throughput(scope, name, t) {
+    if (!t) { return; }
+    show(scope, "[data-estimated]", !!t.estimated);
+    show(scope, "[data-partial]", !!t.partial);
+    var svg = scope.querySelector("svg.spark");
+    if (t.series) {
+      // From the queue's events: the server holds the whole window.
+      text(scope, "[data-rate]", t.rate.toFixed(1));
+      text(scope, "[data-failed-rate]", t.failed_rate.toFixed(1));
+      if (svg) {
+        draw(svg, t.series, t.failed_series);
+        var sum = function (a) { return a.reduce(function (x, y) { return x + y; }, 0); };
+        var done = sum(t.series), bad = sum(t.failed_series);
+        svg.setAttribute("data-completed", String(done));
+        svg.setAttribute("data-failed", String(bad));
+        var label = done + " completed, " + bad + " failed in the chart's window, from the queue's events";
+        if (svg.getAttribute("data-since")) { label += " (counted since " + svg.getAttribute("data-since") + ")"; }
+        svg.setAttribute("aria-label", label);
+        var title = svg.querySelector("title");
+        if (title) { title.textContent = label; }
+      }
+      return;
+    }
+    // Events off: the growth of the completed count, sampled here.
+    text(scope, "[data-failed-rate]", "–");
+    if (t.rate === null || t.rate === undefined) { return; }
+    var list = rates[name] || (rates[name] = []);
+    list.push(t.rate);
+    if (list.length > SAMPLES) { list.shift(); }
+    text(scope, "[data-rate]", t.rate.toFixed(1));
+    if (svg) { draw(svg, list, null); }
+  }
+
+  // A job id as one URL path segment (a "." or "/" must not climb).
+  function segment(s) {
+    return encodeURIComponent(s).replace(/[.!'()*]/g, function (c) {
+      return "%" + c.charCodeAt(0).toString(16).toUpperCase();
+    });
+  }
+
+  function cell(row, value, cls) {
+    var td = document.createElement("td");
+    if (cls) { td.className = cls; }
+    if (value !== null && value !== undefined) { td.textContent = String(value); }
+    row.appendChild(td);
+    return td;
+  }
+
+  function feed(events) {
+    var table = document.getElementById("feed");
+    if (!table || !events.length) { return; }
+    var jobs = table.getAttribute("data-jobs");
+    var tbody = document.createElement("tbody");
+    events.forEach(function (ev) {
+      var row = document.createElement("tr");
+      row.setAttribute("data-event", ev.id);
+      var time = document.createElement("time");
+      time.textContent = ev.at;
+      cell(row, null).appendChild(time);
+      cell(row, ev.event, "event").setAttribute("data-kind", ev.event);
+      var job = cell(row, null);
+      if (ev.job !== null) {
+        var a = document.createElement("a");
+        a.setAttribute("href", jobs + segment(ev.job));
+        a.textContent = ev.job;
+        job.appendChild(a);
+      }
+      cell(row, ev.attempt, "num");
+      cell(row, ev.error, "err");
+      tbody.appendChild(row);
+    });
+    table.replaceChild(tbody, table.querySelector("tbody"));
   }
 
   function update(q) {
@@ -51,14 +142,8 @@
     });
     var paused = scope.querySelectorAll(".paused");
     for (var i = 0; i < paused.length; i++) { paused[i].hidden = !q.paused; }
-    if (q.rate === null || q.rate === undefined) { return; }
-    var list = rates[q.name] || (rates[q.name] = []);
-    list.push(q.rate);
-    if (list.length > SAMPLES) { list.shift(); }
-    var cell = scope.querySelector("[data-rate]");
-    if (cell) { cell.textContent = q.rate.toFixed(1); }
-    var svg = scope.querySelector("svg.spark");
-    if (svg) { draw(svg, list); }
+    throughput(scope, q.name, q.throughput);
+    if (q.feed) { feed(q.feed); }
   }
 
   function follow(job) {

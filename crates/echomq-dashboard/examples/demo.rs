@@ -13,6 +13,7 @@
 use std::time::Duration;
 
 use axum::Router;
+use axum::response::Redirect;
 use axum::routing::get;
 use echomq::{Client, Consumer, EnqueueOptions, HandlerError, Job};
 use echomq_dashboard::{DashboardOptions, Source};
@@ -60,6 +61,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     let app = Router::new()
         .route("/", get(|| async { "the dashboard is at /admin/queues\n" }))
+        // `nest` does not route the slash form of the mount point.
+        .route("/admin/queues/", get(|| async { Redirect::permanent("../queues") }))
         .nest(
             "/admin/queues",
             echomq_dashboard::router(

@@ -2,15 +2,16 @@
 //! mount in your own app, under any path and behind your own auth.
 //!
 //! It shows every queue with its counts per state, its throughput
-//! (completed jobs per second) and a small chart of the last 60 samples
-//! (a minute at the default sampling period); a queue's jobs per state,
-//! page by page; a job's record (payload,
+//! (completed and failed jobs per second, counted from the queue's
+//! lifecycle events) and a small chart of the last 60 sample periods (a
+//! minute at the default period); a queue's jobs per state, page by page,
+//! and its latest events (a live feed); a job's record (payload,
 //! attempts, errors, progress, result, holder, lane, kind, and a timeline
-//! from its timestamps); and it acts: retry, remove, cancel and promote a
-//! job, pause and resume a queue. Counts update live over server-sent
-//! events, sampled once a second by default. Pages are server-rendered HTML with a
-//! little embedded CSS and JavaScript: no framework, no CDN, no fonts from
-//! elsewhere.
+//! from its events, or from its timestamps); and it acts: retry, remove,
+//! cancel and promote a job, pause and resume a queue. Counts, throughput
+//! and the feed update live over server-sent events, sampled once a second
+//! by default. Pages are server-rendered HTML with a little embedded CSS
+//! and JavaScript: no framework, no CDN, no fonts from elsewhere.
 //!
 //! ```no_run
 //! use axum::Router;
@@ -52,27 +53,58 @@
 //! Every link, form and fetch in the pages is relative, so the router
 //! works under any path (`Router::nest`), and at the root too. Routes,
 //! relative to the mount point: `/` (queues), `/queues/{queue}?state=&after=`
-//! (a state's jobs, paged by [`echomq::admin::ListCursor`]),
-//! `/queues/{queue}/jobs/{id}`, `/events` (the live stream), `/assets/*`,
-//! and the POST actions under `/queues/{queue}/…`.
+//! (a state's jobs, paged by [`echomq::admin::ListCursor`], and the
+//! queue's latest events), `/queues/{queue}/jobs/{id}`, `/events` (the
+//! live stream), `/assets/*`, and the POST actions under `/queues/{queue}/…`.
+//!
+//! axum's `nest` routes the mount point without its trailing slash only
+//! (`/admin/queues`, not `/admin/queues/`): the nested router never sees
+//! the slash form, so it cannot answer it. Route it in your app if you
+//! want it, beside the `nest`:
+//!
+//! ```no_run
+//! # fn demo(dashboard: axum::Router) {
+//! use axum::response::Redirect;
+//! let app: axum::Router = axum::Router::new()
+//!     .route("/admin/queues/", axum::routing::get(|| async { Redirect::permanent("../queues") }))
+//!     .nest("/admin/queues", dashboard);
+//! # let _ = app; }
+//! ```
 //!
 //! # Live updates and throughput
 //!
 //! The pages read `events` (server-sent events): every
-//! [`DashboardOptions::sample_every`] it sends each queue's counts (and,
-//! on a job's page, that job's state, so the page follows it to the end).
-//! Throughput is the growth of the completed count between two samples.
-//! That count is of *retained* jobs: once a queue holds as many completed
-//! jobs as its retention keeps
-//! ([`QueueOptions::keep_completed`](echomq::QueueOptions::keep_completed),
-//! 1,000 by default) it stops growing and the rate shows 0 while jobs still
-//! flow. Live job events (a lifecycle event stream) can replace the
-//! sampling later; each open page costs one round of `counts` per queue
-//! per sample, and with [`Source::discover`] a keyspace walk
+//! [`DashboardOptions::sample_every`] it sends each queue's counts and
+//! throughput (on a queue's page, its latest events too; on a job's page,
+//! that job's state, so the page follows it to the end).
+//!
+//! Throughput comes from the queue's lifecycle event stream
+//! ([`echomq::Queue::events`]): the `completed` and `failed` events,
+//! counted per sample period by the server time in their ids. Retention
+//! does not change it (a queue that keeps no completed records, or whose
+//! `keep_completed` is full, still shows its rate). The router keeps one
+//! reader per shown queue in its own state, shared by every open page:
+//! each sample reads only the events added since the last one (one round
+//! trip per 100 events, at most 5,000 events a sample; a queue writing
+//! more skips ahead and its figures are marked as lower bounds), and
+//! holds the window's counts and the latest 500 events in memory. The
+//! reader starts when the dashboard first shows the queue, so the chart
+//! fills from then on, and a job's timeline comes from its events only
+//! when they are among those kept (otherwise from the record's
+//! timestamps). A reader holds a connection of its own; one no page has
+//! asked for in two minutes is closed at the next request.
+//!
+//! A queue whose events are off ([`echomq::Queue::set_events`]) falls back
+//! to the growth of its completed count between two samples, and the page
+//! says so ("events off: estimated from counts"): that count is of
+//! *retained* jobs, so once retention holds it flat the estimate reads 0
+//! while jobs still flow. Each open page costs one round of `counts` per
+//! queue per sample, and with [`Source::discover`] a keyspace walk
 //! ([`Client::queue_names`]) every few samples.
 
 mod actions;
 mod csrf;
+mod feed;
 mod html;
 mod live;
 mod pages;
@@ -231,6 +263,9 @@ pub(crate) struct Shared {
     pub(crate) csrf: csrf::Csrf,
     // Discovered queues' handles, opened once (opening reads the server).
     opened: Mutex<HashMap<String, Queue>>,
+    // Each shown queue's throughput and latest events, from its event
+    // stream, shared by all pages and streams.
+    pub(crate) feeds: feed::Feeds,
 }
 
 impl Shared {
@@ -285,6 +320,7 @@ pub fn router(source: impl Into<Source>, opts: DashboardOptions) -> Router {
         opts,
         csrf,
         opened: Mutex::new(HashMap::new()),
+        feeds: feed::Feeds::default(),
     });
     Router::new()
         .route("/", get(pages::index))

@@ -1,5 +1,6 @@
-//! The live stream: a server-sent event with every queue's counts (and a
-//! job's state, when a page follows one) each sample period.
+//! The live stream: a server-sent event with every queue's counts and
+//! throughput (and, on a queue's page, its latest events; on a job's page,
+//! the job's state) each sample period.
 
 use std::collections::HashMap;
 use std::convert::Infallible;
@@ -36,8 +37,11 @@ struct Sampler {
     names: Vec<String>,
     // Samples since the names were read.
     names_age: u32,
-    // Each queue's last completed count and when it was read, for the rate.
+    // Each queue's last completed count and when it was read: the rate's
+    // estimate when the queue's events are off.
     last: HashMap<String, (Instant, u64)>,
+    // The newest event this stream sent of the followed queue's feed.
+    sent: String,
 }
 
 impl Sampler {
@@ -56,13 +60,33 @@ impl Sampler {
                 continue;
             };
             let c = queue.counts().await?;
+            // Without readable events (an ACL without stream reads, say)
+            // the counts still come, with the estimate.
+            let snap = match self.shared.feeds.snapshot(&queue, self.shared.opts.sample_every).await {
+                Ok(snap) => Some(snap),
+                Err(e) => {
+                    tracing::debug!(queue = %name, error = %e, "dashboard could not read the queue's events");
+                    None
+                }
+            };
             let now = Instant::now();
-            let rate = self.last.get(name).map(|(at, n)| {
+            let estimate = self.last.get(name).map(|(at, n)| {
                 let secs = now.duration_since(*at).as_secs_f64().max(1e-3);
                 // Retention trims the count: a drop is not negative work.
                 c.completed.saturating_sub(*n) as f64 / secs
             });
             self.last.insert(name.clone(), (now, c.completed));
+            let throughput = if let Some(t) = snap.as_ref().map(|s| &s.throughput).filter(|t| t.events_on) {
+                json!({
+                    "rate": t.completed_rate,
+                    "failed_rate": t.failed_rate,
+                    "series": t.completed,
+                    "failed_series": t.failed,
+                    "partial": t.partial,
+                })
+            } else {
+                json!({"rate": estimate, "estimated": true})
+            };
             let counts: serde_json::Map<String, Value> = STATES
                 .iter()
                 .map(|s| {
@@ -77,7 +101,14 @@ impl Sampler {
                     (s.as_str().to_owned(), json!(n))
                 })
                 .collect();
-            queues.push(json!({"name": name, "paused": c.paused, "counts": counts, "rate": rate}));
+            let mut q = json!({"name": name, "paused": c.paused, "counts": counts, "throughput": throughput});
+            if let Some(snap) =
+                snap.filter(|s| self.follow.queue.is_some() && self.follow.job.is_none() && s.newest != self.sent)
+            {
+                q["feed"] = snap.latest.iter().map(crate::feed::FeedEvent::json).collect();
+                self.sent = snap.newest;
+            }
+            queues.push(q);
             if let Some(id) = &self.follow.job {
                 job = match queue.job(id).await {
                     Ok(j) => json!({"id": id, "state": j.state.as_str(), "attempts": j.attempts}),
@@ -90,7 +121,7 @@ impl Sampler {
     }
 }
 
-/// `GET /events?queue=&job=`: an `counts` event each sample period; an
+/// `GET /events?queue=&job=`: a `counts` event each sample period; an
 /// `error` event (and the stream goes on) when a sample fails.
 pub(crate) async fn events(
     State(shared): State<Arc<Shared>>,
@@ -105,6 +136,7 @@ pub(crate) async fn events(
         names: Vec::new(),
         names_age: 0,
         last: HashMap::new(),
+        sent: String::new(),
     };
     let stream = futures_util::stream::unfold(sampler, |mut s| async move {
         s.tick.tick().await;

@@ -13,6 +13,7 @@ use echomq::{Counts, JobInfo, JobState, Queue};
 use serde::Deserialize;
 
 use crate::Shared;
+use crate::feed::{BUCKETS, FeedEvent, Throughput};
 use crate::html::{Base, base, escape, excerpt, page, pretty, segment, time};
 
 /// The states, in the order tabs and columns show them.
@@ -179,24 +180,29 @@ pub(crate) async fn index(
                 count(&c, st)
             );
         }
-        rows.push_str(
-            "<td class=\"num\" data-rate>–</td><td><svg class=\"spark\" viewBox=\"0 0 120 24\" \
-             preserveAspectRatio=\"none\" aria-label=\"completed per second, last 60 samples\">\
-             <line x1=\"0\" y1=\"23.5\" x2=\"120\" y2=\"23.5\"/><polyline points=\"\"/></svg></td></tr>",
-        );
+        let snap = match shared.feeds.snapshot(&queue, shared.opts.sample_every).await {
+            Ok(snap) => Some(snap),
+            Err(e) => {
+                tracing::debug!(queue = %name, error = %e, "dashboard could not read the queue's events");
+                None
+            }
+        };
+        rows.push_str(&throughput_cells(snap.as_ref().map(|s| &s.throughput)));
+        rows.push_str("</tr>");
     }
     if rows.is_empty() {
-        rows = "<tr><td colspan=\"9\" class=\"empty\">No queues yet.</td></tr>".into();
+        rows = "<tr><td colspan=\"10\" class=\"empty\">No queues yet.</td></tr>".into();
     }
     let mut head = String::from("<th scope=\"col\">queue</th>");
     for st in STATES {
         let _ = write!(head, "<th scope=\"col\" class=\"num\">{}</th>", st.as_str());
     }
-    // The chart holds 60 samples (dashboard.js), a minute at the default period.
-    let span = (60.0 * shared.opts.sample_every.as_secs_f64()).round();
+    // The chart holds a bucket per sample period, a minute at the default one.
+    let span = (BUCKETS as f64 * shared.opts.sample_every.as_secs_f64()).round();
     let _ = write!(
         head,
-        "<th scope=\"col\" class=\"num\">completed/s</th><th scope=\"col\">last {span} s</th>"
+        "<th scope=\"col\" class=\"num\">completed/s</th><th scope=\"col\" class=\"num\">failed/s</th>\
+         <th scope=\"col\">last {span} s</th>"
     );
     let body = format!(
         "{}<h1>Queues</h1><table id=\"queues\"><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>",
@@ -206,6 +212,114 @@ pub(crate) async fn index(
         StatusCode::OK,
         page(&shared.opts.title, &base, "", &format!("{up}events"), &body),
     ))
+}
+
+/// The points of a chart line (the same drawing as dashboard.js): a
+/// value per bucket, the newest at the right, scaled to `max`.
+fn points(values: &[u64], max: u64) -> String {
+    let step = 120.0 / (BUCKETS as f64 - 1.0);
+    let start = BUCKETS as usize - values.len().min(BUCKETS as usize);
+    let mut out = String::new();
+    for (i, v) in values.iter().enumerate() {
+        let x = (start + i) as f64 * step;
+        let y = 23.0 - (*v as f64 / max.max(1) as f64) * 22.0;
+        let _ = write!(out, "{}{x:.1},{y:.1}", if i == 0 { "" } else { " " });
+    }
+    out
+}
+
+/// A queue row's rate cells and chart: from the queue's events, or (when
+/// they are off, `None` or not enabled) left for the live stream to fill
+/// from the counts, labelled as an estimate.
+fn throughput_cells(t: Option<&Throughput>) -> String {
+    let estimated = t.is_none_or(|t| !t.events_on);
+    let (rate, failed, line, failed_line, max, totals, title) = match t {
+        Some(t) if t.events_on => {
+            let max = t.completed.iter().chain(&t.failed).copied().max().unwrap_or(0).max(1);
+            let (done, bad) = (t.completed.iter().sum::<u64>(), t.failed.iter().sum::<u64>());
+            (
+                format!("{:.1}", t.completed_rate),
+                format!("{:.1}", t.failed_rate),
+                points(&t.completed, max),
+                points(&t.failed, max),
+                max,
+                format!(
+                    " data-completed=\"{done}\" data-failed=\"{bad}\" data-since=\"{}\"",
+                    time(t.since_ms)
+                ),
+                format!(
+                    "{done} completed, {bad} failed in the chart's window, from the queue's events \
+                     (counted since {})",
+                    time(t.since_ms)
+                ),
+            )
+        }
+        _ => (
+            "–".to_owned(),
+            "–".to_owned(),
+            String::new(),
+            String::new(),
+            1,
+            String::new(),
+            "completed per second, estimated from the completed count".to_owned(),
+        ),
+    };
+    let partial = t.is_some_and(|t| t.events_on && t.partial);
+    format!(
+        "<td class=\"num\" data-rate>{rate}</td><td class=\"num\" data-failed-rate>{failed}</td>\
+         <td><svg class=\"spark\" viewBox=\"0 0 120 24\" preserveAspectRatio=\"none\" data-max=\"{max}\"{totals} \
+         aria-label=\"{title}\"><title>{title}</title><line x1=\"0\" y1=\"23.5\" x2=\"120\" y2=\"23.5\"/>\
+         <polyline class=\"completed\" points=\"{line}\"/><polyline class=\"failed\" points=\"{failed_line}\"/></svg>\
+         <span class=\"note\" data-estimated{e}>events off: estimated from counts</span>\
+         <span class=\"note\" data-partial{p}>at least: some events went unread</span></td>",
+        e = if estimated { "" } else { " hidden" },
+        p = if partial { "" } else { " hidden" },
+    )
+}
+
+/// The queue page's feed of latest events; `jobs` is the URL prefix of
+/// the queue's job pages.
+fn feed_table(events: Option<&[FeedEvent]>, events_on: bool, jobs: &str) -> String {
+    let mut rows = String::new();
+    for ev in events.unwrap_or_default() {
+        rows.push_str(&feed_row(ev, jobs));
+    }
+    if rows.is_empty() {
+        let why = if events.is_none() {
+            "The queue's events could not be read."
+        } else if events_on {
+            "No events since the dashboard started watching this queue."
+        } else {
+            "Events are off for this queue (Queue::set_events)."
+        };
+        let _ = write!(
+            rows,
+            "<tr class=\"none\"><td colspan=\"5\" class=\"empty\">{why}</td></tr>"
+        );
+    }
+    format!(
+        "<h2>Latest events</h2><table id=\"feed\" data-jobs=\"{jobs}\"><thead><tr><th scope=\"col\">time</th>\
+         <th scope=\"col\">event</th><th scope=\"col\">job</th><th scope=\"col\" class=\"num\">attempt</th>\
+         <th scope=\"col\">error</th></tr></thead><tbody>{rows}</tbody></table>"
+    )
+}
+
+/// One event of the feed (dashboard.js builds the same row from the live
+/// stream).
+fn feed_row(ev: &FeedEvent, jobs: &str) -> String {
+    let job = match &ev.job_id {
+        Some(id) => format!("<a href=\"{jobs}{}\">{}</a>", segment(id), escape(id)),
+        None => String::new(),
+    };
+    format!(
+        "<tr data-event=\"{id}\"><td><time>{at}</time></td><td class=\"event\" data-kind=\"{kind}\">{kind}</td>\
+         <td>{job}</td><td class=\"num\">{attempt}</td><td class=\"err\">{err}</td></tr>",
+        id = escape(&ev.id),
+        at = time(ev.at_ms),
+        kind = escape(&ev.kind),
+        attempt = ev.attempt.map(|a| a.to_string()).unwrap_or_default(),
+        err = escape(&excerpt(ev.error.as_deref().unwrap_or(""), 120)),
+    )
 }
 
 /// The query of a queue's page.
@@ -302,6 +416,13 @@ pub(crate) async fn queue(
         );
     }
     paging.push_str("</p>");
+    let feed = match shared.feeds.snapshot(&queue, shared.opts.sample_every).await {
+        Ok(snap) => feed_table(Some(&snap.latest), snap.throughput.events_on, &format!("{here}/jobs/")),
+        Err(e) => {
+            tracing::debug!(queue = %name, error = %e, "dashboard could not read the queue's events");
+            feed_table(None, false, "")
+        }
+    };
     let control = if c.paused {
         button(&shared, &format!("{here}/resume"), "resume", "")
     } else {
@@ -311,7 +432,7 @@ pub(crate) async fn queue(
         "{notice}<h1>{n} <span class=\"badge paused\" data-paused{hidden}>paused</span> {control}</h1>{tabs}\
          <table id=\"jobs\" data-state=\"{st}\"><thead><tr><th scope=\"col\">id</th><th scope=\"col\" class=\"num\">attempts</th>\
          <th scope=\"col\" class=\"num\">failures</th><th scope=\"col\">{when_head}</th><th scope=\"col\">last error</th>\
-         <th scope=\"col\"></th></tr></thead><tbody>{rows}</tbody></table>{paging}",
+         <th scope=\"col\"></th></tr></thead><tbody>{rows}</tbody></table>{paging}{feed}",
         notice = notice(q.done.as_deref()),
         n = escape(&name),
         hidden = if c.paused { "" } else { " hidden" },
@@ -361,6 +482,13 @@ pub(crate) async fn job(
         Err(echomq::Error::JobNotFound(_)) => return Err(Failure::NotFound(format!("no job {id} in {name}"))),
         other => other?,
     };
+    let events = match shared.feeds.of_job(&queue, shared.opts.sample_every, &id).await {
+        Ok((_, events)) => events,
+        Err(e) => {
+            tracing::debug!(queue = %name, error = %e, "dashboard could not read the queue's events");
+            Vec::new()
+        }
+    };
     let qlink = format!("{up}queues/{}", segment(&name));
     let link = format!("{qlink}/jobs/{}", segment(&id));
     let body = format!(
@@ -368,7 +496,7 @@ pub(crate) async fn job(
         notice(q.done.as_deref()),
         escape(&job.id),
         job_buttons(&shared, &link, job.state),
-        record(&job)
+        record(&job, &events)
     );
     let crumbs = format!(
         " / <a href=\"{qlink}?state={}\">{}</a> / {}",
@@ -383,8 +511,9 @@ pub(crate) async fn job(
     ))
 }
 
-/// A job's record as HTML.
-fn record(job: &JobInfo) -> String {
+/// A job's record as HTML; `events` are the job's lifecycle events the
+/// dashboard has seen, oldest first (its timeline when there are some).
+fn record(job: &JobInfo, events: &[FeedEvent]) -> String {
     let mut out = String::from("<dl class=\"record\">");
     let mut item = |k: &str, v: String| {
         let _ = write!(out, "<dt>{k}</dt><dd>{v}</dd>");
@@ -450,9 +579,42 @@ fn record(job: &JobInfo) -> String {
         }
         out.push_str("</ol>");
     }
-    out.push_str("<h2>Timeline</h2><ol class=\"timeline\">");
-    for (at, what) in timeline(job) {
-        let _ = write!(out, "<li><time>{}</time> {}</li>", time(at), escape(&what));
+    if events.is_empty() {
+        out.push_str("<h2>Timeline</h2><ol class=\"timeline\" data-from=\"record\">");
+        for (at, what) in timeline(job) {
+            let _ = write!(out, "<li><time>{}</time> {}</li>", time(at), escape(&what));
+        }
+    } else {
+        // Every transition the dashboard saw, where the record keeps only
+        // the first start, the errors and the end. The feed may have begun
+        // (or kept events) after the job was enqueued: what the record
+        // says of earlier times comes first, and the deadline or due time
+        // ahead last.
+        out.push_str("<h2>Timeline</h2><ol class=\"timeline\" data-from=\"events\">");
+        let first = events[0].at_ms;
+        let record = timeline(job);
+        let ahead = |what: &str| matches!(what, "lease deadline" | "due");
+        for (at, what) in record.iter().filter(|(at, w)| *at < first && !ahead(w)) {
+            let _ = write!(out, "<li><time>{}</time> {}</li>", time(*at), escape(what));
+        }
+        for ev in events {
+            let _ = write!(
+                out,
+                "<li><time>{}</time> <span class=\"event\" data-kind=\"{k}\">{k}</span>",
+                time(ev.at_ms),
+                k = escape(&ev.kind)
+            );
+            if let Some(a) = ev.attempt {
+                let _ = write!(out, " (attempt {a})");
+            }
+            if let Some(e) = &ev.error {
+                let _ = write!(out, " <span class=\"err\">{}</span>", escape(&excerpt(e, 120)));
+            }
+            out.push_str("</li>");
+        }
+        for (at, what) in record.iter().filter(|(_, w)| ahead(w)) {
+            let _ = write!(out, "<li><time>{}</time> {}</li>", time(*at), escape(what));
+        }
     }
     out.push_str("</ol>");
     out

@@ -88,9 +88,10 @@ async fn handle(job: Job<Work>) -> Result<(), HandlerError> {
     Ok(())
 }
 
-// A browser sees the counts change live as jobs flow, opens the failed job
-// (its id and error shown as text, not markup), retries it with a click
-// and watches it complete.
+// A browser sees the counts and the throughput (counted from the events)
+// change live as jobs flow, the queue's feed of events, opens the failed
+// job (its id and error shown as text, not markup), retries it with a
+// click and watches it complete.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn counts_move_and_a_failed_job_is_retried_from_the_browser() {
     let chromium = tool("ECHOMQ_CHROMIUM", "/usr/bin/chromium", "chromium");
@@ -174,9 +175,11 @@ async fn counts_move_and_a_failed_job_is_retried_from_the_browser() {
     let flowed = format!("return {} === '5' && {} === '1';", cell("completed"), cell("failed"));
     until(&c, "5 completed and 1 failed on the queue list", &flowed).await;
     let charted = "const row = document.querySelector('tr[data-queue=\"browser\"]'); \
-                   return row.querySelector('svg.spark polyline').getAttribute('points').split(' ').length >= 3 \
+                   const svg = row.querySelector('svg.spark'); \
+                   return svg.querySelector('polyline.completed').getAttribute('points').split(' ').length >= 3 \
+                   && svg.getAttribute('data-completed') === '5' && svg.getAttribute('data-failed') === '1' \
                    && !isNaN(parseFloat(row.querySelector('[data-rate]').textContent));";
-    until(&c, "the throughput chart drawn from three samples", charted).await;
+    until(&c, "the throughput chart drawn from the events", charted).await;
     shot(&c, "1-queues.png").await;
 
     c.find(Locator::Css("tr[data-queue=\"browser\"] a"))
@@ -198,6 +201,14 @@ async fn counts_move_and_a_failed_job_is_retried_from_the_browser() {
         "return document.querySelector('#jobs').dataset.state === 'failed';",
     )
     .await;
+    until(
+        &c,
+        "a completed event in the feed, linking to its job",
+        "const td = document.querySelector('#feed td.event[data-kind=\"completed\"]'); \
+         return !!td && !!td.parentElement.querySelector('a[href*=\"/jobs/\"]');",
+    )
+    .await;
+    shot(&c, "2-queue-feed.png").await;
     c.find(Locator::Css("#jobs tbody a"))
         .await
         .unwrap()
@@ -214,7 +225,7 @@ async fn counts_move_and_a_failed_job_is_retried_from_the_browser() {
     assert_eq!(h1, format!("Job {flaky_id}"), "the id shows as text");
     let errors = c.find(Locator::Css("ol.errors")).await.unwrap().text().await.unwrap();
     assert!(errors.contains("flaky <b>first</b> attempt & fails"), "{errors}");
-    shot(&c, "2-failed-job.png").await;
+    shot(&c, "3-failed-job.png").await;
 
     c.find(Locator::Css("button[data-action=\"retry\"]"))
         .await
@@ -228,7 +239,7 @@ async fn counts_move_and_a_failed_job_is_retried_from_the_browser() {
         "return document.getElementById('job-state')?.textContent === 'completed';",
     )
     .await;
-    shot(&c, "3-retried-job.png").await;
+    shot(&c, "4-retried-job.png").await;
     let job = queue.job(flaky_id).await.unwrap();
     assert_eq!((job.state, job.attempts), (JobState::Completed, 2));
 
