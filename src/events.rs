@@ -105,6 +105,11 @@ pub enum EventCursor {
     /// was trimmed past it, which the reader reports
     /// ([`Error::EventsTrimmed`]).
     After(String),
+    /// The events the stream still holds from this server time on
+    /// (milliseconds since the Unix epoch, as event ids carry it; see
+    /// [`Queue::server_time_ms`]). A start by time asks for whatever is
+    /// there, so no trimming is reported before the first event.
+    Since(u64),
 }
 
 impl EventCursor {
@@ -498,6 +503,8 @@ impl Queue {
         let mut conn = self.client().blocking_connection().await?;
         let (cursor, check) = match from {
             EventCursor::Start => ("0-0".to_owned(), false),
+            // Reads go on after the cursor (exclusive): the last id before `ms`.
+            EventCursor::Since(ms) => (format!("{}-{}", ms.saturating_sub(1), u64::MAX), false),
             EventCursor::After(id) => {
                 if parse_id(&id).is_none() {
                     return Err(EventCursor::parse(&id).unwrap_err());

@@ -260,6 +260,24 @@ async fn a_reader_resumes_from_a_saved_id_without_loss_or_duplicates() {
     ));
 }
 
+// A reader started at a server time sees exactly the events from that millisecond on.
+#[tokio::test]
+async fn a_reader_starts_at_a_server_time() {
+    let (_s, q) = setup("ev-since").await;
+    q.enqueue_bulk(&[1u32, 2, 3]).await.unwrap();
+    let t = q.server_time_ms().await.unwrap() + 1;
+    past(&q, t - 1).await;
+    let later = q.enqueue_bulk(&[4u32, 5]).await.unwrap();
+    let mut r = q.events(EventCursor::Since(t)).await.unwrap();
+    let seen = take(&mut r, 2).await;
+    let ids: Vec<_> = seen.iter().filter_map(|e| e.job_id.clone()).collect();
+    assert_eq!(ids, later, "{:?}", kinds(&seen));
+    none_left(&mut r).await;
+    // Nothing at or after a time still to come: the reader waits for new events.
+    let mut future = q.events(EventCursor::Since(t + 3_600_000)).await.unwrap();
+    none_left(&mut future).await;
+}
+
 // A cron schedule's tick appears as its job's `enqueued`, with the
 // schedule's kind (the fire path stores jobs as enqueue does).
 #[cfg(feature = "cron")]

@@ -13,10 +13,10 @@
 //! `Retention::None`). A queue whose events are off has no reader (its
 //! connection is closed): the pages fall back to the counts and say so.
 //!
-//! A reader starts at the stream's newest event: the library reads a
-//! stream forward from an event id or from its start, not from a time, so
-//! the window is filled while the dashboard looks rather than read back
-//! at once.
+//! A feed's first reader starts at the chart's window (a start by server
+//! time), so the chart and the feed show what the stream still holds of
+//! the window at once; a reader that fell behind starts again at the
+//! newest event.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
@@ -100,8 +100,9 @@ pub(crate) struct Throughput {
     /// Whether events were skipped within the window (the reader fell
     /// behind, or lost its connection): the figures are then lower bounds.
     pub(crate) partial: bool,
-    /// Server ms since which the feed has counted (the window's earlier
-    /// buckets read 0 because the dashboard was not looking yet).
+    /// Server ms since which the feed has counted: the start of the
+    /// chart's window when the feed first read (the stream holds what
+    /// happened before, up to its cap).
     pub(crate) since_ms: u64,
 }
 
@@ -124,7 +125,8 @@ struct Feed {
     /// Server ms when events were last skipped (the reader fell behind,
     /// or its connection broke).
     skipped_ms: Option<u64>,
-    /// Server ms when counting started (the first reader opened; 0 before).
+    /// Server ms from which counting started (the window's start when the
+    /// first reader opened; 0 before).
     since_ms: u64,
     /// When a page last asked (for dropping idle feeds).
     used: Instant,
@@ -136,13 +138,16 @@ impl Feed {
         ms + u64::try_from(at.elapsed().as_millis()).unwrap_or(u64::MAX / 2)
     }
 
-    async fn open_reader(&mut self) -> echomq::Result<()> {
-        // From now: the public API reads a stream forward from an event id
-        // or its start, not from a time, and the start may be 10,000
-        // events back. The window fills while the dashboard looks.
-        self.reader = Some(open_now(&self.queue).await?);
+    /// Opens the feed's reader: at its first opening, from the start of
+    /// the chart's window (what the stream still holds of it, bounded by
+    /// the read cap), later from the newest event.
+    async fn open_reader(&mut self, bucket_ms: u64) -> echomq::Result<()> {
         if self.since_ms == 0 {
-            self.since_ms = self.server_now();
+            let start = (self.server_now() / bucket_ms).saturating_sub(BUCKETS) * bucket_ms;
+            self.reader = Some(open(&self.queue, EventCursor::Since(start)).await?);
+            self.since_ms = start;
+        } else {
+            self.reader = Some(open(&self.queue, EventCursor::Now).await?);
         }
         Ok(())
     }
@@ -169,7 +174,7 @@ impl Feed {
             return Ok(());
         }
         if self.reader.is_none() {
-            self.open_reader().await?;
+            self.open_reader(bucket_ms).await?;
         }
         let mut read = 0;
         let mut behind = false;
@@ -207,7 +212,7 @@ impl Feed {
                 "dashboard fell behind the events; skipping ahead"
             );
             self.skipped_ms = Some(self.server_now());
-            self.reader = Some(open_now(&self.queue).await?);
+            self.reader = Some(open(&self.queue, EventCursor::Now).await?);
         }
         let oldest = (self.server_now() / bucket_ms).saturating_sub(BUCKETS);
         self.buckets = self.buckets.split_off(&oldest);
@@ -328,9 +333,9 @@ impl Feeds {
     }
 }
 
-/// A reader from the stream's newest event on.
-async fn open_now(queue: &Queue) -> echomq::Result<EventReader> {
-    tokio::time::timeout(READ_TIMEOUT, queue.events(EventCursor::Now))
+/// A reader from `from`, within the read time limit.
+async fn open(queue: &Queue, from: EventCursor) -> echomq::Result<EventReader> {
+    tokio::time::timeout(READ_TIMEOUT, queue.events(from))
         .await
         .unwrap_or(Err(echomq::Error::Timeout(READ_TIMEOUT)))
 }
