@@ -37,7 +37,11 @@
 /// list (which ends its wake-up wait early when a queue goes idle),
 /// `XRANGE`/`XREVRANGE`/`XREAD` on a queue's event stream (an
 /// [`EventReader`](crate::EventReader)) and `HMGET`/`HSET`/`HDEL` of the
-/// queue's event settings ([`Queue::set_events`](crate::Queue::set_events)).
+/// queue's event settings ([`Queue::set_events`](crate::Queue::set_events)),
+/// and `WAIT` after writes when a queue asks for replicas'
+/// [`Durability`](crate::Durability). (`Durability::Fsynced` needs
+/// `+waitaof` too, which Redis before 7.2 does not know, so the rules
+/// leave it out.)
 pub const DIRECT_COMMANDS: &[&str] = &[
     "fcall",
     "function|load",
@@ -59,6 +63,7 @@ pub const DIRECT_COMMANDS: &[&str] = &[
     "hmget",
     "hset",
     "hdel",
+    "wait",
 ];
 
 /// Commands echomq's scripts call.

@@ -142,6 +142,21 @@ pub enum Error {
     /// A call did not finish within its timeout.
     #[error("timed out after {0:?}")]
     Timeout(Duration),
+    /// The jobs were stored on the primary, but fewer replicas (or fsyncs)
+    /// than the queue's [`Durability`](crate::Durability) asks confirmed
+    /// them in time: they may be lost if the primary fails now. Transient:
+    /// enqueue again with the same ids
+    /// ([`EnqueueOptions::id`](crate::EnqueueOptions::id)) once replicas
+    /// are back; an existing job is not duplicated.
+    #[error("{} job(s) stored on the primary but confirmed by {acked} of {wanted} (see Durability)", ids.len())]
+    NotDurable {
+        /// The jobs stored (ids the server minted included).
+        ids: Vec<String>,
+        /// Replicas (or fsyncs) that confirmed.
+        acked: u32,
+        /// Replicas (or fsyncs) asked for.
+        wanted: u32,
+    },
     /// The server or the connection failed.
     #[error("server error: {0}")]
     Redis(#[source] redis::RedisError),
@@ -289,6 +304,11 @@ impl Error {
                 source: source.clone(),
             },
             Error::Timeout(d) => Error::Timeout(*d),
+            Error::NotDurable { ids, acked, wanted } => Error::NotDurable {
+                ids: ids.clone(),
+                acked: *acked,
+                wanted: *wanted,
+            },
             Error::Protocol { script, detail } => Error::Protocol {
                 script,
                 detail: detail.clone(),
@@ -383,7 +403,7 @@ impl Error {
     /// Settlements and enqueues with a caller-chosen id are safe to retry.
     pub fn is_transient(&self) -> bool {
         match self {
-            Error::Timeout(_) => true,
+            Error::Timeout(_) | Error::NotDurable { .. } => true,
             Error::Redis(e) => {
                 e.is_io_error()
                     || e.is_timeout()

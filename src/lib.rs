@@ -44,6 +44,7 @@ pub mod admin;
 pub mod client;
 mod conn;
 pub mod consumer;
+pub mod durability;
 pub mod effect;
 pub mod error;
 pub mod events;
@@ -74,6 +75,7 @@ pub use client::{Client, ClientOptions};
 pub use consumer::{
     Consumer, ConsumerHandle, Event, Handler, HandlerError, HandlerResult, Order, RetryContext, Worker, WorkerHandle,
 };
+pub use durability::Durability;
 pub use effect::{EffectMarker, Effects, MarkerState, Once, OnceError};
 pub use error::{Error, Result};
 pub use events::{EventCursor, EventKind, EventReader, EventSettings, QueueEvent};

@@ -11,7 +11,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use echomq::server::SentinelGroup;
-use echomq::{CancellationToken, Client, ClientOptions, Consumer, EnqueueOptions, Error, Job, QueueOptions, Retention};
+use echomq::{
+    CancellationToken, Client, ClientOptions, Consumer, Durability, EnqueueOptions, Error, Job, QueueOptions, Retention,
+};
 
 /// Producer tasks, each sending one enqueue at a time.
 const PRODUCERS: usize = 8;
@@ -40,7 +42,38 @@ struct Acked {
 // after the failover.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn producers_and_consumers_follow_a_failover() {
-    let mut group = SentinelGroup::builder().replicas(1).sentinels(3).start().unwrap();
+    failover(Durability::Primary).await;
+}
+
+// The same with two replicas and `Durability::Replicas { count: 1 }`
+// (WAIT 1 after every enqueue and settlement): not one acknowledged
+// enqueue is lost, because each was on a replica before it was
+// acknowledged, and Sentinel promotes the replica with the most of the
+// stream. Until the other replica follows the new master, no enqueue can
+// be confirmed, and producers retry theirs (`Error::NotDurable` is
+// transient) with the same ids.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_wait_1_a_failover_loses_no_acknowledged_enqueue() {
+    let lost = failover(Durability::Replicas {
+        count: 1,
+        timeout: Duration::from_millis(500),
+    })
+    .await;
+    assert_eq!(lost, 0, "acknowledged enqueues lost despite WAIT 1");
+}
+
+/// One failover under load with `durability`; returns the acknowledged
+/// enqueues lost.
+async fn failover(durability: Durability) -> usize {
+    // With WAIT 1, a second replica: the new master needs one to confirm
+    // anything, and the sentinels point the other replica at it as part of
+    // the failover.
+    let replicas = if durability == Durability::Primary { 1 } else { 2 };
+    let mut group = SentinelGroup::builder()
+        .replicas(replicas)
+        .sentinels(3)
+        .start()
+        .unwrap();
     let urls = group.sentinel_urls();
     let urls: Vec<&str> = urls.iter().map(String::as_str).collect();
     let opts = ClientOptions::new()
@@ -52,7 +85,9 @@ async fn producers_and_consumers_follow_a_failover() {
     let q = client
         .queue_with(
             &common::unique("failover"),
-            QueueOptions::new().keep_completed(Retention::All),
+            QueueOptions::new()
+                .keep_completed(Retention::All)
+                .durability(durability),
         )
         .await
         .unwrap();
@@ -190,7 +225,7 @@ async fn producers_and_consumers_follow_a_failover() {
         );
     }
     eprintln!(
-        "sentinel failover: {} enqueues acknowledged ({acked_before} before the SIGKILL of the master on port {old}); \
+        "sentinel failover ({durability:?}): {} enqueues acknowledged ({acked_before} before the SIGKILL of the master on port {old}); \
          failover to port {new} seen by all sentinels {:.2} s after the kill; first enqueue acknowledged by the new \
          master {:.2} s after the kill ({} failed attempts retried meanwhile); {} acknowledged enqueues lost; \
          {after_failover} jobs enqueued after the failover ran; {twice} jobs ran twice (their completion did not reach the new \
@@ -202,7 +237,7 @@ async fn producers_and_consumers_follow_a_failover() {
         lost.len(),
     );
     println!(
-        "{{\"acked\":{},\"acked_before_kill\":{acked_before},\"lost\":{},\"failover_s\":{:.3},\"first_ack_after_s\":{:.3},\"enqueue_errors\":{},\"ran_twice\":{twice}}}",
+        "{{\"durability\":\"{durability:?}\",\"acked\":{},\"acked_before_kill\":{acked_before},\"lost\":{},\"failover_s\":{:.3},\"first_ack_after_s\":{:.3},\"enqueue_errors\":{},\"ran_twice\":{twice}}}",
         acked.ids.len(),
         lost.len(),
         failed_over.as_secs_f64(),
@@ -210,6 +245,7 @@ async fn producers_and_consumers_follow_a_failover() {
         acked.errors.len(),
     );
     assert!(after_failover > 0);
+    lost.len()
 }
 
 /// The role (`master`, `slave`) the node on `url` reports ("" when it

@@ -271,6 +271,9 @@ impl Queue {
             Code::Already => Outcome::AlreadySettled,
             _ => Outcome::Completed,
         };
+        if outcome == Outcome::Completed {
+            self.confirm_settled(1).await;
+        }
         Ok(Settled { outcome, server_ms })
     }
 }

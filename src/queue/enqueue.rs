@@ -8,6 +8,7 @@ use tokio::sync::{Semaphore, mpsc, oneshot};
 
 use super::{ENQUEUE_CHUNK, Queue};
 use crate::conn::Conn;
+use crate::durability::{Durability, Shortfall};
 use crate::error::{Error, Result};
 use crate::job::{EnqueueOptions, EnqueueStatus, Enqueued, JobKind};
 use crate::keys::Keys;
@@ -52,7 +53,12 @@ pub(super) struct Request {
 /// concurrent producers (web handlers) cost the server a fraction of a call
 /// each. Each caller still gets its own answer only after the server has
 /// stored its job. Ends when every `Queue` handle is dropped.
-pub(super) async fn coalesce(conn: Conn, keys: Keys, mut requests: mpsc::UnboundedReceiver<Request>) {
+pub(super) async fn coalesce(
+    conn: Conn,
+    keys: Keys,
+    durability: Durability,
+    mut requests: mpsc::UnboundedReceiver<Request>,
+) {
     let calls = Arc::new(Semaphore::new(CALLS_IN_FLIGHT));
     while let Some(first) = requests.recv().await {
         let Ok(call) = calls.clone().acquire_owned().await else {
@@ -74,13 +80,26 @@ pub(super) async fn coalesce(conn: Conn, keys: Keys, mut requests: mpsc::Unbound
             let jobs: Vec<&Encoded> = batch.iter().map(|r| &r.job).collect();
             let result = call_script(&mut conn, &keys, &jobs).await;
             drop(jobs);
-            match result {
-                Ok(out) if out.len() == batch.len() => {
+            // Stored: as durable as the queue asks? (Each caller hears
+            // about its own job.)
+            let confirmed = match &result {
+                Ok(_) => durability.confirm(&mut conn).await,
+                Err(_) => Ok(None),
+            };
+            match (result, confirmed) {
+                (Ok(out), Ok(shortfall)) if out.len() == batch.len() => {
                     for (request, answer) in batch.into_iter().zip(out) {
-                        let _ = request.reply.send(Ok(answer));
+                        let _ = request.reply.send(match shortfall {
+                            None => Ok(answer),
+                            Some(Shortfall { acked, wanted }) => Err(Error::NotDurable {
+                                ids: vec![answer.id],
+                                acked,
+                                wanted,
+                            }),
+                        });
                     }
                 }
-                Ok(out) => {
+                (Ok(out), Ok(_)) => {
                     let detail = format!("{} answers for {} jobs", out.len(), batch.len());
                     for request in batch {
                         let _ = request.reply.send(Err(Error::Protocol {
@@ -89,7 +108,7 @@ pub(super) async fn coalesce(conn: Conn, keys: Keys, mut requests: mpsc::Unbound
                         }));
                     }
                 }
-                Err(e) => {
+                (Err(e), _) | (Ok(_), Err(e)) => {
                     for request in batch {
                         let _ = request.reply.send(Err(e.duplicate()));
                     }
@@ -105,6 +124,19 @@ fn gone() -> Error {
     Error::Protocol {
         script: "enqueue",
         detail: "the enqueue task has stopped (its Tokio runtime shut down)".into(),
+    }
+}
+
+/// Waits, after an enqueue call, until its jobs are as durable as the
+/// queue asks; [`Error::NotDurable`] (with their ids) when they fell short.
+async fn confirm(conn: &mut Conn, durability: Durability, stored: &[Enqueued]) -> Result<()> {
+    match durability.confirm(conn).await? {
+        None => Ok(()),
+        Some(Shortfall { acked, wanted }) => Err(Error::NotDurable {
+            ids: stored.iter().map(|e| e.id.clone()).collect(),
+            acked,
+            wanted,
+        }),
     }
 }
 
@@ -363,6 +395,8 @@ impl Queue {
             let jobs: Vec<&Encoded> = chunk.iter().collect();
             out.extend(call_script(&mut self.conn(), self.keys(), &jobs).await?);
         }
+        // One confirmation covers every chunk: the connection's writes so far.
+        confirm(&mut self.conn(), self.options().durability, &out).await?;
         Ok(out)
     }
 }

@@ -141,7 +141,12 @@ impl Queue {
         let keys = Keys::new(&opts.prefix, name)?;
         opts.check()?;
         let (enqueues, requests) = mpsc::unbounded_channel();
-        tokio::spawn(enqueue::coalesce(client.conn(), keys.clone(), requests));
+        tokio::spawn(enqueue::coalesce(
+            client.conn(),
+            keys.clone(),
+            opts.durability,
+            requests,
+        ));
         let q = Queue {
             holder: Arc::from(process_name()),
             inner: Arc::new(Inner {
@@ -154,6 +159,7 @@ impl Queue {
             }),
         };
         q.check_layout().await?;
+        q.inner.opts.durability.probe(&mut q.conn()).await?;
         Ok(q)
     }
 

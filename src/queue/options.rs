@@ -2,6 +2,7 @@
 
 use std::time::Duration;
 
+use crate::durability::Durability;
 use crate::error::{Error, Result};
 use crate::keys::DEFAULT_PREFIX;
 use crate::limits::{Backoff, Limits};
@@ -82,6 +83,7 @@ pub struct QueueOptions {
     pub(crate) keep_completed: Retention,
     pub(crate) keep_failed: Retention,
     pub(crate) limits: Limits,
+    pub(crate) durability: Durability,
 }
 
 impl Default for QueueOptions {
@@ -92,6 +94,7 @@ impl Default for QueueOptions {
             keep_completed: DEFAULT_KEEP_COMPLETED,
             keep_failed: DEFAULT_KEEP_FAILED,
             limits: Limits::default(),
+            durability: Durability::Primary,
         }
     }
 }
@@ -150,6 +153,24 @@ impl QueueOptions {
         self
     }
 
+    /// How far enqueues and settlements through this handle must have
+    /// gone before they are answered (default [`Durability::Primary`], the
+    /// primary's reply; see [`crate::durability`] for what each setting
+    /// promises under failover).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use echomq::{Durability, QueueOptions};
+    /// let opts = QueueOptions::new().durability(Durability::Replicas {
+    ///     count: 1,
+    ///     timeout: Duration::from_millis(500),
+    /// });
+    /// ```
+    pub fn durability(mut self, d: Durability) -> Self {
+        self.durability = d;
+        self
+    }
+
     pub(crate) fn check(&self) -> Result<()> {
         if self.max_payload_bytes == 0 || self.max_payload_bytes > MAX_PAYLOAD_LIMIT {
             return Err(Error::InvalidOption {
@@ -159,6 +180,7 @@ impl QueueOptions {
         }
         self.keep_completed.check("keep_completed")?;
         self.keep_failed.check("keep_failed")?;
+        self.durability.check()?;
         self.limits.check()
     }
 }

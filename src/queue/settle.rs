@@ -435,6 +435,9 @@ impl Queue {
             call.arg(crate::faults::client_now_ms());
         }
         let mut r = call.run(&mut self.conn()).await?;
+        if sent > 0 {
+            self.confirm_settled(sent).await;
+        }
         let now = r.uint()?;
         let mut out = Vec::with_capacity(items.len());
         for ((l, op), e) in items.iter().zip(encoded) {
@@ -472,6 +475,30 @@ impl Queue {
             (Vec::new(), None)
         };
         Ok((out, leases, wait))
+    }
+
+    /// Waits until settlements just sent are as durable as the queue asks.
+    /// A shortfall is logged, not returned: the settlements are applied
+    /// and cannot be taken back, and a settlement lost in a failover only
+    /// makes its job run again.
+    pub(crate) async fn confirm_settled(&self, n: usize) {
+        let d = self.options().durability;
+        if !d.waits() {
+            return;
+        }
+        match d.confirm(&mut self.conn()).await {
+            Ok(None) => {}
+            Ok(Some(s)) => tracing::warn!(
+                queue = self.name(),
+                settlements = n,
+                acked = s.acked,
+                wanted = s.wanted,
+                "settlements not confirmed as durable in time (applied on the primary)"
+            ),
+            Err(e) => {
+                tracing::warn!(queue = self.name(), settlements = n, error = %e, "could not confirm settlements' durability")
+            }
+        }
     }
 
     /// One settlement through the batch script.

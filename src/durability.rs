@@ -1,0 +1,156 @@
+//! How far a write must have gone before echomq answers for it: the
+//! primary's reply (the default), or also replicas' acknowledgements
+//! (`WAIT`), or an fsync to the append-only file of the primary and of
+//! replicas (`WAITAOF`). Set per queue handle with
+//! [`QueueOptions::durability`](crate::QueueOptions::durability).
+//!
+//! Replication is asynchronous: a primary answers a write before any
+//! replica has it, so a primary that dies just after answering can take
+//! acknowledged writes with it when a replica is promoted (Sentinel, or
+//! Cluster failover). What each setting promises then:
+//!
+//! | setting | an `enqueue` answered `Ok` | a settlement |
+//! | --- | --- | --- |
+//! | [`Primary`](Durability::Primary) | may be lost in a failover (the job never runs) | may be lost: the job is leased again after its lease and runs once more |
+//! | [`Replicas`](Durability::Replicas) | held by the primary and `count` replicas: survives a failover that promotes one of them | the same; a shortfall is logged, never an error |
+//! | [`Fsynced`](Durability::Fsynced) | also on disk (the primary's AOF and `replicas` replicas'): survives those servers' restarts | the same |
+//!
+//! `WAIT` does not roll a write back: when fewer replicas confirm within
+//! the timeout, the write is still on the primary. An enqueue then answers
+//! [`Error::NotDurable`] with the job ids, which is transient: enqueue
+//! again with the same ids ([`EnqueueOptions::id`](crate::EnqueueOptions::id))
+//! once replicas are back, and an existing job is not duplicated. A
+//! settlement that falls short is already applied and cannot be undone;
+//! the worker logs a warning, and if that settlement is lost, the job runs
+//! again (at-least-once holds either way).
+//!
+//! Each confirmation is one more round trip after the script call, whose
+//! latency is the slowest confirming replica's; concurrent enqueues and a
+//! worker's settlements are batched, so one `WAIT` covers a batch.
+
+use std::time::Duration;
+
+use crate::conn::Conn;
+use crate::error::{Error, Result};
+
+/// The longest [`Durability`] timeout accepted.
+pub const MAX_DURABILITY_TIMEOUT: Duration = Duration::from_secs(60);
+/// The most replicas a [`Durability`] setting may wait for.
+pub const MAX_DURABILITY_REPLICAS: u32 = 64;
+
+/// How far a write must have gone before echomq answers for it (see the
+/// [module](self) for what each promises under failover).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum Durability {
+    /// The primary applied it (what the server answers by itself).
+    #[default]
+    Primary,
+    /// And `count` replicas acknowledged it within `timeout` (`WAIT`).
+    Replicas {
+        /// Replicas that must acknowledge (1 to [`MAX_DURABILITY_REPLICAS`]).
+        count: u32,
+        /// How long to wait for them (1 ms to [`MAX_DURABILITY_TIMEOUT`];
+        /// keep it below the client's response timeout).
+        timeout: Duration,
+    },
+    /// And it was fsynced to the primary's append-only file and to
+    /// `replicas` replicas' within `timeout` (`WAITAOF 1 replicas`). Needs
+    /// `appendonly yes` on the primary and a server with `WAITAOF` (Redis
+    /// 7.2 and later, Valkey); checked when the queue handle is made.
+    Fsynced {
+        /// Replicas that must fsync too (0 to [`MAX_DURABILITY_REPLICAS`]).
+        replicas: u32,
+        /// How long to wait (1 ms to [`MAX_DURABILITY_TIMEOUT`]).
+        timeout: Duration,
+    },
+}
+
+/// A confirmation that fell short: how many replicas (or, for `Fsynced`,
+/// fsyncs counting the primary's) confirmed, and how many were asked for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Shortfall {
+    pub acked: u32,
+    pub wanted: u32,
+}
+
+impl Durability {
+    pub(crate) fn check(&self) -> Result<()> {
+        let (n, min, timeout) = match *self {
+            Durability::Primary => return Ok(()),
+            Durability::Replicas { count, timeout } => (count, 1, timeout),
+            Durability::Fsynced { replicas, timeout } => (replicas, 0, timeout),
+        };
+        if !(min..=MAX_DURABILITY_REPLICAS).contains(&n) {
+            return Err(Error::InvalidOption {
+                name: "durability",
+                reason: format!("{n} replicas is not within {min}..={MAX_DURABILITY_REPLICAS}"),
+            });
+        }
+        if timeout < Duration::from_millis(1) || timeout > MAX_DURABILITY_TIMEOUT {
+            return Err(Error::InvalidOption {
+                name: "durability",
+                reason: format!("a timeout of {timeout:?} is not within 1ms..={MAX_DURABILITY_TIMEOUT:?}"),
+            });
+        }
+        Ok(())
+    }
+
+    /// Whether writes wait for anything past the primary's reply.
+    pub(crate) fn waits(&self) -> bool {
+        !matches!(self, Durability::Primary)
+    }
+
+    /// Waits until the writes this connection sent so far are as durable
+    /// as asked; `None` when they are, else what fell short.
+    pub(crate) async fn confirm(&self, conn: &mut Conn) -> Result<Option<Shortfall>> {
+        match *self {
+            Durability::Primary => Ok(None),
+            Durability::Replicas { count, timeout } => {
+                let acked: u32 = redis::cmd("WAIT")
+                    .arg(count)
+                    .arg(timeout_ms(timeout))
+                    .query_async(conn)
+                    .await
+                    .map_err(Error::from_redis)?;
+                Ok((acked < count).then_some(Shortfall { acked, wanted: count }))
+            }
+            Durability::Fsynced { replicas, timeout } => {
+                let (local, remote): (u32, u32) = redis::cmd("WAITAOF")
+                    .arg(1)
+                    .arg(replicas)
+                    .arg(timeout_ms(timeout))
+                    .query_async(conn)
+                    .await
+                    .map_err(Error::from_redis)?;
+                let (acked, wanted) = (local.min(1) + remote.min(replicas), 1 + replicas);
+                Ok((acked < wanted).then_some(Shortfall { acked, wanted }))
+            }
+        }
+    }
+
+    /// Checks once, when a queue handle is made, that the server can keep
+    /// this promise: `WAITAOF` exists and the primary has an AOF.
+    pub(crate) async fn probe(&self, conn: &mut Conn) -> Result<()> {
+        if !matches!(self, Durability::Fsynced { .. }) {
+            return Ok(());
+        }
+        let r: redis::RedisResult<(u32, u32)> = redis::cmd("WAITAOF").arg(1).arg(0).arg(1).query_async(conn).await;
+        match r {
+            Ok(_) => Ok(()),
+            Err(e) if e.code() == Some("NOPERM") => Err(Error::from_redis(e)),
+            Err(e) if e.is_io_error() || e.is_timeout() || e.is_connection_dropped() => Err(Error::from_redis(e)),
+            Err(e) => Err(Error::InvalidOption {
+                name: "durability",
+                reason: format!(
+                    "Durability::Fsynced needs WAITAOF (Redis 7.2+, Valkey) and appendonly yes on the primary: {}",
+                    e.detail().unwrap_or("the server refused WAITAOF")
+                ),
+            }),
+        }
+    }
+}
+
+fn timeout_ms(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX).max(1)
+}
