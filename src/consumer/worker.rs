@@ -4,7 +4,6 @@
 
 use std::collections::HashSet;
 use std::sync::Arc;
-use std::time::Duration;
 
 use serde::de::DeserializeOwned;
 use tokio::sync::{Semaphore, mpsc};
@@ -13,16 +12,13 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::{debug, error};
 
-use super::backoff::RetryBackoff;
 use super::erased::{ErasedHandler, Typed};
-use super::event::Event;
 use super::handler::Handler;
 use super::prefetch::{AutoPrefetch, Slots};
 use super::sched::{Order, Sched};
-use super::settings::{Beat, Settings};
-use super::{ConsumerHandle, Ctx, RetryContext, Served, StopOnDrop, claim, drain, keeper, panic_text, settler};
+use super::settings::Settings;
+use super::{ConsumerHandle, Ctx, Served, StopOnDrop, claim, drain, keeper, panic_text, settler};
 use crate::error::{Error, Result};
-use crate::limits::Backoff;
 use crate::queue::Queue;
 
 /// Highest queue weight ([`Worker::queue_weighted`]).
@@ -152,99 +148,7 @@ impl Worker {
         self
     }
 
-    /// Handlers running at once, over all queues (as
-    /// [`Consumer::concurrency`](super::Consumer::concurrency)).
-    pub fn concurrency(mut self, n: usize) -> Self {
-        self.settings.concurrency = n;
-        self
-    }
-    /// Jobs leased ahead of free handlers, over all queues (as
-    /// [`Consumer::prefetch`](super::Consumer::prefetch)).
-    pub fn prefetch(mut self, n: usize) -> Self {
-        self.settings.prefetch = Some(n);
-        self
-    }
-    /// The holder name its claims record, on every queue (as
-    /// [`Consumer::name`](super::Consumer::name)).
-    pub fn name(mut self, name: impl Into<String>) -> Self {
-        self.settings.name = Some(name.into());
-        self
-    }
-    /// Lease length (as [`Consumer::lease`](super::Consumer::lease)).
-    pub fn lease(mut self, d: Duration) -> Self {
-        self.settings.lease = d;
-        self
-    }
-    /// Time between heartbeats (as [`Consumer::heartbeat`](super::Consumer::heartbeat)).
-    pub fn heartbeat(mut self, d: Duration) -> Self {
-        self.settings.beat = Beat::Every(d);
-        self
-    }
-    /// No heartbeats (as [`Consumer::without_heartbeats`](super::Consumer::without_heartbeats)).
-    pub fn without_heartbeats(mut self) -> Self {
-        self.settings.beat = Beat::Off;
-        self
-    }
-    /// The worker's own retry backoff, for every queue (as
-    /// [`Consumer::backoff`](super::Consumer::backoff)).
-    pub fn backoff(mut self, backoff: Backoff) -> Self {
-        self.settings.backoff = RetryBackoff::Fixed(backoff);
-        self
-    }
-    /// The worker's own retry delays, chosen by `f` (as
-    /// [`Consumer::backoff_with`](super::Consumer::backoff_with)).
-    pub fn backoff_with(mut self, f: impl Fn(&RetryContext<'_>) -> Duration + Send + Sync + 'static) -> Self {
-        self.settings.backoff = RetryBackoff::With(Arc::new(f));
-        self
-    }
-    /// Time running handlers get to finish at shutdown (as
-    /// [`Consumer::shutdown_timeout`](super::Consumer::shutdown_timeout)).
-    pub fn shutdown_timeout(mut self, d: Duration) -> Self {
-        self.settings.shutdown_timeout = d;
-        self
-    }
-    /// The longest wait for a wake-up (as
-    /// [`Consumer::poll_interval`](super::Consumer::poll_interval)); each
-    /// wait with no push at all ends with a claim from one idle queue, the
-    /// one idle longest.
-    pub fn poll_interval(mut self, d: Duration) -> Self {
-        self.settings.poll_interval = d;
-        self
-    }
-    /// Whether the client's maintenance task reaps the queues while the
-    /// worker runs (as [`Consumer::reaper`](super::Consumer::reaper)).
-    pub fn reaper(mut self, on: bool) -> Self {
-        self.settings.reaper = on;
-        self
-    }
-    /// How often each queue is reaped while busy (as
-    /// [`Consumer::reap_interval`](super::Consumer::reap_interval)).
-    pub fn reap_interval(mut self, d: Duration) -> Self {
-        self.settings.reap_interval = d;
-        self
-    }
-    /// Adds `observer`, called at each step of each job of every queue
-    /// (as [`Consumer::observer`](super::Consumer::observer)); each
-    /// [`Event`] names its queue.
-    ///
-    /// ```no_run
-    /// # fn demo(a: echomq::Queue, b: echomq::Queue) -> echomq::Result<()> {
-    /// use echomq::{Event, Job, Worker};
-    /// let worker = Worker::new()
-    ///     .queue(a, |_job: Job<u32>| async { Ok(()) })
-    ///     .queue(b, |_job: Job<String>| async { Ok(()) })
-    ///     .observer(|e| {
-    ///         if let Event::Claimed { queue, id, .. } = e {
-    ///             tracing::info!(queue, job_id = id, "claimed");
-    ///         }
-    ///     })
-    ///     .spawn()?;
-    /// # drop(worker); Ok(()) }
-    /// ```
-    pub fn observer(mut self, observer: impl Fn(&Event<'_>) + Send + Sync + 'static) -> Self {
-        self.settings.observers.0.push(Arc::new(observer));
-        self
-    }
+    shared_setters!();
 
     /// Checks the settings and the queues.
     fn check(&self) -> Result<()> {
