@@ -681,8 +681,8 @@ async fn the_record_names_the_holder() {
 }
 
 // A job leased ahead (prefetch) and cancelled while it waits for a free
-// handler never starts: it is renewed before it starts, learns of the
-// request, and ends cancelled.
+// handler (longer than RECHECK_AFTER_WAIT) never starts: it is renewed
+// before it starts, learns of the request, and ends cancelled.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_job_cancelled_while_leased_ahead_never_starts() {
     use echomq::JobState;
@@ -732,6 +732,8 @@ async fn a_job_cancelled_while_leased_ahead_never_starts() {
     } else {
         ids[0].clone()
     };
+    // Past the wait after which a job leased ahead is checked before it starts.
+    tokio::time::sleep(echomq::consumer::RECHECK_AFTER_WAIT).await;
     assert_eq!(q.cancel(&other).await.unwrap(), Cancel::Requested);
     gate.notify_one();
     assert!(

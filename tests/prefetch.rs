@@ -143,6 +143,34 @@ async fn prefetch_zero_never_leases_ahead() {
     assert_eq!(q.counts().await.unwrap().completed, 300);
 }
 
+// Quick jobs leased ahead start without a renewal each (the claim and the
+// settlement are the only calls a job costs): at concurrency 1 and
+// prefetch 4, 300 no-op jobs take far fewer script calls than jobs.
+#[tokio::test]
+async fn quick_jobs_leased_ahead_start_without_a_renewal() {
+    let (_s, q) = setup("prefetch-calls").await;
+    let jobs: Vec<u32> = (0..300).collect();
+    q.enqueue_bulk(&jobs).await.unwrap();
+    let renewals = Arc::new(AtomicUsize::new(0));
+    let r = renewals.clone();
+    let (_peak, handled, handler) = sleeper(0);
+    let consumer = Consumer::new(q.clone(), handler)
+        .concurrency(1)
+        .prefetch(4)
+        .observer(move |e| {
+            if matches!(e, echomq::Event::Extended { .. }) {
+                r.fetch_add(1, Ordering::SeqCst);
+            }
+        })
+        .spawn()
+        .unwrap();
+    handled_at_least(&handled, 300).await;
+    consumer.shutdown().await.unwrap();
+    let n = renewals.load(Ordering::SeqCst);
+    assert!(n < 30, "{n} renewals for 300 quick jobs leased ahead");
+    assert_eq!(q.counts().await.unwrap().completed, 300);
+}
+
 // With concurrency 2 and prefetch 3 the consumer holds more leases than
 // handlers (up to 5), but never runs more than 2 handlers at once.
 #[tokio::test]

@@ -92,6 +92,12 @@ pub const AUTO_PREFETCH_RATIO: u64 = 4;
 /// The longest a job leased ahead by automatic prefetch waits for a
 /// handler before it is released (at most the heartbeat interval).
 pub const AUTO_PREFETCH_WAIT: Duration = Duration::from_secs(1);
+/// A job leased ahead that waited for a handler longer than this is
+/// renewed before it starts, and one cancelled meanwhile never starts
+/// (with heartbeats off, any wait renews it). A shorter wait starts at
+/// once: a cancel request made in it reaches the handler at its first
+/// heartbeat, as for a running job.
+pub const RECHECK_AFTER_WAIT: Duration = Duration::from_millis(50);
 
 /// Runs an async handler for each job of a queue. Configure with the
 /// chained setters (checked when it starts), then [`spawn`](Self::spawn)

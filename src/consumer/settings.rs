@@ -126,7 +126,9 @@ impl Settings {
 
     /// How long a prefetched job may wait for a handler before it is
     /// released: within it the lease surely holds, and a job that waited
-    /// is renewed before it starts (job_task.rs).
+    /// longer than RECHECK_AFTER_WAIT is renewed before it starts (a
+    /// shorter wait leaves the first heartbeat, due a heartbeat interval
+    /// after the claim, to renew it in time).
     pub(super) fn prefetch_wait(&self) -> Duration {
         let wait = self.heartbeat().unwrap_or(self.safety_window() / 2);
         if self.prefetch.is_none() {
