@@ -122,12 +122,19 @@ local EVENTS_MAX = 10000
 local EVENT_TEXT_MAX = 512
 local ev_cap -- nil: not read yet in this call; false: events off; else the cap
 
--- Forgets the per-call caches. The scripts run as functions of one library
--- (src/scripts/mod.rs), whose top-level locals live from one call to the
--- next: every function calls this first.
-local function new_call()
+-- The running call's ARGV. A plain script's helpers could read ARGV as a
+-- global; a library function gets it as a parameter, so new_call keeps it
+-- here (the fault suite's client-clock control reads the client's time
+-- from it, src/faults.rs).
+local call_argv
+
+-- Starts a call: forgets the per-call caches. The scripts run as
+-- functions of one library (src/scripts/mod.rs), whose top-level locals
+-- live from one call to the next: every function calls this first.
+local function new_call(argv)
   rcall = redis.call
   ev_cap = nil
+  call_argv = argv
 end
 
 -- Whether the queue whose keys start with `prefix` records events.

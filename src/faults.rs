@@ -27,7 +27,7 @@ pub(crate) fn apply(source: &str) -> String {
         // claims and extend count the lease from the caller's clock (the last ARGV).
         src = src.replace(
             "local deadline = now + lease",
-            "local deadline = tonumber(ARGV[#ARGV]) + lease",
+            "local deadline = tonumber(call_argv[#call_argv]) + lease",
         );
     }
     if active("no-lane-cap") {

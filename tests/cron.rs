@@ -348,7 +348,7 @@ fn fire_script() -> redis::Script {
     // As the library's function runs it: common.lua, its per-call start, the script.
     redis::Script::new(concat!(
         include_str!("../lua/common.lua"),
-        "\nnew_call()\n",
+        "\nnew_call(ARGV)\n",
         include_str!("../lua/schedule_fire.lua")
     ))
 }

@@ -105,7 +105,7 @@ fn library(specs: &[&Spec]) -> Library {
     for spec in specs {
         body.push_str("\nredis.register_function('emq_@HASH@_");
         body.push_str(spec.name);
-        body.push_str("', function(KEYS, ARGV)\nnew_call()\n");
+        body.push_str("', function(KEYS, ARGV)\nnew_call(ARGV)\n");
         body.push_str(spec.body);
         body.push_str("\nend)\n");
     }
@@ -597,7 +597,7 @@ mod tests {
         assert_eq!(lib.code.matches("-- common.lua:").count(), 1);
         for spec in SCRIPTS.list() {
             let f = format!(
-                "redis.register_function('{}', function(KEYS, ARGV)\nnew_call()\n",
+                "redis.register_function('{}', function(KEYS, ARGV)\nnew_call(ARGV)\n",
                 spec.function()
             );
             assert!(lib.code.contains(&f), "{} is not registered", spec.name);
