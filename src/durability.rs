@@ -27,6 +27,15 @@
 //! Each confirmation is one more round trip after the script call, whose
 //! latency is the slowest confirming replica's; concurrent enqueues and a
 //! worker's settlements are batched, so one `WAIT` covers a batch.
+//!
+//! `WAIT` must go on the connection that made the writes, and the server
+//! answers nothing else on that connection until it returns: echomq sends
+//! it on the client's shared connection, so while replicas are missing or
+//! slow, every call of that [`Client`](crate::Client) (other queues'
+//! claims, heartbeats) queues behind it for up to the timeout. Keep the
+//! timeout short next to the leases (tens to hundreds of milliseconds),
+//! and give queues with a durability setting a `Client` of their own when
+//! other queues must not feel a replica's outage.
 
 use std::time::Duration;
 
