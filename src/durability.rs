@@ -111,31 +111,30 @@ impl Durability {
     }
 
     /// Waits until the writes this connection sent so far are as durable
-    /// as asked; `None` when they are, else what fell short.
+    /// as asked; `None` when they are, else what fell short. A wait whose
+    /// answer was lost (the connection dropped or timed out) confirmed
+    /// nothing: a shortfall of all, not an error, since the writes it
+    /// follows were made.
     pub(crate) async fn confirm(&self, conn: &mut Conn) -> Result<Option<Shortfall>> {
-        match *self {
-            Durability::Primary => Ok(None),
+        let (cmd, wanted) = match *self {
+            Durability::Primary => return Ok(None),
             Durability::Replicas { count, timeout } => {
-                let acked: u32 = redis::cmd("WAIT")
-                    .arg(count)
-                    .arg(timeout_ms(timeout))
-                    .query_async(conn)
-                    .await
-                    .map_err(Error::from_redis)?;
-                Ok((acked < count).then_some(Shortfall { acked, wanted: count }))
+                let mut c = redis::cmd("WAIT");
+                c.arg(count).arg(timeout_ms(timeout));
+                (c, count)
             }
             Durability::Fsynced { replicas, timeout } => {
-                let (local, remote): (u32, u32) = redis::cmd("WAITAOF")
-                    .arg(1)
-                    .arg(replicas)
-                    .arg(timeout_ms(timeout))
-                    .query_async(conn)
-                    .await
-                    .map_err(Error::from_redis)?;
-                let (acked, wanted) = (local.min(1) + remote.min(replicas), 1 + replicas);
-                Ok((acked < wanted).then_some(Shortfall { acked, wanted }))
+                let mut c = redis::cmd("WAITAOF");
+                c.arg(1).arg(replicas).arg(timeout_ms(timeout));
+                (c, 1 + replicas)
             }
-        }
+        };
+        let acked = match cmd.query_async::<redis::Value>(conn).await {
+            Ok(v) => confirmed(&v, *self),
+            Err(e) if e.is_io_error() || e.is_timeout() || e.is_connection_dropped() || e.is_connection_refusal() => 0,
+            Err(e) => return Err(Error::from_redis(e)),
+        };
+        Ok((acked < wanted).then_some(Shortfall { acked, wanted }))
     }
 
     /// Checks once, when a queue handle is made, that the server can keep
@@ -160,6 +159,47 @@ impl Durability {
     }
 }
 
+/// How many confirmed: `WAIT`'s replica count, or `WAITAOF`'s local fsync
+/// (0 or 1) plus its replicas (at most those asked for).
+fn confirmed(v: &redis::Value, d: Durability) -> u32 {
+    let int = |v: &redis::Value| match v {
+        redis::Value::Int(n) => u32::try_from(*n).unwrap_or(0),
+        _ => 0,
+    };
+    match (d, v) {
+        (Durability::Fsynced { replicas, .. }, redis::Value::Array(a)) if a.len() == 2 => {
+            int(&a[0]).min(1) + int(&a[1]).min(replicas)
+        }
+        (Durability::Replicas { count, .. }, v) => int(v).min(count),
+        _ => 0,
+    }
+}
+
 fn timeout_ms(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX).max(1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use redis::Value;
+
+    // The servers' answers count as confirmations up to what was asked; anything else confirms nothing.
+    #[test]
+    fn answers_count_up_to_what_was_asked() {
+        let t = Duration::from_millis(100);
+        let wait = Durability::Replicas { count: 1, timeout: t };
+        assert_eq!(confirmed(&Value::Int(2), wait), 1);
+        assert_eq!(confirmed(&Value::Int(0), wait), 0);
+        assert_eq!(confirmed(&Value::Nil, wait), 0);
+        let aof = Durability::Fsynced {
+            replicas: 1,
+            timeout: t,
+        };
+        assert_eq!(confirmed(&Value::Array(vec![Value::Int(1), Value::Int(3)]), aof), 2);
+        assert_eq!(confirmed(&Value::Array(vec![Value::Int(1), Value::Int(0)]), aof), 1);
+        assert_eq!(confirmed(&Value::Int(1), aof), 0);
+        assert!(Durability::Primary.check().is_ok() && !Durability::Primary.waits());
+        assert!(aof.check().is_ok() && aof.waits());
+    }
 }
