@@ -226,6 +226,74 @@ impl Client {
     }
 }
 
+/// The echomq function libraries in the server ([`Client::script_libraries`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ScriptLibraries {
+    /// This build's library (`echomq_HASH`).
+    pub current: String,
+    /// Whether it is loaded (it loads at the first script call).
+    pub loaded: bool,
+    /// Libraries of other echomq builds (`echomq_*`), sorted: left by
+    /// builds that ran before an upgrade, or still running beside this one.
+    pub others: Vec<String>,
+}
+
+impl Client {
+    /// The echomq function libraries loaded in the server: each echomq
+    /// build loads its own (named after a hash of its scripts), and the
+    /// server keeps them all until they are deleted. Delete another
+    /// build's (`FUNCTION DELETE echomq_HASH`) once no process of that
+    /// build runs; one still running would load it again at its next call.
+    ///
+    /// # Errors
+    /// Server errors (an ACL user needs `+function|list`).
+    pub async fn script_libraries(&self) -> Result<ScriptLibraries> {
+        let v: Value = redis::cmd("FUNCTION")
+            .arg("LIST")
+            .arg("LIBRARYNAME")
+            .arg("echomq_*")
+            .query_async(&mut self.conn())
+            .await
+            .map_err(Error::from_redis)?;
+        let current = crate::scripts::LIBRARY.name();
+        let mut names = library_names(&v);
+        names.retain(|n| n.starts_with("echomq_"));
+        names.sort();
+        let loaded = names.contains(&current);
+        names.retain(|n| *n != current);
+        Ok(ScriptLibraries {
+            current,
+            loaded,
+            others: names,
+        })
+    }
+}
+
+/// The `library_name` of each library in a `FUNCTION LIST` reply (a list
+/// of maps: flat arrays in RESP2, maps in RESP3).
+fn library_names(v: &Value) -> Vec<String> {
+    let Value::Array(libs) = v else { return Vec::new() };
+    let text = |v: &Value| match v {
+        Value::BulkString(b) => Some(String::from_utf8_lossy(b).into_owned()),
+        Value::SimpleString(s) => Some(s.clone()),
+        _ => None,
+    };
+    libs.iter()
+        .filter_map(|lib| {
+            let pairs: Vec<(&Value, &Value)> = match lib {
+                Value::Array(kv) => kv.chunks(2).filter_map(|p| Some((p.first()?, p.get(1)?))).collect(),
+                Value::Map(m) => m.iter().map(|(k, v)| (k, v)).collect(),
+                _ => return None,
+            };
+            pairs
+                .into_iter()
+                .find(|(k, _)| text(k).as_deref() == Some("library_name"))
+                .and_then(|(_, v)| text(v))
+        })
+        .collect()
+}
+
 impl Queue {
     /// [`Client::self_check`] of this queue's client.
     ///

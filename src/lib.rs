@@ -80,7 +80,7 @@ pub use effect::{EffectMarker, Effects, MarkerState, Once, OnceError};
 pub use error::{Error, Result};
 pub use events::{EventCursor, EventKind, EventReader, EventSettings, QueueEvent};
 pub use handlers::with_state;
-pub use health::ServerReport;
+pub use health::{ScriptLibraries, ServerReport};
 pub use job::{Counts, EnqueueOptions, EnqueueStatus, Enqueued, Job, JobError, JobInfo, JobKind, JobState};
 pub use kinds::{KindRouter, Kinds, RawPayload};
 pub use lease::Lease;

@@ -136,3 +136,31 @@ async fn dropping_run_stops_the_consumer() {
         "a dropped consumer still claimed"
     );
 }
+
+// The function libraries listing tells this build's library from another
+// build's left in the server, which can then be deleted.
+#[tokio::test]
+async fn script_libraries_tell_this_build_from_others() {
+    let server = LocalServer::start().unwrap();
+    let client = Client::connect(&server.url()).await.unwrap();
+    let before = client.script_libraries().await.unwrap();
+    assert!(!before.loaded && before.others.is_empty(), "{before:?}");
+    let q = client.queue("libs").await.unwrap();
+    q.enqueue(&1u32).await.unwrap();
+    let mut c = redis::Client::open(server.url())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let old = "#!lua name=echomq_0123456789ab\nredis.register_function('emq_0123456789ab_x', function() return 1 end)";
+    let _: String = redis::cmd("FUNCTION")
+        .arg("LOAD")
+        .arg(old)
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    let libs = client.script_libraries().await.unwrap();
+    assert!(libs.loaded, "{libs:?}");
+    assert!(libs.current.starts_with("echomq_") && libs.current != "echomq_0123456789ab");
+    assert_eq!(libs.others, vec!["echomq_0123456789ab".to_owned()]);
+}

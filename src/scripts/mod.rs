@@ -90,6 +90,13 @@ pub(crate) struct Library {
     pub code: String,
 }
 
+impl Library {
+    /// The library's name in the server (`echomq_HASH`).
+    pub fn name(&self) -> String {
+        format!("echomq_{}", self.hash)
+    }
+}
+
 /// Built once per process from every script of this build.
 pub(crate) static LIBRARY: LazyLock<Library> = LazyLock::new(|| library(&SCRIPTS.list()));
 

@@ -47,6 +47,23 @@ pub async fn doctor(ctx: &Ctx) -> Result<Output, Failure> {
     for u in &report.unverified {
         warnings.push(format!("could not verify {u}"));
     }
+    // Each echomq build loads its own function library; older builds' stay.
+    let libraries = match ctx.client.script_libraries().await {
+        Ok(libs) => {
+            if !libs.others.is_empty() {
+                warnings.push(format!(
+                    "function libraries of other echomq builds are loaded ({}): delete each with \
+                     FUNCTION DELETE NAME once no process of that build runs",
+                    libs.others.join(", ")
+                ));
+            }
+            json!({"current": libs.current, "loaded": libs.loaded, "others": libs.others})
+        }
+        Err(e) => {
+            warnings.push(format!("could not list the function libraries: {e}"));
+            serde_json::Value::Null
+        }
+    };
 
     let names = ctx.queue_names().await?;
     let mut queues = Vec::new();
@@ -113,6 +130,7 @@ pub async fn doctor(ctx: &Ctx) -> Result<Output, Failure> {
             "connected_replicas": report.connected_replicas,
             "unverified": report.unverified,
             "durability": report.durability(),
+            "function_libraries": libraries,
         },
         "prefix": ctx.prefix,
         "queues": queues,

@@ -457,6 +457,23 @@ async fn doctor_finds_and_repairs_a_torn_record() {
 
     let run = echomq(&url, &["doctor", "-q", "health"]).await;
     assert_eq!(run.code, 0, "repaired: {run:?}");
+
+    // Another build's function library left in the server is named in a
+    // warning (not a problem: exit 0), beside this build's.
+    let old = "#!lua name=echomq_0123456789ab\nredis.register_function('emq_0123456789ab_x', function() return 1 end)";
+    let _: String = echomq::redis::cmd("FUNCTION")
+        .arg("LOAD")
+        .arg(old)
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    let run = echomq(&url, &["doctor", "-q", "health", "--json"]).await;
+    assert_eq!(run.code, 0, "{run:?}");
+    let doc = run.json();
+    let libs = &doc["server"]["function_libraries"];
+    assert_eq!(libs["loaded"], true, "{doc}");
+    assert_eq!(libs["others"][0], "echomq_0123456789ab", "{doc}");
+    assert!(doc["warnings"].to_string().contains("echomq_0123456789ab"), "{doc}");
 }
 
 // schedules lists a queue's schedules (every queue's without -q) and
