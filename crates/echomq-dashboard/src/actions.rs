@@ -45,10 +45,10 @@ fn back(up: &str, to: &str, done: &str) -> Response {
     r
 }
 
-/// `POST /queues/{queue}/pause`.
-pub(crate) async fn pause(
+/// `POST /queues/{queue}/{action}`: pause, resume.
+pub(crate) async fn queue(
     State(shared): State<Arc<Shared>>,
-    Path(name): Path<String>,
+    Path((name, action)): Path<(String, String)>,
     uri: Uri,
     original: OriginalUri,
     headers: HeaderMap,
@@ -57,33 +57,23 @@ pub(crate) async fn pause(
     if let Some(r) = refused(&shared, &headers, &form) {
         return Ok(r);
     }
-    open(&shared, &name).await?.pause().await?;
-    tracing::info!(queue = %name, "paused from the dashboard");
+    let queue = open(&shared, &name).await?;
+    let done = match action.as_str() {
+        "pause" => {
+            queue.pause().await?;
+            "paused"
+        }
+        "resume" => {
+            queue.resume().await?;
+            "resumed"
+        }
+        other => return Err(Failure::NotFound(format!("no action {other}"))),
+    };
+    tracing::info!(queue = %name, outcome = done, "queue action from the dashboard");
     Ok(back(
         &base_of(&uri, &original).up,
         &format!("queues/{}", segment(&name)),
-        "paused",
-    ))
-}
-
-/// `POST /queues/{queue}/resume`.
-pub(crate) async fn resume(
-    State(shared): State<Arc<Shared>>,
-    Path(name): Path<String>,
-    uri: Uri,
-    original: OriginalUri,
-    headers: HeaderMap,
-    Form(form): Form<Token>,
-) -> Result<Response, Failure> {
-    if let Some(r) = refused(&shared, &headers, &form) {
-        return Ok(r);
-    }
-    open(&shared, &name).await?.resume().await?;
-    tracing::info!(queue = %name, "resumed from the dashboard");
-    Ok(back(
-        &base_of(&uri, &original).up,
-        &format!("queues/{}", segment(&name)),
-        "resumed",
+        done,
     ))
 }
 
