@@ -289,7 +289,72 @@ impl Client {
         let manager = ConnectionManager::new_with_config(redis.clone(), config)
             .await
             .map_err(Error::from_redis)?;
-        Self::start(Conn::single(manager, redis), opts).await
+        let conn = Conn::single(manager, redis.clone());
+        if is_cluster_node(&conn).await {
+            #[cfg(feature = "cluster")]
+            return Self::start(cluster(vec![redis.get_connection_info().clone()], &opts).await?, opts).await;
+            #[cfg(not(feature = "cluster"))]
+            return Err(Error::InvalidOption {
+                name: "url",
+                reason: "the server is a Valkey Cluster node: turn on echomq's `cluster` feature \
+                         (a plain connection would fail on every queue whose slot is on another node)"
+                    .into(),
+            });
+        }
+        Self::start(conn, opts).await
+    }
+
+    /// Connects to the Valkey (or Redis) Cluster that `nodes` belong to
+    /// (feature `cluster`). Each of `nodes` is a node's URL
+    /// (`redis://[user:password@]host:port`, or `rediss://` with feature
+    /// `tls`; the first one's user, password and TLS mode are used for
+    /// every node); one reachable node is enough, the others are asked if
+    /// it is not. [`Client::connect`] to a cluster node does the same with
+    /// that one node.
+    ///
+    /// Every queue lives in one hash slot (its keys share the hash tag
+    /// `{name}`), so its scripts run on the master of that slot, and queues
+    /// spread over the masters by their names. Calls follow the cluster's
+    /// slot map: `MOVED` and `ASK` during a resharding are followed, and
+    /// `TRYAGAIN` and `CLUSTERDOWN` during a failover are retried, all
+    /// within the call's [`response_timeout`](ClientOptions::response_timeout).
+    /// A worker serving queues on several masters waits for work on each
+    /// of them (one blocking connection per slot it serves).
+    ///
+    /// Replication inside the cluster is asynchronous: writes a master
+    /// acknowledged that had not reached its replica are lost when the
+    /// replica takes over (see [`Durability`](crate::Durability) for
+    /// `WAIT`, and the README's "Valkey Cluster" for measured figures).
+    ///
+    /// ```no_run
+    /// # async fn demo() -> echomq::Result<()> {
+    /// let nodes = ["redis://10.0.0.1:6379", "redis://10.0.0.2:6379", "redis://10.0.0.3:6379"];
+    /// let client = echomq::Client::connect_cluster(&nodes, echomq::ClientOptions::new()).await?;
+    /// let mail = client.queue("mail").await?; // on the master of slot of "mail"
+    /// # let _ = mail; Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::InvalidOption`] for no node, a URL that does not parse, or
+    /// URLs that differ in user, password or TLS mode; a server error when
+    /// no node answers; then as [`connect`](Self::connect).
+    #[cfg(feature = "cluster")]
+    pub async fn connect_cluster(nodes: &[&str], opts: ClientOptions) -> Result<Client> {
+        opts.check()?;
+        #[cfg(feature = "tls")]
+        install_crypto_provider();
+        if nodes.is_empty() {
+            return Err(Error::InvalidOption {
+                name: "nodes",
+                reason: "no cluster node URL given".into(),
+            });
+        }
+        let infos = nodes
+            .iter()
+            .map(|url| redis::IntoConnectionInfo::into_connection_info(*url).map_err(|e| bad_url(url, e)))
+            .collect::<Result<Vec<_>>>()?;
+        let conn = cluster(infos, &opts).await?;
+        Self::start(conn, opts).await
     }
 
     /// Wraps `conn` and runs the start-up self-check.
@@ -406,6 +471,44 @@ fn open(url: &str, opts: &ClientOptions) -> Result<redis::Client> {
     let _ = opts;
     redis::Client::open(info).map_err(Error::from_redis)
 }
+
+/// True when the server answers that it is a cluster node (`INFO cluster`;
+/// a user not allowed `INFO` is taken for a single server).
+async fn is_cluster_node(conn: &Conn) -> bool {
+    let info: redis::RedisResult<String> = redis::cmd("INFO").arg("cluster").query_async(&mut conn.clone()).await;
+    info.is_ok_and(|i| i.lines().any(|l| l.trim() == "cluster_enabled:1"))
+}
+
+/// A cluster connection through `seeds`, with the timeouts (and TLS
+/// certificates) of `opts`.
+#[cfg(feature = "cluster")]
+async fn cluster(seeds: Vec<redis::ConnectionInfo>, opts: &ClientOptions) -> Result<Conn> {
+    let builder = redis::cluster::ClusterClientBuilder::new(seeds)
+        .connection_timeout(opts.connection_timeout)
+        .response_timeout(opts.response_timeout)
+        // Failovers and reshardings answer TRYAGAIN/CLUSTERDOWN/MOVED for
+        // a while; the call's overall bound is the response timeout.
+        .retries(CLUSTER_RETRIES);
+    #[cfg(feature = "tls")]
+    let builder = match opts.certificates() {
+        Some(certs) => builder.certs(certs),
+        None => builder,
+    };
+    let client = builder.build().map_err(|e| Error::InvalidOption {
+        name: "nodes",
+        reason: e.to_string(),
+    })?;
+    let c = crate::conn::cluster::Cluster::connect(client, opts.connection_timeout)
+        .await
+        .map_err(Error::from_redis)?;
+    Ok(Conn::cluster(c))
+}
+
+/// How often a cluster call is tried again after a redirection or a
+/// `TRYAGAIN`/`CLUSTERDOWN` answer (with a growing pause, bounded by the
+/// response timeout).
+#[cfg(feature = "cluster")]
+const CLUSTER_RETRIES: u32 = 16;
 
 /// The error for a URL the redis crate refused.
 fn bad_url(url: &str, e: redis::RedisError) -> Error {

@@ -150,13 +150,18 @@ impl Keys {
     }
 }
 
-/// A worker's own wake list, `PREFIX:worker:ID` (no hash tag: it belongs
-/// to no queue; the wake-up names it beside the queues' wake lists, so a
-/// push to it ends the blocking call early, when the set of lists to
-/// listen to has changed). Pushes to it expire, so a worker that dies
-/// leaves nothing behind for long.
-pub(crate) fn worker_wake(prefix: &str, id: &str) -> String {
-    format!("{prefix}:worker:{id}")
+/// A worker's own wake list, `PREFIX:worker:ID` (no hash tag on one
+/// server: it belongs to no queue; the wake-up names it beside the queues'
+/// wake lists, so a push to it ends the blocking call early, when the set
+/// of lists to listen to has changed). On a cluster a blocking call names
+/// keys of one slot only, so each group of the wake-up has its own,
+/// `PREFIX:worker:ID:{Q}`, in the slot of its queue `Q`. Pushes to it
+/// expire, so a worker that dies leaves nothing behind for long.
+pub(crate) fn worker_wake(prefix: &str, id: &str, slot_of: Option<&str>) -> String {
+    match slot_of {
+        Some(queue) => format!("{prefix}:worker:{id}:{{{queue}}}"),
+        None => format!("{prefix}:worker:{id}"),
+    }
 }
 
 /// Checks a queue name: non-empty, at most [`MAX_QUEUE_NAME_BYTES`], no

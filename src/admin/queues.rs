@@ -63,35 +63,41 @@ impl Client {
         let head = format!("{prefix}:{{");
         let pattern = format!("{}:{{*}}:meta", glob_escape(prefix));
         let mut names = BTreeSet::new();
-        let mut cursor = 0u64;
-        loop {
-            let (next, keys): (u64, Vec<Vec<u8>>) = redis::cmd("SCAN")
-                .arg(cursor)
-                .arg("MATCH")
-                .arg(&pattern)
-                .arg("COUNT")
-                .arg(DISCOVERY_STEP)
-                .arg("TYPE")
-                .arg("hash")
-                .query_async(&mut self.conn())
-                .await
-                .map_err(Error::from_redis)?;
-            for key in keys {
-                // `*` also matches a job id or user key holding braces
-                // (`PREFIX:{Q}:job:x}:meta`); queue names hold none.
-                let name = std::str::from_utf8(&key)
-                    .ok()
-                    .and_then(|k| k.strip_prefix(&head)?.strip_suffix("}:meta"))
-                    .filter(|name| validate_queue_name(name).is_ok());
-                if let Some(name) = name {
-                    names.insert(name.to_owned());
+        // A cluster's keyspace is split over its masters: walk each one's.
+        let conn = self.conn();
+        let nodes = conn.each_node(&redis::cmd("PING")).await.map_err(Error::from_redis)?;
+        for (node, _) in nodes {
+            let mut cursor = 0u64;
+            loop {
+                let mut scan = redis::cmd("SCAN");
+                scan.arg(cursor)
+                    .arg("MATCH")
+                    .arg(&pattern)
+                    .arg("COUNT")
+                    .arg(DISCOVERY_STEP)
+                    .arg("TYPE")
+                    .arg("hash");
+                let v = conn.at_node(&scan, &node).await.map_err(Error::from_redis)?;
+                let (next, keys): (u64, Vec<Vec<u8>>) =
+                    redis::from_redis_value(v).map_err(|e| Error::from_redis(e.into()))?;
+                for key in keys {
+                    // `*` also matches a job id or user key holding braces
+                    // (`PREFIX:{Q}:job:x}:meta`); queue names hold none.
+                    let name = std::str::from_utf8(&key)
+                        .ok()
+                        .and_then(|k| k.strip_prefix(&head)?.strip_suffix("}:meta"))
+                        .filter(|name| validate_queue_name(name).is_ok());
+                    if let Some(name) = name {
+                        names.insert(name.to_owned());
+                    }
                 }
+                if next == 0 {
+                    break;
+                }
+                cursor = next;
             }
-            if next == 0 {
-                return Ok(names.into_iter().collect());
-            }
-            cursor = next;
         }
+        Ok(names.into_iter().collect())
     }
 
     /// Whether queue `name` under key prefix `prefix` has any key on the

@@ -100,7 +100,12 @@ async fn claim(ctx: &Arc<Ctx>, q: usize, slots: Vec<Slot>) {
 /// list: when a queue goes idle while it blocks, a push there ends it, and
 /// the next call names that queue too. Ends the wait for the safety-net
 /// poll. Runs until `stop`.
-pub(super) async fn waker(ctx: Arc<Ctx>) {
+///
+/// One of these runs per wake group `g` (see `WakeGroup`): one for all the
+/// queues on one server; on a cluster, one per slot, each with a
+/// connection of its own, since a blocking call cannot name two slots.
+pub(super) async fn waker(ctx: Arc<Ctx>, g: usize) {
+    let group = &ctx.wakes[g];
     let mut conn: Option<Dedicated> = None;
     let wake_keys: HashMap<&str, usize> = ctx
         .queues
@@ -110,17 +115,18 @@ pub(super) async fn waker(ctx: Arc<Ctx>) {
         .collect();
     let poll = ctx.settings.poll_interval;
     while !ctx.stop.is_cancelled() {
-        let wait = ctx.sched().wait();
+        let mut wait = ctx.sched().wait();
+        wait.listen.retain(|q| ctx.wake_of[*q] == g);
         if wait.listen.is_empty() {
             tokio::select! {
-                _ = ctx.idled.notified() => {}
+                _ = group.idled.notified() => {}
                 _ = ctx.stop.cancelled() => return,
             }
             continue;
         }
         let until = wait.poll_at.unwrap_or_else(|| Instant::now() + poll);
         if conn.is_none() {
-            match ctx.queue(0).client().blocking_connection().await {
+            match ctx.queue(group.queues[0]).client().blocking_connection().await {
                 Ok(c) => conn = Some(c),
                 Err(e) => {
                     debug!(queues = ctx.names(), error = %e, "no blocking connection; polling");
@@ -140,7 +146,7 @@ pub(super) async fn waker(ctx: Arc<Ctx>) {
         for q in &wait.listen {
             cmd.arg(&ctx.queue(*q).keys().wake);
         }
-        cmd.arg(&ctx.own_wake).arg(secs.as_secs_f64());
+        cmd.arg(&group.own_wake).arg(secs.as_secs_f64());
         // No response timeout on this connection (BLPOP blocks by design),
         // so bound the wait here: a connection that died silently is replaced.
         let r = {
@@ -154,9 +160,9 @@ pub(super) async fn waker(ctx: Arc<Ctx>) {
                 tokio::select! {
                     r = &mut blpop => break r,
                     // A queue went idle: end this wait, so the next names it.
-                    _ = ctx.idled.notified(), if !pushed => {
+                    _ = group.idled.notified(), if !pushed => {
                         pushed = true;
-                        end_wait(&ctx).await;
+                        end_wait(&ctx, group).await;
                     }
                     // The reply of an abandoned BLPOP would arrive later on
                     // this connection: drop it rather than reuse it.
@@ -168,7 +174,7 @@ pub(super) async fn waker(ctx: Arc<Ctx>) {
             .map_err(|_| Error::Timeout(secs))
             .and_then(|r| r.map_err(Error::from_redis))
         {
-            Ok(Some((key, _))) if key == ctx.own_wake => {}
+            Ok(Some((key, _))) if key == group.own_wake => {}
             Ok(Some((key, _))) => match wake_keys.get(key.as_str()) {
                 Some(q) => ctx.woken(*q),
                 None => debug!(key, "a wake-up from an unknown list"),
@@ -187,17 +193,17 @@ pub(super) async fn waker(ctx: Arc<Ctx>) {
     }
 }
 
-/// Ends the wake-up's blocking call with a push to the worker's own wake
+/// Ends a wake-up's blocking call with a push to the group's own wake
 /// list (should it fail, the call ends at its timeout).
-async fn end_wait(ctx: &Ctx) {
-    let mut conn = ctx.queue(0).conn();
+async fn end_wait(ctx: &Ctx, group: &super::WakeGroup) {
+    let mut conn = ctx.queue(group.queues[0]).conn();
     let r: redis::RedisResult<()> = redis::pipe()
         .cmd("LPUSH")
-        .arg(&ctx.own_wake)
+        .arg(&group.own_wake)
         .arg(1)
         .ignore()
         .cmd("PEXPIRE")
-        .arg(&ctx.own_wake)
+        .arg(&group.own_wake)
         .arg(OWN_WAKE_TTL_MS)
         .ignore()
         .query_async(&mut conn)

@@ -235,6 +235,18 @@ struct Served {
     handler: Arc<dyn erased::ErasedHandler>,
 }
 
+/// One blocking wait of the wake-up (see [`claim::waker`]).
+struct WakeGroup {
+    /// Its queues, by index.
+    queues: Vec<usize>,
+    /// Wakes its wait when one of its queues went idle (its list is to be
+    /// listened to).
+    idled: tokio::sync::Notify,
+    /// The worker's own wake list for this group: a push to it ends the
+    /// wait (keys::worker_wake).
+    own_wake: String,
+}
+
 /// What every job task shares.
 struct Ctx {
     /// The worker's queues, in the order they were added; a job, a
@@ -244,11 +256,12 @@ struct Ctx {
     sched: std::sync::Mutex<sched::Sched>,
     /// Wakes the claim loop when a queue may have work again.
     work: tokio::sync::Notify,
-    /// Wakes the wake-up when a queue went idle (its list is to be listened to).
-    idled: tokio::sync::Notify,
-    /// The worker's own wake list: a push to it ends the wake-up's wait
-    /// (keys::worker_wake).
-    own_wake: String,
+    /// The wake-up's groups: queues whose wake lists one blocking call
+    /// names together (all of them on one server; those of one slot on a
+    /// cluster, whose blocking calls cannot cross slots).
+    wakes: Vec<WakeGroup>,
+    /// Each queue's group, by index in `wakes`.
+    wake_of: Vec<usize>,
     settings: Settings,
     /// One per lease held, whatever its queue: running, prefetched, or
     /// finished until it is settled (`concurrency`, plus the prefetch while
@@ -282,7 +295,7 @@ impl Ctx {
     fn claimed(&self, q: usize, asked: usize, got: usize, wait: Option<std::time::Duration>) {
         let now = Instant::now();
         if self.sched().claimed(q, asked, got, now, wait.map(|w| now + w)) {
-            self.idled.notify_one();
+            self.wakes[self.wake_of[q]].idled.notify_one();
         }
     }
     /// A push to `q`'s wake list was seen.

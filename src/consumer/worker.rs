@@ -17,7 +17,7 @@ use super::handler::Handler;
 use super::prefetch::{AutoPrefetch, Slots};
 use super::sched::{Order, Sched};
 use super::settings::Settings;
-use super::{ConsumerHandle, Ctx, Served, StopOnDrop, claim, drain, keeper, panic_text, settler};
+use super::{ConsumerHandle, Ctx, Served, StopOnDrop, WakeGroup, claim, drain, keeper, panic_text, settler};
 use crate::error::{Error, Result};
 use crate::queue::Queue;
 
@@ -238,11 +238,12 @@ impl Worker {
                 handler: e.handler,
             });
         }
+        let (wakes, wake_of) = wake_groups(&queues);
         let ctx = Arc::new(Ctx {
             sched: std::sync::Mutex::new(Sched::new(order, &weights, settings.poll_interval, Instant::now())),
             work: tokio::sync::Notify::new(),
-            idled: tokio::sync::Notify::new(),
-            own_wake: crate::keys::worker_wake(&queues[0].queue.options().prefix, &uuid::Uuid::new_v4().to_string()),
+            wakes,
+            wake_of,
             queues,
             // Automatic prefetch adds its slots while it leases ahead.
             slots: Slots::new(settings.concurrency + settings.prefetch.unwrap_or(0)),
@@ -271,7 +272,9 @@ impl Worker {
             ctx.queues.iter().map(|s| s.queue.clone()).collect(),
             keeper_done.clone(),
         ));
-        let waking = tokio::spawn(claim::waker(ctx.clone()));
+        let waking: Vec<_> = (0..ctx.wakes.len())
+            .map(|g| tokio::spawn(claim::waker(ctx.clone(), g)))
+            .collect();
         let mut settling = Some(tokio::spawn(settler::settler(
             ctx.clone(),
             settle_rx,
@@ -311,7 +314,9 @@ impl Worker {
             }
         }
         // Claiming has stopped (and so has the wake-up, on `stop`).
-        let _ = waking.await;
+        for w in waking {
+            let _ = w.await;
+        }
         drain(&ctx).await;
         // Every job task has ended and queued its settlement: flush them.
         all_settled.cancel();
@@ -329,4 +334,32 @@ impl Worker {
         debug!(queues = ctx.names(), "worker stopped");
         failure.map_or(Ok(()), Err)
     }
+}
+
+/// Splits the queues into the wake-up's groups: one on one server; one per
+/// slot on a cluster (a blocking call names keys of one slot only).
+fn wake_groups(queues: &[Served]) -> (Vec<WakeGroup>, Vec<usize>) {
+    let id = uuid::Uuid::new_v4().to_string();
+    let mut slots: Vec<Option<String>> = Vec::new();
+    let mut wakes: Vec<WakeGroup> = Vec::new();
+    let mut wake_of = Vec::with_capacity(queues.len());
+    for (q, s) in queues.iter().enumerate() {
+        let slot = s.queue.conn().slot_group(&s.queue.keys().wake);
+        let g = match slots.iter().position(|x| *x == slot) {
+            Some(g) => g,
+            None => {
+                let tag = slot.is_some().then(|| s.queue.name());
+                wakes.push(WakeGroup {
+                    queues: Vec::new(),
+                    idled: tokio::sync::Notify::new(),
+                    own_wake: crate::keys::worker_wake(&s.queue.options().prefix, &id, tag),
+                });
+                slots.push(slot);
+                wakes.len() - 1
+            }
+        };
+        wakes[g].queues.push(q);
+        wake_of.push(g);
+    }
+    (wakes, wake_of)
 }

@@ -337,14 +337,16 @@ pub const LINK_CHECK_INTERVAL: Duration = Duration::from_secs(1);
 /// Notices that the client's connection to the server was made anew (a
 /// restart of the server, a failover, a dropped connection): the server
 /// numbers its connections, so `CLIENT ID` answers another number then.
+/// On a cluster, each master is asked (a failover of any one of them
+/// counts).
 #[derive(Default)]
 struct Link {
-    id: Option<i64>,
+    ids: Option<Vec<(String, Option<i64>)>>,
     next_check: Option<Instant>,
 }
 
 impl Link {
-    /// True when the connection's id changed since the last look (at most
+    /// True when a connection's id changed since the last look (at most
     /// one look per [`LINK_CHECK_INTERVAL`]; a failed look changes nothing).
     async fn remade(&mut self, queue: &Queue) -> bool {
         let now = Instant::now();
@@ -352,14 +354,18 @@ impl Link {
             return false;
         }
         self.next_check = Some(now + LINK_CHECK_INTERVAL);
-        let id: i64 = match redis::cmd("CLIENT").arg("ID").query_async(&mut queue.conn()).await {
-            Ok(id) => id,
+        let mut ids: Vec<(String, Option<i64>)> = match queue.conn().each_node(redis::cmd("CLIENT").arg("ID")).await {
+            Ok(ids) => ids
+                .into_iter()
+                .map(|(node, v)| (node, redis::from_redis_value::<i64>(v).ok()))
+                .collect(),
             Err(e) => {
                 tracing::debug!(error = %e, "CLIENT ID failed; not checking the connection");
                 return false;
             }
         };
-        self.id.replace(id).is_some_and(|old| old != id)
+        ids.sort();
+        self.ids.replace(ids.clone()).is_some_and(|old| old != ids)
     }
 }
 

@@ -98,6 +98,9 @@ struct Inner {
     base: Arc<str>,
     opts: QueueOptions,
     client: Client,
+    /// The client's connection, bound to the queue's slot (on a cluster,
+    /// keyless commands such as `TIME` and `WAIT` go to the queue's node).
+    conn: Conn,
     /// Single enqueues go to the coalescer, which sends those that arrive
     /// together in one script call.
     enqueues: mpsc::UnboundedSender<enqueue::Request>,
@@ -141,12 +144,8 @@ impl Queue {
         let keys = Keys::new(&opts.prefix, name)?;
         opts.check()?;
         let (enqueues, requests) = mpsc::unbounded_channel();
-        tokio::spawn(enqueue::coalesce(
-            client.conn(),
-            keys.clone(),
-            opts.durability,
-            requests,
-        ));
+        let conn = client.conn().homed(&keys.base);
+        tokio::spawn(enqueue::coalesce(conn.clone(), keys.clone(), opts.durability, requests));
         let q = Queue {
             holder: Arc::from(process_name()),
             inner: Arc::new(Inner {
@@ -155,6 +154,7 @@ impl Queue {
                 keys,
                 opts,
                 client,
+                conn,
                 enqueues,
             }),
         };
@@ -216,7 +216,7 @@ impl Queue {
     }
 
     pub(crate) fn conn(&self) -> Conn {
-        self.inner.client.conn()
+        self.inner.conn.clone()
     }
 
     pub(crate) fn keys(&self) -> &Keys {
