@@ -38,8 +38,9 @@
 /// `XRANGE`/`XREVRANGE`/`XREAD` on a queue's event stream (an
 /// [`EventReader`](crate::EventReader)) and `HMGET`/`HSET`/`HDEL` of the
 /// queue's event settings ([`Queue::set_events`](crate::Queue::set_events)),
-/// and `WAIT` after writes when a queue asks for replicas'
-/// [`Durability`](crate::Durability). (`Durability::Fsynced` needs
+/// `WAIT` after writes when a queue asks for replicas'
+/// [`Durability`](crate::Durability), and `CLUSTER SLOTS`, with which a
+/// cluster connection learns which master holds which slot. (`Durability::Fsynced` needs
 /// `+waitaof` too, which Redis before 7.2 does not know, so the rules
 /// leave it out.)
 pub const DIRECT_COMMANDS: &[&str] = &[
@@ -64,6 +65,7 @@ pub const DIRECT_COMMANDS: &[&str] = &[
     "hset",
     "hdel",
     "wait",
+    "cluster|slots",
 ];
 
 /// Commands echomq's scripts call.

@@ -65,7 +65,7 @@ impl Client {
         let mut names = BTreeSet::new();
         // A cluster's keyspace is split over its masters: walk each one's.
         let conn = self.conn();
-        let nodes = conn.each_node(&redis::cmd("PING")).await.map_err(Error::from_redis)?;
+        let nodes = conn.each_node(&redis::cmd("TIME")).await.map_err(Error::from_redis)?;
         for (node, _) in nodes {
             let mut cursor = 0u64;
             loop {
