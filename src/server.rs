@@ -17,7 +17,9 @@
 //! ([`LocalServer::tls_url`]) with the certificates you give it, for
 //! testing `rediss://` connections and mutual TLS.
 //! [`SentinelGroup`] starts a master, its replicas and the sentinels that
-//! watch them, for failover tests.
+//! watch them, for failover tests. [`LocalCluster`] starts a Valkey/Redis
+//! Cluster (masters and replicas) and can reshard a slot or fail a master
+//! over while clients keep running.
 //!
 //! Everything here is blocking `std` code. That is fine inside async tests
 //! too: starting or restarting takes milliseconds, bounded by a 10 s
@@ -37,11 +39,17 @@
 //! ```
 
 mod binary;
+mod cluster;
 mod resp;
 mod sentinel;
 
 use binary::resolve_binary;
 pub use binary::{find_server_binary, find_tls_server_binary};
+pub use cluster::{
+    CLUSTER_SLOTS, ClusterHandle, DEFAULT_MASTERS, DEFAULT_MIGRATE_BATCH, DEFAULT_NODE_TIMEOUT,
+    DEFAULT_REPLICAS_PER_MASTER, LocalCluster, LocalClusterBuilder, MAX_MASTERS, MAX_REPLICAS_PER_MASTER,
+    SlotMigration,
+};
 use resp::{Probe, probe};
 pub use sentinel::{DEFAULT_DOWN_AFTER, DEFAULT_FAILOVER_TIMEOUT, SentinelGroup, SentinelGroupBuilder};
 
@@ -88,6 +96,15 @@ pub enum ServerError {
          run scripts/test (which installs Debian's redis-server) or set ECHOMQ_TLS_SERVER_BIN"
     )]
     NoTls(String),
+    /// An argument out of range (a [`LocalCluster`]'s node counts, a slot
+    /// past 16383, a port that is not a master); the message says which.
+    #[error("invalid local server argument: {0}")]
+    Invalid(String),
+    /// A server refused a command the helper sent (for instance a cluster
+    /// command while forming a [`LocalCluster`] or moving a slot); the
+    /// message names the command, the port and the server's answer.
+    #[error("local server command failed: {0}")]
+    Command(String),
 }
 
 /// A private `valkey-server` / `redis-server` process on `127.0.0.1`.
