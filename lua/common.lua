@@ -131,10 +131,17 @@ local call_argv
 -- Starts a call: forgets the per-call caches. The scripts run as
 -- functions of one library (src/scripts/mod.rs), whose top-level locals
 -- live from one call to the next: every function calls this first.
-local function new_call(argv)
+--
+-- On a cluster every call declares the queue's resharding guard last (a key
+-- that never exists, src/scripts/mod.rs reshard_guard): it keeps the
+-- call from running while the queue's slot is split between two nodes,
+-- and is dropped here so that the script sees its own KEYS.
+local function new_call(keys, argv)
   rcall = redis.call
   ev_cap = nil
   call_argv = argv
+  local n = #keys
+  if n > 0 and string.sub(keys[n], -14) == ':reshard-guard' then keys[n] = nil end
 end
 
 -- Whether the queue whose keys start with `prefix` records events.

@@ -112,9 +112,10 @@ impl Durability {
 
     /// Waits until the writes this connection sent so far are as durable
     /// as asked; `None` when they are, else what fell short. A wait whose
-    /// answer was lost (the connection dropped or timed out) confirmed
-    /// nothing: a shortfall of all, not an error, since the writes it
-    /// follows were made.
+    /// answer was lost (the connection dropped or timed out), or that
+    /// reached a node no longer the queue's master (a failover between the
+    /// writes and the wait), confirmed nothing: a shortfall of all, not an
+    /// error, since the writes it follows were made.
     pub(crate) async fn confirm(&self, conn: &mut Conn) -> Result<Option<Shortfall>> {
         let (cmd, wanted) = match *self {
             Durability::Primary => return Ok(None),
@@ -131,7 +132,7 @@ impl Durability {
         };
         let acked = match cmd.query_async::<redis::Value>(conn).await {
             Ok(v) => confirmed(&v, *self),
-            Err(e) if e.is_io_error() || e.is_timeout() || e.is_connection_dropped() || e.is_connection_refusal() => 0,
+            Err(e) if confirms_nothing(&e) => 0,
             Err(e) => return Err(Error::from_redis(e)),
         };
         Ok((acked < wanted).then_some(Shortfall { acked, wanted }))
@@ -157,6 +158,23 @@ impl Durability {
             }),
         }
     }
+}
+
+/// True when a failed `WAIT` says nothing was confirmed, rather than that
+/// it cannot be used (an ACL refusal, an unknown command): its answer was
+/// lost, or the node it reached is not the master that took the writes
+/// (after a failover: a replica refuses `WAIT`; a cluster answers
+/// `MOVED`, `TRYAGAIN` or `CLUSTERDOWN`).
+fn confirms_nothing(e: &redis::RedisError) -> bool {
+    e.is_io_error()
+        || e.is_timeout()
+        || e.is_connection_dropped()
+        || e.is_connection_refusal()
+        || matches!(
+            e.code(),
+            Some("READONLY" | "MASTERDOWN" | "MOVED" | "ASK" | "TRYAGAIN" | "CLUSTERDOWN")
+        )
+        || e.detail().is_some_and(|d| d.contains("replica instances"))
 }
 
 /// How many confirmed: `WAIT`'s replica count, or `WAITAOF`'s local fsync

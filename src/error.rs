@@ -399,7 +399,9 @@ impl Error {
     }
 
     /// True for failures of the transport (connection refused or dropped,
-    /// timeouts, a server still loading): the same call may succeed later.
+    /// timeouts, a server still loading) and of a cluster in motion (a
+    /// failover's `CLUSTERDOWN`, a resharding's `TRYAGAIN`, or `MOVED`/`ASK`
+    /// not followed within the call's bound): the same call may succeed later.
     /// Settlements and enqueues with a caller-chosen id are safe to retry.
     pub fn is_transient(&self) -> bool {
         match self {
@@ -411,8 +413,18 @@ impl Error {
                     || e.is_connection_refusal()
                     || matches!(
                         e.code(),
-                        Some("LOADING" | "BUSY" | "TRYAGAIN" | "MASTERDOWN" | "READONLY")
+                        Some(
+                            "LOADING"
+                                | "BUSY"
+                                | "TRYAGAIN"
+                                | "MASTERDOWN"
+                                | "READONLY"
+                                | "CLUSTERDOWN"
+                                | "MOVED"
+                                | "ASK"
+                        )
                     )
+                    || e.kind() == redis::ErrorKind::ClusterConnectionNotFound
             }
             _ => false,
         }

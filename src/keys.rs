@@ -8,6 +8,13 @@ use crate::error::{Error, Result};
 /// The default key prefix.
 pub const DEFAULT_PREFIX: &str = "emq";
 
+/// The last part of a queue's resharding guard, `PREFIX:{Q}:reshard-guard`:
+/// a key never written, declared by every script call on a cluster so that
+/// none runs while the queue's slot is moved key by key (see
+/// `src/scripts/mod.rs`, `reshard_guard`). `lua/common.lua` `new_call`
+/// knows its length.
+pub(crate) const RESHARD_GUARD: &str = "reshard-guard";
+
 /// Longest queue name accepted, in bytes.
 pub const MAX_QUEUE_NAME_BYTES: usize = 200;
 

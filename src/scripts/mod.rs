@@ -112,7 +112,7 @@ fn library(specs: &[&Spec]) -> Library {
     for spec in specs {
         body.push_str("\nredis.register_function('emq_@HASH@_");
         body.push_str(spec.name);
-        body.push_str("', function(KEYS, ARGV)\nnew_call(ARGV)\n");
+        body.push_str("', function(KEYS, ARGV)\nnew_call(KEYS, ARGV)\n");
         body.push_str(spec.body);
         body.push_str("\nend)\n");
     }
@@ -468,10 +468,15 @@ impl Call {
             self.args.len(),
             spec.args
         );
+        let guard = reshard_guard(conn, &self.keys);
         let mut cmd = redis::cmd("FCALL");
-        cmd.arg(spec.function()).arg(self.keys.len());
+        cmd.arg(spec.function())
+            .arg(self.keys.len() + usize::from(guard.is_some()));
         for k in &self.keys {
             cmd.arg(k.as_slice());
+        }
+        if let Some(g) = &guard {
+            cmd.arg(g.as_bytes());
         }
         for a in &self.args {
             cmd.arg(a.as_slice());
@@ -484,6 +489,29 @@ impl Call {
             r => r.map_err(Error::from_redis),
         }
     }
+}
+
+/// On a cluster, the queue's resharding guard, `PREFIX:{Q}:reshard-guard`,
+/// a key that never exists, declared last in every call (the function
+/// wrapper drops it from `KEYS` again, `lua/common.lua` `new_call`).
+///
+/// While a slot moves key by key (`CLUSTER SETSLOT ... MIGRATING` and
+/// `MIGRATE`), a script that reads or creates a key already gone from the
+/// node it runs on raises in mid-run, after some of its writes (the server
+/// rolls nothing back), and a script sent on by `ASK` to the importing node
+/// would read keys not moved yet as missing. A call declaring a key that
+/// is missing on both nodes is refused with `TRYAGAIN` before it runs, on
+/// the source and on the target alike (a multi-key request in a slot being
+/// moved), so no script of the queue runs while its slot is split; the
+/// cluster connection retries until the move ends, within the response
+/// timeout. Outside a move the guard is just an absent key.
+fn reshard_guard(conn: &Conn, keys: &[Vec<u8>]) -> Option<String> {
+    let first = std::str::from_utf8(keys.first()?).ok()?;
+    conn.slot_group(first)?;
+    let close = first
+        .find('{')
+        .and_then(|open| first[open..].find('}').map(|c| open + c))?;
+    Some(format!("{}:{}", &first[..=close], crate::keys::RESHARD_GUARD))
 }
 
 /// Reads a script's flat array reply field by field.
@@ -604,7 +632,7 @@ mod tests {
         assert_eq!(lib.code.matches("-- common.lua:").count(), 1);
         for spec in SCRIPTS.list() {
             let f = format!(
-                "redis.register_function('{}', function(KEYS, ARGV)\nnew_call(ARGV)\n",
+                "redis.register_function('{}', function(KEYS, ARGV)\nnew_call(KEYS, ARGV)\n",
                 spec.function()
             );
             assert!(lib.code.contains(&f), "{} is not registered", spec.name);
