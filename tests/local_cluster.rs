@@ -199,7 +199,8 @@ async fn a_slot_migrates_under_writes_without_losing_a_key() {
 
 // A master is SIGKILLed: its replica takes over (wait_for_failover names
 // it), the cluster is ok again, a key written before the kill (and seen on
-// the replica) survives, and new writes to the failed master's slots work.
+// the replica) survives, new writes to the failed master's slots work, and
+// the old master, restarted, rejoins as the new master's replica.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_master_is_replaced_by_its_replica() {
     let mut cluster = tokio::task::spawn_blocking(|| LocalCluster::builder().masters(3).replicas_per_master(1).start())
@@ -248,6 +249,16 @@ async fn a_killed_master_is_replaced_by_its_replica() {
     set_until_ok(&mut con, &after, "after", Duration::from_secs(10)).await;
     let got: String = con.get(&after).await.unwrap();
     assert_eq!(got, "after");
+
+    // Restarted on its port and directory (nodes.conf), the old master
+    // rejoins as a replica of its successor.
+    cluster.node_mut(old).unwrap().restart().unwrap();
+    let handle = cluster.handle();
+    tokio::task::spawn_blocking(move || handle.wait_until_settled(Duration::from_secs(30)))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(cluster.replica_of(new), Some(old));
 }
 
 // Out-of-range settings and arguments are typed errors, not panics.

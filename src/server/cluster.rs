@@ -251,8 +251,8 @@ impl LocalClusterBuilder {
     /// Starts every node, joins them into one cluster (each master given
     /// its share of the slots, each replica following its master) and
     /// waits until every node reports `cluster_state:ok`, all agree on
-    /// which master serves each slot, and every replica's link to its
-    /// master is up.
+    /// which master serves each slot and on who follows whom, and every
+    /// replica's link to its master is up.
     ///
     /// # Errors
     /// [`ServerError::Invalid`] for counts or a node timeout out of range;
@@ -716,8 +716,9 @@ impl ClusterHandle {
 
     /// Waits until the nodes that answer report `cluster_state:ok`, agree
     /// on which master serves each of the 16384 slots (none of them marked
-    /// failed, no slot migrating), and every replica's link to its master
-    /// is up: after a test restarts a node, for instance.
+    /// failed, no slot migrating) and on who follows whom, and every
+    /// replica's link to its master is up: after a test restarts a node,
+    /// for instance.
     ///
     /// # Errors
     /// [`ServerError::NotReady`] after `timeout`.
@@ -761,10 +762,12 @@ impl ClusterHandle {
 
     /// `Some` when every node that answers (those in `skip` left out) says
     /// `cluster_state:ok`, all see the same full slot map with no failed
-    /// owner and no slot migrating, and every replica's link is up. Also
+    /// owner and no slot migrating, the same nodes alive with the same
+    /// roles (who follows whom), and every replica's link is up. Also
     /// records which master each replica follows.
     fn settled(&self, skip: &[u16]) -> Option<Settled> {
-        let mut slots: Option<Vec<(u16, u16, u16)>> = None;
+        // The first view's slot map and roles, which every other must match.
+        let mut slots: Option<(SlotMap, Roles)> = None;
         let mut replicas_up = 0;
         let mut answered = 0;
         for &port in self.ports.iter().filter(|p| !skip.contains(p)) {
@@ -794,9 +797,10 @@ impl ClusterHandle {
             if !owners_alive {
                 return None;
             }
+            let roles = roles(&view);
             match &slots {
-                None => slots = Some(map),
-                Some(first) if *first == map => {}
+                None => slots = Some((map, roles)),
+                Some(first) if first.0 == map && first.1 == roles => {}
                 Some(_) => return None,
             }
             let me = view.iter().find(|n| n.myself())?;
@@ -815,16 +819,21 @@ impl ClusterHandle {
             return None;
         }
         Some(Settled {
-            slots: slots?,
+            slots: slots?.0,
             replicas_up,
         })
     }
 }
 
+/// `(first, last, port)` slot ranges, in slot order.
+type SlotMap = Vec<(u16, u16, u16)>;
+/// `(port, port of its master)` of each node (`None` for a master).
+type Roles = Vec<(u16, Option<u16>)>;
+
 /// What [`ClusterHandle::settled`] found.
 struct Settled {
     /// `(first, last, port)` ranges of the agreed slot map.
-    slots: Vec<(u16, u16, u16)>,
+    slots: SlotMap,
     /// Replicas whose link to their master is up.
     replicas_up: usize,
 }
@@ -895,13 +904,31 @@ fn parse_nodes(text: &str) -> Option<Vec<NodeLine>> {
 }
 
 /// The slot map of a view: `(first, last, port)` ranges in slot order.
-fn slot_map(view: &[NodeLine]) -> Vec<(u16, u16, u16)> {
-    let mut map: Vec<(u16, u16, u16)> = view
+fn slot_map(view: &[NodeLine]) -> SlotMap {
+    let mut map: SlotMap = view
         .iter()
         .flat_map(|n| n.slots.iter().map(move |(a, b)| (*a, *b, n.port)))
         .collect();
     map.sort_unstable();
     map
+}
+
+/// The roles in a view: `(port, port of its master)` of every node not
+/// thought failed, in port order (`None` for a master).
+fn roles(view: &[NodeLine]) -> Roles {
+    let mut out: Roles = view
+        .iter()
+        .filter(|n| !n.failed())
+        .map(|n| {
+            let master = n
+                .master_id
+                .as_ref()
+                .map(|id| view.iter().find(|m| &m.id == id).map_or(0, |m| m.port));
+            (n.port, master)
+        })
+        .collect();
+    out.sort_unstable();
+    out
 }
 
 /// Who serves `slot` in `map`.
