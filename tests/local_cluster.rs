@@ -107,7 +107,8 @@ async fn forms_serves_every_master_and_fails_over_by_hand() {
 // nodes, so MIGRATE authenticates) in small batches while a writer keeps
 // writing new keys to it through a cluster client (ASK and MOVED
 // redirections in between); afterwards the target serves the slot and
-// every key preloaded or acknowledged is there with its value.
+// every key preloaded or acknowledged is there with its value. A slot past
+// 16383, a target that already has the slot or is no node are refused.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_slot_migrates_under_writes_without_losing_a_key() {
     let cluster = tokio::task::spawn_blocking(|| {
@@ -123,6 +124,14 @@ async fn a_slot_migrates_under_writes_without_losing_a_key() {
     let slot = LocalCluster::slot_of("{moving}");
     let from = cluster.master_of_slot(slot).unwrap();
     let to = *cluster.master_ports().unwrap().iter().find(|p| **p != from).unwrap();
+    for (bad_slot, bad_to) in [(16_384, to), (slot, from), (slot, 1)] {
+        let err = cluster.begin_migration(bad_slot, bad_to).unwrap_err();
+        assert!(matches!(err, ServerError::Invalid(_)), "{err:?}");
+    }
+    assert!(matches!(
+        cluster.wait_for_failover(1, Duration::from_secs(1)),
+        Err(ServerError::Invalid(_))
+    ));
     let mut con = client(&cluster).await;
     let mut expected = BTreeMap::new();
     for i in 0..200 {

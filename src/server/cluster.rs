@@ -681,7 +681,9 @@ impl ClusterHandle {
     /// A manual, lossless failover: `CLUSTER FAILOVER` on the replica on
     /// `replica_port` (its master stops writes until the replica has caught
     /// up, then they swap roles); returns once the replica serves its old
-    /// master's slots and every node agrees.
+    /// master's slots and every node agrees. The master must be up (after
+    /// killing it, use [`wait_for_failover`](Self::wait_for_failover)).
+    /// Takes well under a second.
     ///
     /// # Errors
     /// [`ServerError::Invalid`] when `replica_port` is not a replica of the
