@@ -83,6 +83,15 @@ async fn forms_serves_every_master_and_fails_over_by_hand() {
         assert_eq!(got, m);
     }
 
+    // Nothing fails a live master over: the wait times out, and its error
+    // says what each node thinks.
+    match cluster.wait_for_failover(masters[1], Duration::ZERO) {
+        Err(ServerError::NotReady(why)) => {
+            assert!(why.contains(&format!("{}: ok", masters[1])), "{why}");
+        }
+        other => panic!("expected NotReady, got {other:?}"),
+    }
+
     let old = masters[0];
     let key = key_on(&cluster, old, "every-master");
     let replica = cluster.replica_of(old).unwrap();

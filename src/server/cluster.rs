@@ -352,7 +352,7 @@ impl LocalClusterBuilder {
         let cluster = LocalCluster { nodes, handle };
         let h = &cluster.handle;
         let deadline = Instant::now() + SETTLE_TIMEOUT;
-        wait(deadline, "every node to know every other", || {
+        h.wait(deadline, "every node to know every other", || {
             ports
                 .iter()
                 .all(|&p| {
@@ -371,7 +371,7 @@ impl LocalClusterBuilder {
         }
         *h.followed.lock().unwrap_or_else(|e| e.into_inner()) = followed;
         let replicas = self.masters * self.replicas;
-        wait(deadline, "the cluster to settle", || {
+        h.wait(deadline, "the cluster to settle", || {
             let report = h.settled(&[])?;
             (report.replicas_up == replicas).then_some(())
         })?;
@@ -493,7 +493,7 @@ impl SlotMigration {
             )?;
         }
         let (slot, to) = (self.slot, self.to);
-        wait(
+        h.wait(
             Instant::now() + SETTLE_TIMEOUT,
             "every node to agree on the migrated slot",
             || {
@@ -669,7 +669,7 @@ impl ClusterHandle {
             )));
         }
         let what = format!("a replica of port {old_master_port} ({candidates:?}) to take over");
-        wait(Instant::now() + timeout, &what, || {
+        self.wait(Instant::now() + timeout, &what, || {
             let report = self.settled(&[old_master_port])?;
             candidates
                 .iter()
@@ -706,7 +706,7 @@ impl ClusterHandle {
         }
         let mut con = connect(replica_port, self.password.as_deref())?;
         let _: () = query(&mut con, redis::cmd("CLUSTER").arg("FAILOVER"), replica_port)?;
-        wait(
+        self.wait(
             Instant::now() + SETTLE_TIMEOUT,
             &format!("the replica on port {replica_port} to take over"),
             || {
@@ -725,9 +725,57 @@ impl ClusterHandle {
     /// # Errors
     /// [`ServerError::NotReady`] after `timeout`.
     pub fn wait_until_settled(&self, timeout: Duration) -> Result<(), ServerError> {
-        wait(Instant::now() + timeout, "the cluster to settle", || {
+        self.wait(Instant::now() + timeout, "the cluster to settle", || {
             self.settled(&[]).map(|_| ())
         })
+    }
+
+    /// Polls `check` every 50 ms until it answers or `deadline` passes;
+    /// the error then says what each node thinks, for a failed test's log.
+    fn wait<T>(&self, deadline: Instant, what: &str, mut check: impl FnMut() -> Option<T>) -> Result<T, ServerError> {
+        loop {
+            if let Some(v) = check() {
+                return Ok(v);
+            }
+            if Instant::now() >= deadline {
+                return Err(ServerError::NotReady(format!(
+                    "timed out waiting for {what}; {}",
+                    self.describe()
+                )));
+            }
+            std::thread::sleep(POLL);
+        }
+    }
+
+    /// One line per node: its `cluster_state`, role and slot ranges as it
+    /// sees itself, and how many nodes it knows.
+    fn describe(&self) -> String {
+        let lines: Vec<String> = self
+            .ports
+            .iter()
+            .map(|&port| {
+                let Ok(mut con) = connect(port, self.password.as_deref()) else {
+                    return format!("{port}: no answer");
+                };
+                let state = redis::cmd("CLUSTER")
+                    .arg("INFO")
+                    .query::<String>(&mut con)
+                    .ok()
+                    .and_then(|info| field(&info, "cluster_state"))
+                    .unwrap_or_else(|| "?".to_owned());
+                let view = redis::cmd("CLUSTER")
+                    .arg("NODES")
+                    .query::<String>(&mut con)
+                    .ok()
+                    .and_then(|text| parse_nodes(&text))
+                    .unwrap_or_default();
+                let me = view.iter().find(|n| n.myself());
+                let flags = me.map(|n| n.flags.join(",")).unwrap_or_default();
+                let slots = me.map(|n| format!("{:?}", n.slots)).unwrap_or_default();
+                format!("{port}: {state} {flags} slots {slots}, knows {} nodes", view.len())
+            })
+            .collect();
+        format!("nodes: {}", lines.join("; "))
     }
 
     /// The node id of `port` ("" if not a node of the cluster).
@@ -1020,19 +1068,6 @@ fn field(text: &str, name: &str) -> Option<String> {
     text.lines()
         .find_map(|line| line.strip_prefix(name)?.strip_prefix(':'))
         .map(|v| v.trim().to_owned())
-}
-
-/// Polls `check` every 50 ms until it answers or `deadline` passes.
-fn wait<T>(deadline: Instant, what: &str, mut check: impl FnMut() -> Option<T>) -> Result<T, ServerError> {
-    loop {
-        if let Some(v) = check() {
-            return Ok(v);
-        }
-        if Instant::now() >= deadline {
-            return Err(ServerError::NotReady(format!("timed out waiting for {what}")));
-        }
-        std::thread::sleep(POLL);
-    }
 }
 
 #[cfg(test)]
