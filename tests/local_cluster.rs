@@ -114,8 +114,8 @@ async fn forms_serves_every_master_and_fails_over_by_hand() {
 
 // A slot holding keys is moved to another master (on password-protected
 // nodes, so MIGRATE authenticates) in small batches while a writer keeps
-// writing new keys to it through a cluster client (ASK and MOVED
-// redirections in between); afterwards the target serves the slot and
+// writing new keys to it through a cluster client (the source answers ASK
+// for new keys meanwhile); afterwards the target serves the slot and
 // every key preloaded or acknowledged is there with its value. A slot past
 // 16383, a target that already has the slot or is no node are refused.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -168,7 +168,9 @@ async fn a_slot_migrates_under_writes_without_losing_a_key() {
     });
 
     let handle = cluster.handle();
+    let source_url = cluster.nodes().iter().find(|n| n.port() == from).unwrap().url();
     let migration = tokio::task::spawn_blocking(move || -> Result<usize, ServerError> {
+        let mut source = redis::Client::open(source_url).unwrap().get_connection().unwrap();
         // Waits for the writer to get a few writes in: the point is to
         // migrate under load, whatever the machine's speed.
         let progress = |acked: &AtomicUsize| {
@@ -180,6 +182,13 @@ async fn a_slot_migrates_under_writes_without_losing_a_key() {
         };
         progress(&acked);
         let mut migration = handle.begin_migration(slot, to)?;
+        // The source now sends a new key to the target.
+        let err = redis::cmd("SET")
+            .arg("{moving}:new")
+            .arg(1)
+            .query::<()>(&mut source)
+            .unwrap_err();
+        assert_eq!(err.code(), Some("ASK"), "{err}");
         let mut steps = 0;
         while migration.step(25)? > 0 {
             steps += 1;
