@@ -62,6 +62,7 @@ pub mod maintenance;
 pub mod metrics;
 #[cfg(feature = "otel")]
 pub mod otel;
+pub mod partition;
 pub mod queue;
 #[cfg(feature = "cron")]
 pub mod schedule;
@@ -86,6 +87,7 @@ pub use kinds::{KindRouter, Kinds, RawPayload};
 pub use lease::Lease;
 pub use limits::{Backoff, Limits};
 pub use maintenance::{ReapReport, Reaper, ReaperHandle, SweepCursor, SweepReport};
+pub use partition::PartitionedQueue;
 pub use queue::{Outcome, Queue, QueueOptions, Retention, Settle, SettleOp, Settled};
 /// The redis crate, whose types the API exposes (`redis::Client` for
 /// [`Client::from_redis`], `redis::RedisError` inside [`Error::Redis`]).

@@ -137,6 +137,21 @@ impl Worker {
         self
     }
 
+    /// Serves every partition of `queue` with `handler`, each with weight
+    /// 1, so that the worker claims from them in turn while they have
+    /// work (see [`partition`](crate::partition)).
+    pub fn partitioned<T, H>(mut self, queue: &crate::partition::PartitionedQueue, handler: H) -> Self
+    where
+        T: DeserializeOwned + Send + 'static,
+        H: Handler<T>,
+    {
+        let handler: Arc<dyn ErasedHandler> = Typed::<T, H>::new(Arc::new(handler));
+        for part in queue.partitions() {
+            self.add(part.clone(), handler.clone(), 1);
+        }
+        self
+    }
+
     pub(super) fn add(&mut self, queue: Queue, handler: Arc<dyn ErasedHandler>, weight: u32) {
         self.entries.push(Entry { queue, handler, weight });
     }
