@@ -141,7 +141,10 @@ fn main() {
     let parts: usize = env_or("PARTS", 12);
     let concurrency: usize = env_or("CONCURRENCY", 64);
     let runs: usize = env_or("RUNS", 3);
-    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap();
     let mut all: Vec<Vec<Run>> = sizes.iter().map(|_| Vec::new()).collect();
     for _ in 0..runs {
         for (i, m) in sizes.iter().enumerate() {
@@ -149,7 +152,9 @@ fn main() {
         }
     }
     println!();
-    println!("| masters | enqueue jobs/s | process jobs/s | server CPU µs/job (all masters) | busiest master's share | client CPU µs/job |");
+    println!(
+        "| masters | enqueue jobs/s | process jobs/s | server CPU µs/job (all masters) | busiest master's share | client CPU µs/job |"
+    );
     println!("| --- | --- | --- | --- | --- | --- |");
     for runs in &all {
         let med = |f: fn(&Run) -> f64| median(&runs.iter().map(f).collect::<Vec<_>>());

@@ -32,12 +32,21 @@ pub struct ServerReport {
     /// Replicas connected to this primary (replication is asynchronous);
     /// 0 where `INFO` is not allowed.
     pub connected_replicas: u64,
+    /// `hash-max-listpack-value`: a job record holding a longer value (its
+    /// payload, mostly) is kept as a hash table instead of a listpack,
+    /// which costs about 1.6× the memory (README "Memory"); `None` where
+    /// `CONFIG` is not allowed.
+    pub hash_max_listpack_value: Option<u64>,
     /// What could not be verified, and why, e.g. `"appendfsync (CONFIG GET
     /// denied)"`: a user whose ACL denies `INFO` or `CONFIG` (any
     /// `-@dangerous` user) still connects, and the fields above hold
     /// defaults for these. Empty when everything was read.
     pub unverified: Vec<String>,
 }
+
+/// The `hash-max-listpack-value` echomq suggests: job records with payloads
+/// up to this many bytes stay compact (a listpack).
+pub const SUGGESTED_HASH_MAX_LISTPACK_VALUE: u64 = 256;
 
 /// Names in [`ServerReport::unverified`], each followed by the reason.
 const UNVERIFIED_APPENDONLY: &str = "append-only file";
@@ -106,13 +115,14 @@ impl Client {
                 Err(e) => return Err(Error::from_redis(e)),
             },
         };
-        // One CONFIG GET for all three (Redis 7 takes several parameters).
+        // One CONFIG GET for all four (Redis 7 takes several parameters).
         // Managed servers often rename CONFIG: any failure leaves these unknown.
         let config: std::result::Result<HashMap<String, String>, &str> = redis::cmd("CONFIG")
             .arg("GET")
             .arg("appendfsync")
             .arg("appendonly")
             .arg("maxmemory-policy")
+            .arg("hash-max-listpack-value")
             .query_async(&mut conn)
             .await
             .map_err(|e| {
@@ -173,6 +183,7 @@ impl Client {
                 0
             }
         };
+        let hash_max_listpack_value = config_field("hash-max-listpack-value").and_then(|v| v.parse().ok());
         Ok(ServerReport {
             server,
             version,
@@ -180,6 +191,7 @@ impl Client {
             appendfsync,
             maxmemory_policy,
             connected_replicas,
+            hash_max_listpack_value,
             unverified,
         })
     }
@@ -210,6 +222,16 @@ impl Client {
         }
         if r.connected_replicas > 0 {
             warn!("replication is asynchronous: a failover can lose acknowledged jobs");
+        }
+        if let Some(v) = r
+            .hash_max_listpack_value
+            .filter(|v| *v < SUGGESTED_HASH_MAX_LISTPACK_VALUE)
+        {
+            info!(
+                hash_max_listpack_value = v,
+                "job records with payloads over {v} bytes take about 1.6x the memory (a hash table); \
+                 hash-max-listpack-value {SUGGESTED_HASH_MAX_LISTPACK_VALUE} keeps them compact"
+            );
         }
         let evicting = !matches!(r.maxmemory_policy.as_str(), "noeviction" | "unknown");
         if evicting && !allow_eviction {

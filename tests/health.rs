@@ -28,6 +28,8 @@ async fn self_check_reports_and_refuses_eviction() {
     assert!(r.appendonly);
     assert_eq!(r.appendfsync, "always");
     assert_eq!(r.maxmemory_policy, "noeviction");
+    // The servers' default, which a 100-byte payload exceeds.
+    assert_eq!(r.hash_max_listpack_value, Some(64));
     assert!(r.unverified.is_empty(), "{:?}", r.unverified);
     assert!(r.durability().contains("power loss"));
 

@@ -128,6 +128,7 @@ pub async fn doctor(ctx: &Ctx) -> Result<Output, Failure> {
             "appendfsync": report.appendfsync,
             "maxmemory_policy": report.maxmemory_policy,
             "connected_replicas": report.connected_replicas,
+            "hash_max_listpack_value": report.hash_max_listpack_value,
             "unverified": report.unverified,
             "durability": report.durability(),
             "function_libraries": libraries,
@@ -155,6 +156,15 @@ pub async fn doctor(ctx: &Ctx) -> Result<Output, Failure> {
         }
     );
     let _ = writeln!(text, "replicas    {}", report.connected_replicas);
+    if let Some(v) = report.hash_max_listpack_value {
+        let suggested = echomq::health::SUGGESTED_HASH_MAX_LISTPACK_VALUE;
+        let note = if v < suggested {
+            format!(" (job records with larger payloads take about 1.6x the memory; {suggested} keeps them compact)")
+        } else {
+            String::new()
+        };
+        let _ = writeln!(text, "records     hash-max-listpack-value {v}{note}");
+    }
     text.push('\n');
     if names.is_empty() {
         text.push_str(&ctx.no_queues());
