@@ -223,7 +223,9 @@ impl Maintenance {
     /// The task: reaps each queue when due, until no queue is registered.
     async fn run(self: Arc<Self>, _running: Running) {
         let mut link = Link::default();
-        let mut clock = clock::ClockWatch::default();
+        // One per node (slot, on a cluster): masters' clocks differ a
+        // little, and a look at one must not be compared with another's.
+        let mut clocks: HashMap<Option<String>, clock::ClockWatch> = HashMap::new();
         loop {
             let (due, wake_at) = {
                 let mut st = self.lock();
@@ -270,12 +272,17 @@ impl Maintenance {
             }
             // Read the server's clock right before reaping: a step since the
             // last look holds lease reaping (see `clock`).
-            if due.iter().any(|d| d.reap)
-                && let Err(e) = clock.look(&due[0].queue).await
-            {
-                tracing::debug!(error = %e, "TIME failed; the reap will fail too and be retried");
+            if due.iter().any(|d| d.reap) {
+                let q = &due[0].queue;
+                let node = q.conn().slot_group(q.base());
+                if let Err(e) = clocks.entry(node).or_default().look(q).await {
+                    tracing::debug!(error = %e, "TIME failed; the reap will fail too and be retried");
+                }
             }
-            let held = clock.held_for(Instant::now());
+            // A step seen on any node holds reaping everywhere: holding only
+            // delays a reap, which is the safe side.
+            let now = Instant::now();
+            let held = clocks.values().filter_map(|c| c.held_for(now)).max();
             for Due {
                 queue,
                 interval,
