@@ -1,6 +1,6 @@
-//! The connection every queue call goes through. Internal, so a cluster
-//! connection can take its place without touching the scripts or the API:
-//! every script is single-slot (a queue's keys share its hash tag).
+//! The connection every queue call goes through. Internal, so the kinds
+//! below share the scripts and the API: every script is single-slot (a
+//! queue's keys share its hash tag).
 //!
 //! Three kinds: one server (a [`ConnectionManager`], which reconnects
 //! to the same address), the master that Sentinel names, found again
