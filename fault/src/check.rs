@@ -131,6 +131,10 @@ pub struct Report {
     pub server_kills: usize,
     /// Server restarts.
     pub server_restarts: usize,
+    /// Torn tails left on the append-only file before a restart.
+    pub torn_tails: usize,
+    /// Forward steps of the server's clock.
+    pub clock_steps: usize,
     /// Network partitions (blackholes).
     pub partitions: usize,
     /// Connections dropped (proxy cuts, CLIENT KILL, acks cut in flight).
@@ -281,6 +285,8 @@ pub fn check(records: &[Record], state: &ServerState, opts: &CheckOptions) -> Re
                 "term_worker" => r.graceful_stops += 1,
                 "kill_server" => r.server_kills += 1,
                 "restart_server" => r.server_restarts += 1,
+                "torn_aof_tail" => r.torn_tails += 1,
+                "clock_step" => r.clock_steps += 1,
                 "partition" => r.partitions += 1,
                 "drop_connections" | "client_kill" | "cut_ack" => r.connection_drops += 1,
                 "script_flush" => r.script_flushes += 1,

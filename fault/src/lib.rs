@@ -4,6 +4,7 @@
 //! - [`state`]: the server's final state of a queue.
 //! - [`check`]: the invariants I1–I11 of `RELIABILITY.md`, checked on the
 //!   histories and the final state.
+//! - [`aof`]: torn append-only-file tails, as a crash mid-write leaves them.
 //! - [`args`]: the tiny `--name=value` parser of the binaries.
 //! - [`proxy`]: a TCP proxy that cuts connections, drops an ack in flight
 //!   or blackholes traffic, for loopback-only network faults.
@@ -18,6 +19,7 @@
 //! `tests/negative_controls.rs`.
 #![forbid(unsafe_code)]
 
+pub mod aof;
 pub mod args;
 pub mod check;
 pub mod harness;
