@@ -99,7 +99,11 @@ impl JobRecord {
 /// Reads the state of `queue` (default key prefix `emq`) from `url`.
 pub async fn read(url: &str, queue: &str) -> redis::RedisResult<ServerState> {
     let client = redis::Client::open(url)?;
-    let mut c = client.get_multiplexed_async_connection().await?;
+    // The client's default 500 ms is too short for one reply holding a
+    // whole run (the effect hashes and the completed set of 100,000 jobs
+    // in a debug build).
+    let config = redis::AsyncConnectionConfig::new().set_response_timeout(Some(std::time::Duration::from_secs(60)));
+    let mut c = client.get_multiplexed_async_connection_with_config(&config).await?;
     let base = format!("emq:{{{queue}}}:");
     let mut st = ServerState::default();
 
