@@ -650,7 +650,8 @@ pub fn server_restarts(ctx: &Ctx, jobs: u64, restarts: usize, limit: Duration) -
 /// producers use dedup ids, so dedup markers are among the writes torn.
 /// On Redis 7.0 the cut falls inside the transaction's `MULTI`
 /// (`aof::Cut::InMulti`): its loader applies a transaction torn later
-/// than that in part. Notes: `cut`, `tears` (what was appended each time),
+/// than that in part (`ECHOMQ_FAULT_TORN_CUT=anywhere` cuts anywhere
+/// there too). Notes: `cut`, `tears` (what was appended each time),
 /// `tails_dropped` (times the server's log says it dropped a torn tail
 /// while loading).
 pub fn torn_aof_tails(ctx: &Ctx, jobs: u64, restarts: usize, limit: Duration) -> Outcome {
@@ -678,7 +679,10 @@ fn restarts_run(ctx: &Ctx, label: &str, jobs: u64, restarts: usize, torn: bool, 
     let mut next = Instant::now() + Duration::from_millis(300);
     let mut restart_error = None;
     let mut tears = Vec::new();
-    let cut = if torn && redis_7_0(&mut run) {
+    // ECHOMQ_FAULT_TORN_CUT=anywhere cuts anywhere on Redis 7.0 too, to
+    // show what its loader then applies.
+    let anywhere = std::env::var("ECHOMQ_FAULT_TORN_CUT").is_ok_and(|v| v == "anywhere");
+    let cut = if torn && !anywhere && redis_7_0(&mut run) {
         crate::aof::Cut::InMulti
     } else {
         crate::aof::Cut::Anywhere
