@@ -770,12 +770,14 @@ fn faketime_mt() -> Option<&'static str> {
 /// call; its monotonic clock left alone) steps forward `steps` times by
 /// 3–30 s, past every lease, under load. Forward only: the checker's I6
 /// compares server times across attempts, which a backward step would
-/// reorder by design (`tests/clock.rs` covers backward steps). The
-/// recording reaper runs single passes, which do not hold reaping after
-/// a step (only `Reaper::run` and the maintenance task do), so each step
-/// reaps the live leases: the most stalls and lost leases a step can
-/// cause. `Err` says why it cannot run (no libfaketime, or a server that
-/// does not start under it: Debian's jemalloc-linked Redis 7.0).
+/// reorder by design (`tests/clock.rs` covers backward steps). Handlers
+/// take up to 200 ms, so every step finds leases held, and the recording
+/// reaper runs single passes, which do not hold reaping after a step
+/// (only `Reaper::run` and the maintenance task do): it reaps the held
+/// leases its next pass finds before their workers renew them, the most
+/// stalls and lost leases a step can cause. `Err` says why it cannot run
+/// (no libfaketime, or a server that does not start under it: Debian's
+/// jemalloc-linked Redis 7.0).
 pub fn clock_steps(ctx: &Ctx, jobs: u64, steps: usize) -> Result<Outcome, String> {
     let lib = faketime_mt().ok_or("libfaketime is missing (libfaketimeMT.so.1)")?;
     let file = std::env::temp_dir().join(format!(
@@ -808,6 +810,7 @@ pub fn clock_steps(ctx: &Ctx, jobs: u64, steps: usize) -> Result<Outcome, String
     for _ in 0..3 {
         run.worker(&WorkerOpts {
             lease_ms: 1000,
+            work_ms: 200,
             ..WorkerOpts::default()
         });
     }
