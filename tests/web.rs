@@ -34,6 +34,9 @@ fn the_web_example_over_http() {
         .args([
             "build",
             "--quiet",
+            // As scripts/test's `cargo test --workspace`: the same features,
+            // so the example it built is reused, not rebuilt.
+            "--workspace",
             "--example",
             "web",
             "--all-features",
