@@ -24,7 +24,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use echomq::server::LocalCluster;
-use echomq::{Client, ClientOptions, EnqueueOptions, Job, QueueOptions, Worker};
+use echomq::{Client, ClientOptions, EnqueueOptions, Job, QueueOptions, Retention, Worker};
 use serde_json::json;
 
 use support::{client_cpu_seconds, env_list, env_or, median, parse_info, round};
@@ -70,7 +70,7 @@ async fn run(masters: usize, n: usize, parts: usize, concurrency: usize) -> Run 
     .await
     .unwrap();
     let pq = client
-        .partitioned_queue_with("bench", parts, QueueOptions::new())
+        .partitioned_queue_with("bench", parts, QueueOptions::new().keep_completed(Retention::None))
         .await
         .unwrap();
 
@@ -97,12 +97,14 @@ async fn run(masters: usize, n: usize, parts: usize, concurrency: usize) -> Run 
         })
         .spawn()
         .unwrap();
-    loop {
-        let c = pq.counts().await.unwrap();
-        if c.completed as usize >= n || t1.elapsed() > Duration::from_secs(600) {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
+    // Watch the handler's count (no server calls), then wait for the last
+    // settlements (records are not kept: Retention::None).
+    while (done.load(Ordering::Relaxed) as usize) < n {
+        assert!(t1.elapsed() < Duration::from_secs(600), "jobs stopped running");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    while pq.counts().await.unwrap().active > 0 {
+        tokio::time::sleep(Duration::from_millis(5)).await;
     }
     let process_s = t1.elapsed().as_secs_f64();
     worker.shutdown().await.unwrap();

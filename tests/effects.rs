@@ -602,7 +602,15 @@ fn run_example(name: &str, args: &[&str]) -> serde_json::Value {
         // --workspace, as scripts/test's `cargo test --workspace`: the same
         // features unify, so the example it built is reused (with the root
         // package alone, redis, rcgen and echomq were rebuilt: 16 s).
-        .args(["build", "--quiet", "--workspace", "--message-format=json", "--example", name, features])
+        .args([
+            "build",
+            "--quiet",
+            "--workspace",
+            "--message-format=json",
+            "--example",
+            name,
+            features,
+        ])
         .arg("--manifest-path")
         .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/Cargo.toml"))
         .output()
