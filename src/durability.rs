@@ -166,15 +166,7 @@ impl Durability {
 /// (after a failover: a replica refuses `WAIT`; a cluster answers
 /// `MOVED`, `TRYAGAIN` or `CLUSTERDOWN`).
 fn confirms_nothing(e: &redis::RedisError) -> bool {
-    e.is_io_error()
-        || e.is_timeout()
-        || e.is_connection_dropped()
-        || e.is_connection_refusal()
-        || matches!(
-            e.code(),
-            Some("READONLY" | "MASTERDOWN" | "MOVED" | "ASK" | "TRYAGAIN" | "CLUSTERDOWN")
-        )
-        || e.detail().is_some_and(|d| d.contains("replica instances"))
+    crate::error::transient_redis(e) || e.detail().is_some_and(|d| d.contains("replica instances"))
 }
 
 /// How many confirmed: `WAIT`'s replica count, or `WAITAOF`'s local fsync

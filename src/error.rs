@@ -406,29 +406,26 @@ impl Error {
     pub fn is_transient(&self) -> bool {
         match self {
             Error::Timeout(_) | Error::NotDurable { .. } => true,
-            Error::Redis(e) => {
-                e.is_io_error()
-                    || e.is_timeout()
-                    || e.is_connection_dropped()
-                    || e.is_connection_refusal()
-                    || matches!(
-                        e.code(),
-                        Some(
-                            "LOADING"
-                                | "BUSY"
-                                | "TRYAGAIN"
-                                | "MASTERDOWN"
-                                | "READONLY"
-                                | "CLUSTERDOWN"
-                                | "MOVED"
-                                | "ASK"
-                        )
-                    )
-                    || e.kind() == redis::ErrorKind::ClusterConnectionNotFound
-            }
+            Error::Redis(e) => transient_redis(e),
             _ => false,
         }
     }
+}
+
+/// A transport failure (refused, dropped, timed out), a server still
+/// loading or busy, or a server or cluster in motion (a failover's
+/// `READONLY`, `MASTERDOWN` or `CLUSTERDOWN`, a resharding's `TRYAGAIN`,
+/// `MOVED`/`ASK` not followed in time): the same call may succeed later.
+pub(crate) fn transient_redis(e: &redis::RedisError) -> bool {
+    e.is_io_error()
+        || e.is_timeout()
+        || e.is_connection_dropped()
+        || e.is_connection_refusal()
+        || matches!(
+            e.code(),
+            Some("LOADING" | "BUSY" | "TRYAGAIN" | "MASTERDOWN" | "READONLY" | "CLUSTERDOWN" | "MOVED" | "ASK")
+        )
+        || e.kind() == redis::ErrorKind::ClusterConnectionNotFound
 }
 
 /// Every server error becomes ours through one mapping, so an ACL
