@@ -56,9 +56,9 @@ pub type WorkerHandle = ConsumerHandle;
 /// queue and at most [`MAX_QUEUES`]; each queue once (by prefix and name);
 /// weights 1 to [`MAX_WEIGHT`]; all queues made by the same
 /// [`Client`](crate::Client) (its connection, maintenance task and the
-/// server the one wake-up blocks on). Valkey Cluster is not supported yet:
-/// the wake-up's one blocking call names every queue's wake list, so they
-/// must be on one server.
+/// servers the wake-up blocks on). On a Valkey Cluster the queues may live
+/// on different masters: a blocking call names keys of one slot only, so
+/// the wake-up waits once per slot, each wait on a connection of its own.
 ///
 /// ```no_run
 /// # async fn demo(client: echomq::Client) -> echomq::Result<()> {
