@@ -45,8 +45,9 @@ use crate::job::{Counts, EnqueueOptions, Enqueued, JobInfo};
 use crate::keys::MAX_QUEUE_NAME_BYTES;
 use crate::queue::{Queue, QueueOptions};
 
-/// The most partitions a queue may have.
-pub const MAX_PARTITIONS: usize = 1_024;
+/// The most partitions a queue may have: as many queues as one
+/// [`Worker`](crate::Worker) serves, so one worker can serve them all.
+pub const MAX_PARTITIONS: usize = crate::consumer::MAX_QUEUES;
 
 /// A handle on a queue spread over partitions (see the [module
 /// docs](self)): cheap to clone.
