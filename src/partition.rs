@@ -72,6 +72,14 @@ fn fnv1a(bytes: &[u8]) -> u64 {
     h
 }
 
+/// What picks a job's partition: its lane, else its dedup id, else its id.
+fn routing_key(opts: &EnqueueOptions) -> Option<&str> {
+    opts.lane
+        .as_deref()
+        .or(opts.dedup.as_ref().map(|(d, _)| d.as_str()))
+        .or(opts.id.as_deref())
+}
+
 impl PartitionedQueue {
     pub(crate) async fn open(client: &Client, name: &str, partitions: usize, opts: QueueOptions) -> Result<Self> {
         if !(1..=MAX_PARTITIONS).contains(&partitions) {
@@ -128,24 +136,14 @@ impl PartitionedQueue {
         if opts.id.is_none() {
             opts.id = Some(uuid::Uuid::new_v4().to_string());
         }
-        let key = opts
-            .lane
-            .as_deref()
-            .or(opts.dedup.as_ref().map(|(d, _)| d.as_str()))
-            .or(opts.id.as_deref())
-            .unwrap_or_default();
-        (self.index_of(key), opts)
+        let i = routing_key(&opts).map_or(0, |k| self.index_of(k));
+        (i, opts)
     }
 
     /// The partition `opts` would send a job to (by its lane, dedup id or
     /// id; `None` for a job without any, which goes to a random one).
     pub fn partition_for(&self, opts: &EnqueueOptions) -> Option<&Queue> {
-        let key = opts
-            .lane
-            .as_deref()
-            .or(opts.dedup.as_ref().map(|(d, _)| d.as_str()))
-            .or(opts.id.as_deref())?;
-        Some(&self.parts[self.index_of(key)])
+        Some(&self.parts[self.index_of(routing_key(opts)?)])
     }
 
     /// Enqueues `payload` with default options (an id made here, see the
