@@ -118,9 +118,22 @@ end
 -- meta hash holds the setting every process honours: `evoff` (events off)
 -- and `evmax` (the stream's approximate cap, else EVENTS_MAX). It is read
 -- once per script call (ev_cap caches it for the call).
+--
+-- A call's events are kept in order and written when the call ends
+-- (end_call): consecutive events of one kind go into one stream entry of
+-- up to EVENTS_PER_ENTRY jobs, `e` the event, `n` how many, `j` a JSON array
+-- holding each job's fields as a flat array ("id", ID, "a", ...); a run
+-- of one is written as a plain entry, as above. A claim or settlement of
+-- 64 jobs is then one XADD instead of 64, which was a third of the
+-- server's time per job (README "Performance"); readers expand the
+-- entries (src/events.rs). Each XADD trims the stream to about cap / n
+-- entries, so it holds about `cap` events whatever the runs' lengths.
+-- A call that raises part-way writes none of its events.
 local EVENTS_MAX = 10000
 local EVENT_TEXT_MAX = 512
+local EVENTS_PER_ENTRY = 64
 local ev_cap -- nil: not read yet in this call; false: events off; else the cap
+local ev_runs -- this call's events not written yet: {prefix, event, jobs}, in order
 
 -- The running call's ARGV. A plain script's helpers could read ARGV as a
 -- global; a library function gets it as a parameter, so new_call keeps it
@@ -139,6 +152,7 @@ local call_argv
 local function new_call(keys, argv)
   rcall = redis.call
   ev_cap = nil
+  ev_runs = {}
   call_argv = argv
   local n = #keys
   if n > 0 and string.sub(keys[n], -14) == ':reshard-guard' then keys[n] = nil end
@@ -163,31 +177,60 @@ local function ev_text(s)
   return s
 end
 
--- Appends event `event` of job `id` ("" for a queue event) with the
--- fields `extra` (a flat list, nil values skipped in pairs).
+-- Records event `event` of job `id` ("" for a queue event) with the
+-- fields `extra` (a flat list, nil values skipped in pairs), to be written
+-- when the call ends (end_call).
 local function emit(prefix, event, id, extra)
   local cap = events_on(prefix)
   if not cap then return end
-  local args = {prefix .. 'events', 'MAXLEN', '~', cap, '*', 'e', event}
+  local f = {}
   if id ~= '' then
-    args[#args + 1] = 'id'
-    args[#args + 1] = id
+    f[1] = 'id'
+    f[2] = id
   end
   if extra then
     for i = 1, #extra, 2 do
       local v = extra[i + 1]
       if v and v ~= '' then
-        args[#args + 1] = extra[i]
-        args[#args + 1] = v
+        f[#f + 1] = extra[i]
+        f[#f + 1] = v
       end
     end
   end
-  -- pcall: a script raising part-way keeps its earlier writes (there is
-  -- no rollback), so an XADD refused (a user whose ACL lacks +xadd, a
-  -- foreign key of another type at the stream's name) must not tear the
-  -- transition: the event is lost instead, and no more are tried in this call.
-  local r = redis.pcall('XADD', unpack(args))
-  if type(r) == 'table' and r.err then ev_cap = false end
+  local run = ev_runs[#ev_runs]
+  if id == '' or not run or run.event ~= event or run.prefix ~= prefix or #run.jobs >= EVENTS_PER_ENTRY then
+    run = {prefix = prefix, event = event, cap = cap, jobs = {}}
+    ev_runs[#ev_runs + 1] = run
+  end
+  run.jobs[#run.jobs + 1] = f
+end
+
+-- Ends a call: writes its events (emit), one entry per run, and returns
+-- `result`, the call's reply.
+local function end_call(result)
+  local runs = ev_runs
+  ev_runs = {}
+  for _, run in ipairs(runs) do
+    -- a refused XADD (below) stops the rest of the call's events
+    if ev_cap == false then break end
+    local n = #run.jobs
+    local args = {run.prefix .. 'events', 'MAXLEN', '~', int_s(math.ceil(run.cap / n)), '*', 'e', run.event}
+    if n == 1 then
+      for _, v in ipairs(run.jobs[1]) do args[#args + 1] = v end
+    else
+      args[8] = 'n'
+      args[9] = int_s(n)
+      args[10] = 'j'
+      args[11] = cjson.encode(run.jobs)
+    end
+    -- pcall: a script raising part-way keeps its earlier writes (there is
+    -- no rollback), so an XADD refused (a user whose ACL lacks +xadd, a
+    -- foreign key of another type at the stream's name) must not raise
+    -- after the call's transitions: the events are lost instead.
+    local r = redis.pcall('XADD', unpack(args))
+    if type(r) == 'table' and r.err then ev_cap = false end
+  end
+  return result
 end
 
 -- emit for job `id` (record `jk`), with its attempt, token, lane and kind
@@ -537,19 +580,37 @@ local function from_pending(pending_key, id, ln)
   return rcall('ZREM', pending_key, id) == 1
 end
 
--- A new job, not stored yet (store_job does): mints its number from the
--- counter `seq_key` (an empty `id` becomes that number: minted ids are all
+-- Hands out job numbers from the counter `seq_key`: `mint(left)` returns
+-- the next, taking numbers for the `left` jobs still to come in one INCRBY
+-- when it has none (a bulk enqueue then pays one command, not one per
+-- job). A job of the batch refused afterwards (an existing id, a dedup
+-- marker) leaves its number unused: numbers order jobs and name minted
+-- ids, and need not be consecutive.
+local function minter(seq_key)
+  local nxt, last = 1, 0
+  return function(left)
+    if nxt > last then
+      last = rcall('INCRBY', seq_key, left)
+      nxt = last - left + 1
+    end
+    nxt = nxt + 1
+    return nxt - 1
+  end
+end
+
+-- A new job, not stored yet (store_job does), numbered `seq` (minter; an
+-- empty `id` becomes that number: minted ids are all
 -- digits, which caller ids may not be, src/job.rs) and returns its id, its
--- pending score and its hash fields: state delayed with a `due` time, else
+-- pending score (a decimal string) and its hash fields: state delayed with a `due` time, else
 -- pending; `lm` its limits ("" for the defaults, then no field); `lane`
 -- its lane ("" for none); `kind` its kind ("" or nil for none: no `kd`
 -- field, as records from before kinds have none); `tp` its traceparent
 -- ("" or nil for none).
-local function new_job(seq_key, id, payload, priority, lm, lane, due, now, kind, tp)
-  local seq = rcall('INCR', seq_key)
+local function new_job(seq, id, payload, priority, lm, lane, due, now, kind, tp)
   if id == '' then id = int_s(seq) end
-  local score = (127 - priority) * PRIO_STEP + seq
-  local h = {'p', payload, 'sc', score, 'ct', now, 'st', 'pending'}
+  -- as decimal strings: a number argument is formatted with %.17g, which costs more
+  local score = int_s((127 - priority) * PRIO_STEP + seq)
+  local h = {'p', payload, 'sc', score, 'ct', int_s(now), 'st', 'pending'}
   if due then h[8] = 'delayed' end
   if lm ~= '' then h[#h + 1] = 'lm'; h[#h + 1] = lm end
   if lane ~= '' then h[#h + 1] = 'ln'; h[#h + 1] = lane end
@@ -572,7 +633,7 @@ local function store_job(prefix, pending_key, delayed_key, id, score, due, h, la
     emit(prefix, 'enqueued', id, {'ln', lane, 'kd', kind, 'due', due and int_s(due)})
   end
   if due then
-    rcall('ZADD', delayed_key, due, id)
+    rcall('ZADD', delayed_key, int_s(due), id)
     return false
   end
   if lane ~= '' then
@@ -982,6 +1043,14 @@ local function check_owner(jk, token, op, now)
   return {CODE.LEASE_LOST, now}
 end
 
+-- check_owner's reply for a job whose record this call settles and
+-- deletes (finish, with moves.gone): `lo` is the record's settlements as
+-- finish left them.
+local function settled_in_call(lo, token, op, now)
+  if string.find(' ' .. lo .. ' ', ' ' .. op .. ':' .. token .. ' ', 1, true) then return {CODE.ALREADY, now} end
+  return {CODE.LEASE_LOST, now}
+end
+
 -- The `lo` field after settlement `op` with `token`: newest first, at most
 -- LO_KEEP entries.
 local function remember(owner, op, token)
@@ -1039,9 +1108,20 @@ local function finish(moves, prefix, jk, id, state, now, keep, dd, fields, owner
     if sget(mk) == id then rcall('DEL', mk) end
   end
   local now_s = int_s(now)
-  -- Written even when the record is about to be deleted, so a later item
-  -- of the same call sees the job settled (check_owner reads the hash).
-  rcall('HSET', jk, 'st', state, 'ft', now_s, unpack(fields))
+  if keep.n == 0 and moves.gone then
+    -- The record is deleted at the end of the call: a later item of the
+    -- same call learns that it was settled from moves.gone (settled_in_call),
+    -- not from the hash (one write less per job).
+    local lo = ''
+    for i = 1, #fields, 2 do
+      if fields[i] == 'lo' then lo = fields[i + 1] end
+    end
+    moves.gone[jk] = lo
+  else
+    -- Written even when the record is about to be deleted, so a later item
+    -- of the same call sees the job settled (check_owner reads the hash).
+    rcall('HSET', jk, 'st', state, 'ft', now_s, unpack(fields))
+  end
   if events_on(prefix) then
     local err
     for i = 1, #fields, 2 do

@@ -40,6 +40,7 @@ local n = tonumber(ARGV[2])
 local now = server_now()
 local out = {now}
 local woken = 0
+local mint = minter(seq_key)
 
 -- Sets dedup marker `mk` to job `id`: for `ttl` ms, or (ttl 0) until the
 -- job finishes, which finish() and remove.lua learn from the job's `dd`
@@ -117,7 +118,7 @@ for j = 0, n - 1 do
   end
   if status == CODE.OK then
     local score, h
-    id, score, h = new_job(seq_key, id, payload, priority, lm, lane, due, now, kind, tp)
+    id, score, h = new_job(mint(n - j), id, payload, priority, lm, lane, due, now, kind, tp)
     if mk then hold(mk, id, dedup_ttl, dedup, h) end
     if store_job(prefix, pending_key, delayed_key, id, score, due, h, lane) then woken = woken + 1 end
   end

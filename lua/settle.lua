@@ -52,11 +52,18 @@ local now = server_now()
 local out = {now}
 local moves = new_moves()
 moves.defer = ARGV[6 + n * 5] ~= nil
+-- records this call deletes are not stamped first (common.lua finish)
+moves.gone = {}
 for i = 0, n - 1 do
   local b = 5 + i * 5
   local op, id, token = ARGV[b], ARGV[b + 1], ARGV[b + 2]
   local jk = prefix .. 'job:' .. id
-  local r, owner = check_owner(jk, token, op, now)
+  local r, owner
+  if moves.gone[jk] then
+    r = settled_in_call(moves.gone[jk], token, op, now)
+  else
+    r, owner = check_owner(jk, token, op, now)
+  end
   if not r then
     if op == 'c' then r = settle_complete(moves, prefix, jk, id, token, now, keep_completed, owner, ARGV[b + 4])
     elseif op == 'x' or owner.cx then

@@ -1,18 +1,23 @@
 //! Lifecycle events: what happened to a queue's jobs, in order, from any
 //! process.
 //!
-//! Every state transition appends one entry to the queue's capped stream
+//! Every state transition appends an event to the queue's capped stream
 //! (`PREFIX:{Q}:events`) inside the same script that makes the transition,
 //! so the events never disagree with the state: an event is there exactly
 //! when its transition happened. The stream id is the server's time of the
-//! transition. [`Queue::events`] opens an [`EventReader`] that reads them
+//! transition. Consecutive events of one kind made by one script call (a
+//! claim or settlement of many jobs, a bulk enqueue) share one stream
+//! entry of up to 64 events, which costs the server one write instead of
+//! one per job; a reader hands them out one by one, each with an id of its
+//! own ([`QueueEvent::id`]). [`Queue::events`] opens an [`EventReader`] that reads them
 //! from a given point ([`EventCursor`]) on a connection of its own, and
 //! waits for new ones.
 //!
 //! Whether a queue records events, and how many it keeps (the stream is
 //! trimmed to about [`EventSettings::max_len`] entries), are stored on the
 //! server, in the queue's meta hash, so every process honours them:
-//! [`Queue::set_events`]. Events are on by default
+//! [`Queue::set_events`]. The cap counts events: each write trims the
+//! stream to about `max_len` divided by the events in that entry. Events are on by default
 //! ([`DEFAULT_EVENTS_MAX_LEN`] kept).
 //!
 //! A reader that falls more than the cap behind loses events; it says so
@@ -114,7 +119,8 @@ pub enum EventCursor {
 
 impl EventCursor {
     /// `"$"` or `"now"`: [`Now`](Self::Now); `"0"` or `"start"`:
-    /// [`Start`](Self::Start); an event id (`MS-SEQ` or `MS`): after it.
+    /// [`Start`](Self::Start); an event id (`MS-SEQ`, `MS-SEQ.I` or `MS`):
+    /// after it.
     ///
     /// # Errors
     /// [`Error::InvalidId`] for anything else.
@@ -130,16 +136,31 @@ impl EventCursor {
             Err(Error::InvalidId {
                 what: "event id",
                 value: crate::error::excerpt(s),
-                reason: "must be an event id (MS-SEQ), \"0\" (the start) or \"$\" (now)",
+                reason: "must be an event id (MS-SEQ or MS-SEQ.I), \"0\" (the start) or \"$\" (now)",
             })
         }
     }
 }
 
-/// A stream id `MS-SEQ` (or `MS`) as numbers.
-fn parse_id(s: &str) -> Option<(u64, u64)> {
-    let (ms, seq) = s.split_once('-').unwrap_or((s, "0"));
-    Some((ms.parse().ok()?, seq.parse().ok()?))
+/// An event id as numbers: the stream entry's `MS-SEQ` (or `MS`), and for
+/// an event of an entry that holds several, its place in the entry
+/// (`MS-SEQ.I`).
+fn parse_id(s: &str) -> Option<(u64, u64, Option<usize>)> {
+    let (entry, index) = match s.split_once('.') {
+        Some((e, i)) => (e, Some(i.parse().ok()?)),
+        None => (s, None),
+    };
+    let (ms, seq) = entry.split_once('-').unwrap_or((entry, "0"));
+    Some((ms.parse().ok()?, seq.parse().ok()?, index))
+}
+
+/// The stream entry of event id `id` and the event's place in it (`None`:
+/// the whole entry, as for an entry of one event).
+fn split_id(id: &str) -> (&str, Option<usize>) {
+    match id.split_once('.') {
+        Some((entry, i)) => (entry, i.parse().ok()),
+        None => (id, None),
+    }
 }
 
 /// What happened.
@@ -252,8 +273,9 @@ impl fmt::Display for EventKind {
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct QueueEvent {
-    /// The stream id (`MS-SEQ`): save it to resume after this event
-    /// ([`EventCursor::After`]).
+    /// The event's id: the stream entry's id (`MS-SEQ`), followed by
+    /// `.I` for the I-th event (from 0) of an entry that holds several.
+    /// Save it to resume after this event ([`EventCursor::After`]).
     pub id: String,
     /// When it happened: server ms since the Unix epoch (the id's first part).
     pub at_ms: u64,
@@ -280,7 +302,7 @@ pub struct QueueEvent {
 
 impl QueueEvent {
     fn from_entry(id: String, fields: Vec<(String, String)>) -> QueueEvent {
-        let at_ms = parse_id(&id).map_or(0, |(ms, _)| ms);
+        let at_ms = parse_id(&id).map_or(0, |(ms, _, _)| ms);
         let mut ev = QueueEvent {
             id,
             at_ms,
@@ -382,7 +404,7 @@ impl EventReader {
             .arg(ms)
             .arg("STREAMS")
             .arg(&self.queue.keys().events)
-            .arg(&self.cursor);
+            .arg(split_id(&self.cursor).0);
         let r = tokio::time::timeout(wait + Duration::from_secs(1), cmd.query_async::<Value>(&mut self.conn))
             .await
             .map_err(|_| Error::Timeout(wait))?
@@ -402,22 +424,30 @@ impl EventReader {
     }
 
     /// Reads the next batch after the cursor, and (in the same
-    /// transaction) whether the cursor's own event is still there: the
+    /// transaction) whether the cursor's own entry is still there: the
     /// stream is trimmed oldest first, so when it is, nothing after it was
-    /// trimmed.
+    /// trimmed. After an event that is not its entry's last, the batch
+    /// starts with the rest of that entry.
     async fn fetch(&mut self) -> Result<()> {
         let key = &self.queue.keys().events;
+        let (entry, index) = split_id(&self.cursor);
+        let entry = entry.to_owned();
+        let from = match index {
+            Some(_) => entry.clone(),
+            None => format!("({entry}"),
+        };
         let mut pipe = redis::pipe();
         pipe.atomic();
-        pipe.cmd("XRANGE").arg(key).arg(&self.cursor).arg(&self.cursor);
-        pipe.cmd("XRANGE")
-            .arg(key)
-            .arg(format!("({}", self.cursor))
-            .arg("+")
-            .arg("COUNT")
-            .arg(BATCH);
+        pipe.cmd("XRANGE").arg(key).arg(&entry).arg(&entry);
+        pipe.cmd("XRANGE").arg(key).arg(from).arg("+").arg("COUNT").arg(BATCH);
         let (own, batch): (Value, Value) = pipe.query_async(&mut self.conn).await.map_err(Error::from_redis)?;
-        let batch = entries(batch)?;
+        let mut batch = entries(batch)?;
+        if let Some(last) = index {
+            batch.retain(|ev| match split_id(&ev.id) {
+                (e, Some(i)) if e == entry => i > last,
+                _ => true,
+            });
+        }
         if self.check && entries(own)?.is_empty() {
             // The cursor's event is gone: anything between it and the
             // oldest event left may have been trimmed unread.
@@ -433,11 +463,18 @@ impl EventReader {
     }
 }
 
-/// The entries of an XRANGE reply.
+/// The events of an XRANGE reply, in order: one per plain entry, and one
+/// per job of an entry that holds several (fields `e`, `n` and `j`, the
+/// JSON array of each job's flat field list; lua/common.lua `end_call`).
 fn entries(v: Value) -> Result<Vec<QueueEvent>> {
     let bad = |detail: &str| Error::Protocol {
         script: "XRANGE",
         detail: detail.to_owned(),
+    };
+    let text = |v: Value| -> Result<String> {
+        let b: Vec<u8> = redis::from_redis_value(v).map_err(|e| bad(&e.to_string()))?;
+        // Error texts are cut at a byte count, perhaps inside a character.
+        Ok(String::from_utf8(b).unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned()))
     };
     let Value::Array(items) = v else {
         return Err(bad("not an array"));
@@ -451,30 +488,37 @@ fn entries(v: Value) -> Result<Vec<QueueEvent>> {
             return Err(bad("an entry is not [id, fields]"));
         }
         let fields = pair.pop().unwrap_or(Value::Nil);
-        let id: String = redis::from_redis_value(pair.pop().unwrap_or(Value::Nil)).map_err(|e| bad(&e.to_string()))?;
-        let fields: Vec<(String, String)> = match fields {
-            Value::Array(f) => {
-                let mut kv = Vec::with_capacity(f.len() / 2);
-                let mut it = f.into_iter();
-                while let (Some(k), Some(v)) = (it.next(), it.next()) {
-                    let k: String = redis::from_redis_value(k).map_err(|e| bad(&e.to_string()))?;
-                    let v: String = redis::from_redis_value(v).map_err(|e| bad(&e.to_string()))?;
-                    kv.push((k, v));
-                }
-                kv
-            }
-            Value::Map(m) => {
-                let mut kv = Vec::with_capacity(m.len());
-                for (k, v) in m {
-                    let k: String = redis::from_redis_value(k).map_err(|e| bad(&e.to_string()))?;
-                    let v: String = redis::from_redis_value(v).map_err(|e| bad(&e.to_string()))?;
-                    kv.push((k, v));
-                }
-                kv
-            }
+        let id = text(pair.pop().unwrap_or(Value::Nil))?;
+        let flat: Vec<Value> = match fields {
+            Value::Array(f) => f,
+            Value::Map(m) => m.into_iter().flat_map(|(k, v)| [k, v]).collect(),
             _ => return Err(bad("an entry's fields are not an array")),
         };
-        out.push(QueueEvent::from_entry(id, fields));
+        let mut kv = Vec::with_capacity(flat.len() / 2);
+        let mut it = flat.into_iter();
+        while let (Some(k), Some(v)) = (it.next(), it.next()) {
+            kv.push((text(k)?, text(v)?));
+        }
+        let Some(jobs) = kv.iter().position(|(k, _)| k == "j") else {
+            out.push(QueueEvent::from_entry(id, kv));
+            continue;
+        };
+        let jobs: Vec<Vec<String>> =
+            serde_json::from_str(&kv[jobs].1).map_err(|e| bad(&format!("an entry's jobs: {e}")))?;
+        let kind = kv
+            .iter()
+            .find(|(k, _)| k == "e")
+            .map(|(_, v)| v.clone())
+            .unwrap_or_default();
+        for (i, job) in jobs.into_iter().enumerate() {
+            let mut fields = Vec::with_capacity(job.len() / 2 + 1);
+            fields.push(("e".to_owned(), kind.clone()));
+            let mut it = job.into_iter();
+            while let (Some(k), Some(v)) = (it.next(), it.next()) {
+                fields.push((k, v));
+            }
+            out.push(QueueEvent::from_entry(format!("{id}.{i}"), fields));
+        }
     }
     Ok(out)
 }
@@ -608,8 +652,48 @@ mod tests {
             EventCursor::parse("1700000000000-3").unwrap(),
             EventCursor::After("1700000000000-3".into())
         );
+        assert_eq!(
+            EventCursor::parse("1700000000000-3.63").unwrap(),
+            EventCursor::After("1700000000000-3.63".into())
+        );
         assert!(EventCursor::parse("abc").is_err());
         assert!(EventCursor::parse("1-x").is_err());
+        assert!(EventCursor::parse("1-2.x").is_err());
+    }
+
+    // A plain entry reads as one event; an entry of several as one event
+    // each, with the entry's kind and ids ENTRY.I.
+    #[test]
+    fn entries_of_several_events_expand() {
+        let b = |s: &str| Value::BulkString(s.as_bytes().to_vec());
+        let entry = |id: &str, f: &[&str]| Value::Array(vec![b(id), Value::Array(f.iter().map(|x| b(x)).collect())]);
+        let v = Value::Array(vec![
+            entry("5-0", &["e", "claimed", "id", "7", "a", "1"]),
+            entry(
+                "6-1",
+                &[
+                    "e",
+                    "completed",
+                    "n",
+                    "2",
+                    "j",
+                    r#"[["id","8","tk","3"],["id","9","ln","x\/y"]]"#,
+                ],
+            ),
+        ]);
+        let evs = entries(v).unwrap();
+        let ids: Vec<&str> = evs.iter().map(|e| e.id.as_str()).collect();
+        assert_eq!(ids, ["5-0", "6-1.0", "6-1.1"]);
+        assert_eq!(evs[0].kind, EventKind::Claimed);
+        assert_eq!(evs[0].attempt, Some(1));
+        assert_eq!(evs[1].kind, EventKind::Completed);
+        assert_eq!(evs[1].job_id.as_deref(), Some("8"));
+        assert_eq!(evs[1].token, Some(3));
+        assert_eq!(evs[2].job_id.as_deref(), Some("9"));
+        assert_eq!(evs[2].lane.as_deref(), Some("x/y"));
+        assert_eq!(evs[2].at_ms, 6);
+        let junk = Value::Array(vec![entry("7-0", &["e", "completed", "j", "[1,"])]);
+        assert!(matches!(entries(junk), Err(Error::Protocol { .. })));
     }
 
     // Every known name parses back to itself; unknown ones are kept.

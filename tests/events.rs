@@ -226,7 +226,14 @@ async fn the_cap_holds_and_a_trimmed_cursor_is_reported() {
         .query_async(&mut c)
         .await
         .unwrap();
-    assert!(len <= 10 + 100, "{len} events kept");
+    assert!(len <= 10 + 100, "{len} entries kept");
+    // The cap counts events: each write of an entry of n trims to about cap / n entries.
+    let mut all = q.events(EventCursor::Start).await.unwrap();
+    let mut kept = 0;
+    while all.next_within(Duration::ZERO).await.unwrap().is_some() {
+        kept += 1;
+    }
+    assert!(kept <= 3 * 64, "{kept} events kept in {len} entries");
     let mut late = q.events(EventCursor::After(saved.clone())).await.unwrap();
     match late.next_within(Duration::from_secs(1)).await {
         Err(Error::EventsTrimmed { after, .. }) => assert_eq!(after, saved),
@@ -258,6 +265,58 @@ async fn a_reader_resumes_from_a_saved_id_without_loss_or_duplicates() {
         q.events(EventCursor::After("junk".into())).await,
         Err(Error::InvalidId { .. })
     ));
+}
+
+// A call's events of one kind share stream entries of up to 64 (one
+// write each); readers see one event per job, in order, each with an id of
+// its own that a new reader resumes after, mid-entry or not.
+#[tokio::test]
+async fn a_calls_events_share_entries_and_read_one_by_one() {
+    let (s, q) = setup("ev-entries").await;
+    let ids = q.enqueue_bulk(&vec![0u32; 150]).await.unwrap();
+    let key = format!("emq:{{{}}}:events", q.name());
+    let mut c = raw(&s).await;
+    let len: u64 = redis::cmd("XLEN").arg(&key).query_async(&mut c).await.unwrap();
+    assert_eq!(len, 3, "150 enqueues in entries of 64, 64 and 22");
+    let mut r = q.events(EventCursor::Start).await.unwrap();
+    let evs = take(&mut r, 150).await;
+    none_left(&mut r).await;
+    let seen: Vec<String> = evs.iter().filter_map(|e| e.job_id.clone()).collect();
+    assert_eq!(seen, ids);
+    assert!(evs.iter().all(|e| e.kind == EventKind::Enqueued));
+    let distinct: std::collections::HashSet<&str> = evs.iter().map(|e| e.id.as_str()).collect();
+    assert_eq!(distinct.len(), 150);
+    assert!(
+        evs[0].id.ends_with(".0") && evs[64].id.ends_with(".0"),
+        "{} {}",
+        evs[0].id,
+        evs[64].id
+    );
+    // Resuming after any of them gives exactly the rest.
+    for at in [0, 62, 63, 64, 100, 149] {
+        let mut again = q.events(EventCursor::After(evs[at].id.clone())).await.unwrap();
+        let rest = take(&mut again, 149 - at).await;
+        none_left(&mut again).await;
+        assert_eq!(rest, evs[at + 1..], "after event {at}");
+    }
+    // A claim of many and its settlement: one entry each.
+    let mut now = q.events(EventCursor::Now).await.unwrap();
+    let leases = q.claim(64, Duration::from_secs(30)).await.unwrap();
+    assert_eq!(leases.len(), 64);
+    let complete = echomq::Settle::Complete;
+    let items: Vec<_> = leases.iter().map(|l| (l, &complete)).collect();
+    for r in q.settle_many(&items).await.unwrap() {
+        r.unwrap();
+    }
+    let evs = take(&mut now, 128).await;
+    assert!(evs[..64].iter().all(|e| e.kind == EventKind::Claimed));
+    assert!(evs[64..].iter().all(|e| e.kind == EventKind::Completed));
+    for (e, l) in evs[..64].iter().zip(&leases) {
+        assert_eq!(e.job_id.as_deref(), Some(l.id()));
+        assert_eq!(e.token, Some(l.token()));
+    }
+    let len: u64 = redis::cmd("XLEN").arg(&key).query_async(&mut c).await.unwrap();
+    assert_eq!(len, 5);
 }
 
 // A reader started at a server time sees exactly the events from that millisecond on.

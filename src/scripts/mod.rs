@@ -102,7 +102,9 @@ pub(crate) static LIBRARY: LazyLock<Library> = LazyLock::new(|| library(&SCRIPTS
 
 /// Assembles the library: common.lua, then one function per script. Each
 /// function first forgets the per-call caches common.lua keeps in its
-/// top-level locals (which, in a library, live from one call to the next).
+/// top-level locals (which, in a library, live from one call to the next),
+/// runs the script's body as a closure (it may return anywhere), and ends
+/// by writing the call's lifecycle events (common.lua `end_call`).
 /// A build with `--cfg echomq_faults` (the fault suite's negative
 /// controls, never a normal build) then breaks the guarantees named in
 /// `ECHOMQ_FAULT` (see [`crate::faults`]).
@@ -112,9 +114,9 @@ fn library(specs: &[&Spec]) -> Library {
     for spec in specs {
         body.push_str("\nredis.register_function('emq_@HASH@_");
         body.push_str(spec.name);
-        body.push_str("', function(KEYS, ARGV)\nnew_call(KEYS, ARGV)\n");
+        body.push_str("', function(KEYS, ARGV)\nnew_call(KEYS, ARGV)\nreturn end_call((function()\n");
         body.push_str(spec.body);
-        body.push_str("\nend)\n");
+        body.push_str("\nend)())\nend)\n");
     }
     #[cfg(echomq_faults)]
     let body = crate::faults::apply(&body);
