@@ -177,9 +177,29 @@ local function ev_text(s)
   return s
 end
 
+-- Appends field `k` with value `v` to event fields `f`, unless `v` is
+-- nil, false (a missing hash field) or "".
+local function put(f, k, v)
+  if v and v ~= '' then
+    f[#f + 1] = k
+    f[#f + 1] = v
+  end
+end
+
+-- Adds an event's fields `f` (flat, "id" first for a job's event, else a
+-- queue event) to this call's runs, to be written when the call ends
+-- (end_call). `cap`: the queue's events_on.
+local function record(prefix, event, f, cap)
+  local run = ev_runs[#ev_runs]
+  if f[1] ~= 'id' or not run or run.event ~= event or run.prefix ~= prefix or #run.jobs >= EVENTS_PER_ENTRY then
+    run = {prefix = prefix, event = event, cap = cap, jobs = {}}
+    ev_runs[#ev_runs + 1] = run
+  end
+  run.jobs[#run.jobs + 1] = f
+end
+
 -- Records event `event` of job `id` ("" for a queue event) with the
--- fields `extra` (a flat list, nil values skipped in pairs), to be written
--- when the call ends (end_call).
+-- fields `extra` (a flat list, nil values skipped in pairs).
 local function emit(prefix, event, id, extra)
   local cap = events_on(prefix)
   if not cap then return end
@@ -189,20 +209,9 @@ local function emit(prefix, event, id, extra)
     f[2] = id
   end
   if extra then
-    for i = 1, #extra, 2 do
-      local v = extra[i + 1]
-      if v and v ~= '' then
-        f[#f + 1] = extra[i]
-        f[#f + 1] = v
-      end
-    end
+    for i = 1, #extra, 2 do put(f, extra[i], extra[i + 1]) end
   end
-  local run = ev_runs[#ev_runs]
-  if id == '' or not run or run.event ~= event or run.prefix ~= prefix or #run.jobs >= EVENTS_PER_ENTRY then
-    run = {prefix = prefix, event = event, cap = cap, jobs = {}}
-    ev_runs[#ev_runs + 1] = run
-  end
-  run.jobs[#run.jobs + 1] = f
+  record(prefix, event, f, cap)
 end
 
 -- Ends a call: writes its events (emit), one entry per run, and returns
@@ -237,14 +246,24 @@ end
 -- (`known`: a table of them, a, tk, ln, kd, when the caller holds them;
 -- else read from the record), then `extra`.
 local function emit_job(prefix, event, id, jk, extra, known)
-  if not events_on(prefix) then return end
-  local f = known or hfields(jk, 'a', 'tk', 'ln', 'kd') or {}
-  if known then f = {known.a, known.tk, known.ln, known.kd} end
-  local fields = {'a', f[1], 'tk', f[2], 'ln', f[3], 'kd', f[4]}
-  if extra then
-    for i = 1, #extra do fields[#fields + 1] = extra[i] end
+  local cap = events_on(prefix)
+  if not cap then return end
+  local a, tk, ln, kd
+  if known then
+    a, tk, ln, kd = known.a, known.tk, known.ln, known.kd
+  else
+    local r = hfields(jk, 'a', 'tk', 'ln', 'kd')
+    if r then a, tk, ln, kd = r[1], r[2], r[3], r[4] end
   end
-  emit(prefix, event, id, fields)
+  local f = {'id', id}
+  put(f, 'a', a)
+  put(f, 'tk', tk)
+  put(f, 'ln', ln)
+  put(f, 'kd', kd)
+  if extra then
+    for i = 1, #extra, 2 do put(f, extra[i], extra[i + 1]) end
+  end
+  record(prefix, event, f, cap)
 end
 
 -- The queue prefix and job id of job key `jk` (PREFIX:{Q}:job:ID: the
@@ -622,8 +641,10 @@ end
 -- Stores job `id` with hash fields `h` (new_job's, perhaps with more) on
 -- delayed until `due`, or on pending at `score` (on lane `lane` unless it
 -- is ""). Returns true when it went to pending (the caller wakes a
--- consumer for it).
-local function store_job(prefix, pending_key, delayed_key, id, score, due, h, lane)
+-- consumer for it). With `adds` ({pending = {}, delayed = {}}) the set
+-- moves of unlaned jobs are collected there for one variadic ZADD per set
+-- (add_all), which a bulk enqueue pays once instead of once per job.
+local function store_job(prefix, pending_key, delayed_key, id, score, due, h, lane, adds)
   rcall('HSET', prefix .. 'job:' .. id, unpack(h))
   if events_on(prefix) then
     local kind
@@ -632,16 +653,25 @@ local function store_job(prefix, pending_key, delayed_key, id, score, due, h, la
     end
     emit(prefix, 'enqueued', id, {'ln', lane, 'kd', kind, 'due', due and int_s(due)})
   end
-  if due then
-    rcall('ZADD', delayed_key, int_s(due), id)
-    return false
-  end
-  if lane ~= '' then
+  local into = adds and (due and adds.delayed or adds.pending)
+  if lane ~= '' and not due then
     lane_push(prefix, pending_key, lane, score, id)
+  elseif into then
+    into[#into + 1] = due and int_s(due) or score
+    into[#into + 1] = id
+  elseif due then
+    rcall('ZADD', delayed_key, int_s(due), id)
   else
     rcall('ZADD', pending_key, score, id)
   end
-  return true
+  return not due
+end
+
+-- Applies the set moves store_job collected in `adds`, and empties it.
+local function add_all(adds, pending_key, delayed_key)
+  if #adds.pending > 0 then rcall('ZADD', pending_key, unpack(adds.pending)) end
+  if #adds.delayed > 0 then rcall('ZADD', delayed_key, unpack(adds.delayed)) end
+  adds.pending, adds.delayed = {}, {}
 end
 
 -- Moves due delayed jobs (score <= now) to pending, at most `limit`.
@@ -876,8 +906,13 @@ local function lease_job(jk, id, job, token, now, deadline_s, holder, lane, zarg
   end
   zargs[#zargs + 1] = deadline_s
   zargs[#zargs + 1] = id
-  if events_on(string.sub(jk, 1, #jk - #id - 4)) then
-    emit(string.sub(jk, 1, #jk - #id - 4), 'claimed', id, {'a', attempt, 'tk', token_s, 'ln', lane, 'kd', job[5]})
+  local prefix = string.sub(jk, 1, #jk - #id - 4)
+  local cap = events_on(prefix)
+  if cap then
+    local f = {'id', id, 'a', attempt, 'tk', token_s}
+    put(f, 'ln', lane)
+    put(f, 'kd', job[5])
+    record(prefix, 'claimed', f, cap)
   end
   out[#out + 1] = id
   out[#out + 1] = token_s
@@ -1125,9 +1160,9 @@ local function finish(moves, prefix, jk, id, state, now, keep, dd, fields, owner
   if events_on(prefix) then
     local err
     for i = 1, #fields, 2 do
-      if fields[i] == 'err' then err = ev_text(fields[i + 1]) end
+      if fields[i] == 'err' then err = {'err', ev_text(fields[i + 1])} end
     end
-    emit_job(prefix, state, id, jk, {'err', err}, owner)
+    emit_job(prefix, state, id, jk, err, owner)
   end
   if keep.n == 0 then
     moves.delete[#moves.delete + 1] = jk

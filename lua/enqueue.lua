@@ -41,6 +41,8 @@ local now = server_now()
 local out = {now}
 local woken = 0
 local mint = minter(seq_key)
+-- new jobs' set moves, applied in one ZADD per set (common.lua store_job)
+local adds = {pending = {}, delayed = {}}
 
 -- Sets dedup marker `mk` to job `id`: for `ttl` ms, or (ttl 0) until the
 -- job finishes, which finish() and remove.lua learn from the job's `dd`
@@ -61,6 +63,8 @@ end
 -- enqueue asks; it stays in exactly one set, and keeps its place on
 -- pending when it stays there.
 local function replace(id, st, payload, due, mk, ttl, dedup)
+  -- the holder may be a job of this batch, whose set move is still in `adds`
+  add_all(adds, pending_key, delayed_key)
   local jk = prefix .. 'job:' .. id
   local h = {'p', payload}
   if due then
@@ -120,10 +124,11 @@ for j = 0, n - 1 do
     local score, h
     id, score, h = new_job(mint(n - j), id, payload, priority, lm, lane, due, now, kind, tp)
     if mk then hold(mk, id, dedup_ttl, dedup, h) end
-    if store_job(prefix, pending_key, delayed_key, id, score, due, h, lane) then woken = woken + 1 end
+    if store_job(prefix, pending_key, delayed_key, id, score, due, h, lane, adds) then woken = woken + 1 end
   end
   out[#out + 1] = status
   out[#out + 1] = id
 end
+add_all(adds, pending_key, delayed_key)
 if woken > 0 then wake(wake_key, woken) end
 return out

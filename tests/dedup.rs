@@ -341,6 +341,30 @@ async fn bulk_replaces_within_one_chunk() {
     assert_eq!((c.pending, c.delayed), (1, 1));
 }
 
+// Within one bulk call, a job made pending earlier in the call and then
+// replaced with a delay leaves pending for delayed (the call collects its
+// set moves, and applies them before a replace looks at the sets).
+#[tokio::test]
+async fn bulk_replace_moves_a_pending_job_of_the_same_call() {
+    let (_s, q) = setup("dedup-bulk-move").await;
+    let jobs = [
+        (1, EnqueueOptions::new().dedup("m").replace_waiting(true)),
+        (2, EnqueueOptions::new()),
+        (3, EnqueueOptions::new().debounce("m", Duration::from_secs(60))),
+    ];
+    let answers = q.enqueue_bulk_with(&jobs).await.unwrap();
+    let statuses: Vec<EnqueueStatus> = answers.iter().map(|a| a.status).collect();
+    assert_eq!(
+        statuses,
+        [EnqueueStatus::Created, EnqueueStatus::Created, EnqueueStatus::Replaced]
+    );
+    let info = q.job(&answers[0].id).await.unwrap();
+    assert_eq!((info.state, info.decode::<u32>().unwrap()), (JobState::Delayed, 3));
+    let c = q.counts().await.unwrap();
+    assert_eq!((c.pending, c.delayed), (1, 1));
+    assert_eq!(q.sweep(1000).await.unwrap().repaired, 0);
+}
+
 // Bad debounce options answer typed errors before anything is written,
 // also in a bulk call, and the queue keeps working.
 #[tokio::test]
