@@ -7,9 +7,18 @@
 -- KEYS[5] failed   KEYS[6] cancelled
 -- KEYS[7] seq (mint counter, for a job that lost its score)
 -- ARGV[1] prefix  key prefix "emq:{Q}:"
--- ARGV[2] phase   "jobs", a set's KEYS index 1..6, "held", "ring" or "markers"
--- ARGV[3] cursor  "0" to start
+-- ARGV[2] phase   "jobs", a set's KEYS index 1..6, "held", "ring", "markers"
+--                 or "keys"
+-- ARGV[3] cursor  "0" to start (ignored by "keys")
 -- ARGV[4] count   COUNT hint per step
+-- ARGV[5] chain   optional; "chain": a phase among 1..6, "held", "ring"
+--                 that ends in this call goes on into the next of them,
+--                 while fewer than `count` were checked (so a small queue's
+--                 sets are swept in one call)
+-- KEYS[8..] with phase "keys": job hashes (PREFIX .. "job:" .. ID) and
+--           dedup markers (PREFIX .. "de:" .. DEDUP) to check, as a walk
+--           of the keyspace found them (maintenance/sweep.rs: one walk for
+--           all the queues of a prefix, instead of a SCAN per queue)
 --
 -- Phase "jobs" SCANs job hashes: a job whose set lacks it is put back (an
 -- active job with its deadline now, so the reaper returns it; pending at
@@ -38,12 +47,18 @@
 -- under the job pattern that is not a hash; a job whose set key, or the
 -- seq key, holds another type; in phase 1..6, a set key of another type.
 --
--- Returns {next_cursor, checked, repaired, skipped}.
+-- Phase "keys" checks each key given as phase "jobs" or "markers" checks
+-- what its SCAN finds; a key gone since the walk saw it is passed over
+-- (neither checked nor skipped).
+--
+-- Returns {next_cursor, checked, repaired, skipped, phase}: `phase` is the
+-- phase the cursor belongs to (the one asked for, or with "chain" the one
+-- reached).
 local prefix, phase, cursor, count = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 local seq_key = KEYS[7]
 local now = server_now()
 -- A queue being obliterated is left to it.
-if obliterating(prefix) then return {'0', 0, 0, 0} end
+if obliterating(prefix) then return {'0', 0, 0, 0, phase} end
 local sets = {pending = 1, active = 2, delayed = 3, completed = 4, failed = 5, cancelled = 6}
 local NSETS = 6
 local checked, repaired, skipped = 0, 0, 0
@@ -107,8 +122,11 @@ end
 
 -- Checks one job hash against the sets (phase "jobs").
 local function check_job(jk, usable)
+  local t = rcall('TYPE', jk)['ok']
+  -- gone since a walk saw it (phase "keys"; SCAN in one call never sees that)
+  if t == 'none' then return end
   checked = checked + 1
-  if rcall('TYPE', jk)['ok'] ~= 'hash' then
+  if t ~= 'hash' then
     skipped = skipped + 1
     return
   end
@@ -167,9 +185,51 @@ local function check_job(jk, usable)
   if ln then check_lane(id, st, sc, ln) end
 end
 
-if phase == 'jobs' then
+local function usable_sets()
   local usable = {}
   for i = 1, NSETS do usable[i] = zset_or_none(KEYS[i]) end
+  return usable
+end
+
+-- Checks one dedup marker (phase "markers", see there).
+local done_states = {completed = true, failed = true, cancelled = true}
+local function check_marker(mk)
+  local mine = prefix .. 'de:'
+  local id = sget(mk)
+  if not id then
+    -- another type: someone's data under our pattern (or gone: passed over)
+    if rcall('EXISTS', mk) == 1 then
+      checked = checked + 1
+      skipped = skipped + 1
+    end
+  else
+    checked = checked + 1
+    if rcall('PTTL', mk) == -1 then
+      local job = hfields(prefix .. 'job:' .. id, 'st', 'dd')
+      if not (job and job[1] and not done_states[job[1]] and job[2] == string.sub(mk, #mine + 1)) then
+        rcall('DEL', mk)
+        repaired = repaired + 1
+      end
+    end
+  end
+end
+
+if phase == 'keys' then
+  local usable = usable_sets()
+  local jobs, markers = prefix .. 'job:', prefix .. 'de:'
+  for i = 8, #KEYS do
+    local k = KEYS[i]
+    if string.sub(k, 1, #jobs) == jobs then
+      check_job(k, usable)
+    elseif string.sub(k, 1, #markers) == markers then
+      check_marker(k)
+    end
+  end
+  return {'0', checked, repaired, skipped, phase}
+end
+
+if phase == 'jobs' then
+  local usable = usable_sets()
   -- The prefix holds the queue name, which may contain glob characters:
   -- escape them, and still compare each key's prefix as a plain string.
   local mine = prefix .. 'job:'
@@ -178,13 +238,18 @@ if phase == 'jobs' then
   for _, jk in ipairs(r[2]) do
     if string.sub(jk, 1, #mine) == mine then check_job(jk, usable) end
   end
-  return {r[1], checked, repaired, skipped}
+  return {r[1], checked, repaired, skipped, phase}
 end
 
-if phase == 'held' then
+-- The phases over the queue's own sets: each checks about `count` members
+-- from `cur` and returns the cursor to go on from ('0': the phase is done).
+local function phase_held(cur)
   local key = prefix .. 'lanes:active'
-  if not lanes_usable then return {'0', 0, 0, 1} end
-  local r = rcall('ZSCAN', key, cursor, 'COUNT', count)
+  if not lanes_usable then
+    skipped = skipped + 1
+    return '0'
+  end
+  local r = rcall('ZSCAN', key, cur, 'COUNT', count)
   local settle = {}
   for i = 1, #r[2], 2 do
     local member = r[2][i]
@@ -204,15 +269,18 @@ if phase == 'held' then
   for _, lane in ipairs(settle) do
     if lane_settle(prefix, lane) then repaired = repaired + 1 end
   end
-  return {r[1], checked, repaired, skipped}
+  return r[1]
 end
 
-if phase == 'ring' then
-  if not lanes_usable then return {'0', 0, 0, 1} end
+local function phase_ring(cur)
+  if not lanes_usable then
+    skipped = skipped + 1
+    return '0'
+  end
   -- Stopped lanes whose time has come rejoin the turn first (claims that
   -- take turns do it too, but none may run while no lane is ready).
-  if cursor == '0' and zset_or_none(prefix .. 'lanes:wait') then reopen_lanes(prefix, now, tonumber(count)) end
-  local r = rcall('ZSCAN', prefix .. 'lanes:ring', cursor, 'COUNT', count)
+  if cur == '0' and zset_or_none(prefix .. 'lanes:wait') then reopen_lanes(prefix, now, tonumber(count)) end
+  local r = rcall('ZSCAN', prefix .. 'lanes:ring', cur, 'COUNT', count)
   for i = 1, #r[2], 2 do
     local lane = r[2][i]
     checked = checked + 1
@@ -225,7 +293,48 @@ if phase == 'ring' then
       end
     end
   end
-  return {r[1], checked, repaired, skipped}
+  return r[1]
+end
+
+local function phase_set(i, cur)
+  local set_key = KEYS[i]
+  if not zset_or_none(set_key) then
+    skipped = skipped + 1
+    return '0'
+  end
+  local r = rcall('ZSCAN', set_key, cur, 'COUNT', count)
+  for j = 1, #r[2], 2 do
+    local id = r[2][j]
+    checked = checked + 1
+    -- A member whose key is not a hash would make claim's HMGET raise.
+    if rcall('TYPE', prefix .. 'job:' .. id)['ok'] ~= 'hash' then
+      rcall('ZREM', set_key, id)
+      repaired = repaired + 1
+    end
+  end
+  return r[1]
+end
+
+local function run_set_phase(name, cur)
+  if name == 'held' then return phase_held(cur) end
+  if name == 'ring' then return phase_ring(cur) end
+  return phase_set(tonumber(name), cur)
+end
+
+local set_phases = {'1', '2', '3', '4', '5', '6', 'held', 'ring'}
+local at = nil
+for i, name in ipairs(set_phases) do
+  if name == phase then at = i end
+end
+if at then
+  local cur = cursor
+  while true do
+    cur = run_set_phase(set_phases[at], cur)
+    if ARGV[5] ~= 'chain' or cur ~= '0' or at == #set_phases or checked >= tonumber(count) then
+      return {cur, checked, repaired, skipped, set_phases[at]}
+    end
+    at, cur = at + 1, '0'
+  end
 end
 
 -- Phase "markers": a dedup marker without a TTL (`de:<dedup id>`, holding
@@ -239,36 +348,10 @@ if phase == 'markers' then
   local mine = prefix .. 'de:'
   local pattern = string.gsub(mine, '[%*%?%[%]\\]', '\\%0') .. '*'
   local r = rcall('SCAN', cursor, 'MATCH', pattern, 'COUNT', count)
-  local done = {completed = true, failed = true, cancelled = true}
   for _, mk in ipairs(r[2]) do
-    if string.sub(mk, 1, #mine) == mine then
-      checked = checked + 1
-      local id = sget(mk)
-      if not id then
-        -- another type: someone's data under our pattern
-        if rcall('EXISTS', mk) == 1 then skipped = skipped + 1 end
-      elseif rcall('PTTL', mk) == -1 then
-        local job = hfields(prefix .. 'job:' .. id, 'st', 'dd')
-        if not (job and job[1] and not done[job[1]] and job[2] == string.sub(mk, #mine + 1)) then
-          rcall('DEL', mk)
-          repaired = repaired + 1
-        end
-      end
-    end
+    if string.sub(mk, 1, #mine) == mine then check_marker(mk) end
   end
-  return {r[1], checked, repaired, skipped}
+  return {r[1], checked, repaired, skipped, phase}
 end
 
-local set_key = KEYS[tonumber(phase)]
-if not zset_or_none(set_key) then return {'0', 0, 0, 1} end
-local r = rcall('ZSCAN', set_key, cursor, 'COUNT', count)
-for i = 1, #r[2], 2 do
-  local id = r[2][i]
-  checked = checked + 1
-  -- A member whose key is not a hash would make claim's HMGET raise.
-  if rcall('TYPE', prefix .. 'job:' .. id)['ok'] ~= 'hash' then
-    rcall('ZREM', set_key, id)
-    repaired = repaired + 1
-  end
-end
-return {r[1], checked, repaired, skipped}
+return {'0', 0, 0, 0, phase}

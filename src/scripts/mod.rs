@@ -316,8 +316,9 @@ pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
             "cancelled",
             "seq",
         ],
-        false,
-        &["prefix", "phase", "cursor", "count"],
+        // Phase "keys": the job hashes and dedup markers to check.
+        true,
+        &["prefix", "phase", "cursor", "count", "chain"],
     ),
     marker_claim: Spec::new(
         "marker_claim",
