@@ -665,3 +665,70 @@ async fn partitioned_queue_settings_are_checked() {
     let names: Vec<&str> = pq.partitions().iter().map(|q| q.name()).collect();
     assert_eq!(names, ["p~0", "p~1", "p~2"]);
 }
+
+// On a cluster the maintenance looks at queues with one pipeline per slot and walks every master for the sweep: one walk repairs a torn job on each master, and a lapsed lease of another process on any master is reaped and its job run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn looks_and_the_sweep_walk_cover_every_master() {
+    let cluster = LocalCluster::builder().replicas_per_master(0).start().unwrap();
+    let client = Client::connect_with(&cluster.url(), opts()).await.unwrap();
+    let masters = cluster.master_ports().unwrap();
+    let mut queues: Vec<Queue> = Vec::new();
+    for (i, port) in masters.iter().enumerate() {
+        for k in 0..2 {
+            let name = name_on(&cluster, *port, &format!("walk{i}{k}-"));
+            queues.push(client.queue(&name).await.unwrap());
+        }
+    }
+    // A torn job on one queue of each master: missing from its set.
+    let mut torn = Vec::new();
+    for (i, port) in masters.iter().enumerate() {
+        let q = &queues[2 * i];
+        let id = q.enqueue(&1u64).await.unwrap();
+        on_node(
+            *port,
+            redis::cmd("ZREM").arg(format!("emq:{{{}}}:pending", q.name())).arg(&id),
+        )
+        .await;
+        torn.push((q.clone(), *port, id));
+    }
+    let r = echomq::maintenance::sweep_queues(&queues, 5).await.unwrap();
+    assert_eq!(r.repaired, 3, "{r:?}");
+    for (q, port, id) in &torn {
+        let score = on_node(
+            *port,
+            redis::cmd("ZSCORE")
+                .arg(format!("emq:{{{}}}:pending", q.name()))
+                .arg(id),
+        )
+        .await;
+        assert_ne!(score, redis::Value::Nil, "{} not repaired", q.name());
+    }
+    // Another process leases a job on the last master's queue and dies.
+    let q = queues[5].clone();
+    let other = Client::connect_with(&cluster.url(), opts()).await.unwrap();
+    let theirs = other.queue(q.name()).await.unwrap();
+    let lost = theirs.enqueue(&2u64).await.unwrap();
+    let lease = theirs.claim(1, Duration::from_secs(1)).await.unwrap();
+    assert_eq!(lease.len(), 1);
+    drop(other);
+    let ran = Arc::new(Mutex::new(HashSet::new()));
+    let mut worker = Worker::new().poll_interval(Duration::from_secs(60));
+    for q in &queues {
+        let ran = ran.clone();
+        worker = worker.queue(q.clone(), move |job: Job<u64>| {
+            ran.lock().unwrap().insert(format!("{}/{}", job.queue(), job.id()));
+            async { Ok(()) }
+        });
+    }
+    let handle = worker.spawn().unwrap();
+    assert!(
+        common::eventually(echomq::maintenance::IDLE_INTERVAL + Duration::from_secs(5), || async {
+            ran.lock().unwrap().contains(&format!("{}/{lost}", q.name()))
+        })
+        .await,
+        "the lapsed lease on another master was not reaped"
+    );
+    let info = q.job(&lost).await.unwrap();
+    assert_eq!(info.stalls, 1, "{info:?}");
+    handle.shutdown().await.unwrap();
+}
