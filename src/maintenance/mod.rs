@@ -202,11 +202,18 @@ impl Maintenance {
             e.intervals.push(interval);
             e.next = Instant::now();
             // A queue the walk under way does not cover (or registered
-            // between walks) gets a start-up sweep: a walk at once, or
-            // right after the one under way.
+            // between walks) gets a start-up sweep: a walk a moment from
+            // now (so the queues registered together, a worker's or a
+            // process's, share one walk), or right after the one under way.
             if fresh && (st.stepping || !st.walk.covers(queue)) {
                 if st.walk.is_done() {
-                    st.next_walk = Instant::now();
+                    let now = Instant::now();
+                    let soon = now + SWEEP_PACE;
+                    st.next_walk = if st.next_walk <= now {
+                        soon
+                    } else {
+                        st.next_walk.min(soon)
+                    };
                 } else {
                     st.rewalk = true;
                 }
@@ -370,6 +377,9 @@ impl Maintenance {
                 // Unless `sweep_all_now` started a new walk meanwhile.
                 if st.walk_round == round {
                     let now = Instant::now();
+                    if walk.is_done() {
+                        tracing::debug!(rewalk = st.rewalk, "consistency sweep walk done");
+                    }
                     st.next_walk = match (walk.is_done(), st.rewalk) {
                         (false, _) => now + SWEEP_PACE,
                         (true, true) => now,
