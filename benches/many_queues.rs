@@ -9,7 +9,9 @@
 //! rest are idle. The worker setup also reports memory per queue (the
 //! server's `used_memory` grown by making the queues, each with one
 //! finished and one pending job) and what one consistency sweep of every
-//! queue costs (see `sweep_cost`). It measures; it changes nothing.
+//! queue costs, each queue walking the keyspace (`Queue::sweep`) and one
+//! walk for all (`maintenance::sweep_queues`, as the maintenance task
+//! sweeps). It measures; it changes nothing.
 //!
 //! Run: `cargo bench --bench many_queues --features local-server` (server
 //! binary from `ECHOMQ_SERVER_BIN`, `.tools/valkey` or `PATH`; see
@@ -69,6 +71,9 @@ struct SweepCost {
     /// Each queue's own walk (`Queue::sweep`), timed over a sample and
     /// scaled to every queue: SCAN steps, script calls, server CPU seconds.
     per_queue: (f64, f64, f64),
+    /// One walk for all (`maintenance::sweep_queues`, as the maintenance
+    /// task sweeps): SCAN steps, script calls, server CPU seconds.
+    shared: (f64, f64, f64),
 }
 
 async fn info(c: &mut MultiplexedConnection, section: &str) -> String {
@@ -153,6 +158,19 @@ async fn sweep_per_queue(raw: &mut MultiplexedConnection, queues: &[Queue]) -> (
     )
 }
 
+/// One consistency sweep of every queue with one walk of the keyspace
+/// (`maintenance::sweep_queues`: what the maintenance task does, unpaced).
+async fn sweep_shared(raw: &mut MultiplexedConnection, queues: &[Queue]) -> (f64, f64, f64) {
+    let before = snap(raw).await;
+    let cpu0 = server_cpu(raw).await;
+    echomq::maintenance::sweep_queues(queues, echomq::maintenance::SWEEP_STEP)
+        .await
+        .unwrap();
+    let cpu1 = server_cpu(raw).await;
+    let d = snap(raw).await.since(&before);
+    (d.calls(&["scan"]) as f64, d.calls(SCRIPT_CMDS) as f64, cpu1 - cpu0)
+}
+
 /// Runs one setup: `start` spawns what serves `queues`, whose handlers send
 /// their start instant on the channel given.
 async fn measure(
@@ -209,6 +227,7 @@ async fn measure(
     let sweep = if deep {
         Some(SweepCost {
             per_queue: sweep_per_queue(raw, &queues).await,
+            shared: sweep_shared(raw, &queues).await,
         })
     } else {
         None
@@ -312,6 +331,9 @@ async fn main() {
                 "sweep_per_queue_scan_steps": f.sweep.as_ref().map(|s| round(s.per_queue.0, 0)),
                 "sweep_per_queue_script_calls": f.sweep.as_ref().map(|s| round(s.per_queue.1, 0)),
                 "sweep_per_queue_server_cpu_s": f.sweep.as_ref().map(|s| round(s.per_queue.2, 3)),
+                "sweep_shared_scan_steps": f.sweep.as_ref().map(|s| s.shared.0),
+                "sweep_shared_script_calls": f.sweep.as_ref().map(|s| s.shared.1),
+                "sweep_shared_server_cpu_s": f.sweep.as_ref().map(|s| round(s.shared.2, 3)),
             })
         );
     }
@@ -350,6 +372,11 @@ async fn main() {
             let (scans, scripts, cpu) = s.per_queue;
             println!(
                 "  one sweep of every queue, each queue walking the database: {scans:.0} SCAN steps, \
+                 {scripts:.0} script calls, {cpu:.2} s server CPU"
+            );
+            let (scans, scripts, cpu) = s.shared;
+            println!(
+                "  one sweep of every queue, one walk for all: {scans:.0} SCAN steps, \
                  {scripts:.0} script calls, {cpu:.2} s server CPU"
             );
         }
