@@ -6,7 +6,8 @@
 //! (the same on `delayed`) and, with the `cron` feature, the earliest look
 //! time of its schedules. Each is O(log n) on the server, against a script
 //! call per queue per look; only a queue with a lapsed lease, a due delayed
-//! job or a due schedule then gets its script.
+//! job or a due schedule then gets its script. The round trips (one per
+//! 1,000 queues, or per slot) run side by side.
 //!
 //! Deadlines and due times are the server's clock, so they are compared
 //! with the `TIME` read in the same round trip (before the reads, so a
@@ -66,30 +67,46 @@ pub(crate) struct Trip {
     pub got: Instant,
 }
 
+/// Most look round trips in flight at once (on a cluster, a process whose
+/// queues each have a slot of their own makes one per queue).
+const TRIPS_IN_FLIGHT: usize = 32;
+
 /// Looks at `queues`; returns each one's look by base (a queue missing from
 /// it could not be looked at: fall back to its scripts) and each round
-/// trip's clock reading.
+/// trip's clock reading. The round trips run side by side, at most
+/// [`TRIPS_IN_FLIGHT`] at once.
 pub(crate) async fn look(queues: &[Queue]) -> (HashMap<Arc<str>, Look>, Vec<Trip>) {
-    let mut groups: HashMap<Option<String>, Vec<&Queue>> = HashMap::new();
+    let mut groups: HashMap<Option<String>, Vec<Queue>> = HashMap::new();
     for q in queues {
-        groups.entry(q.conn().slot_group(q.base())).or_default().push(q);
+        groups.entry(q.conn().slot_group(q.base())).or_default().push(q.clone());
+    }
+    let mut trips_to_make = Vec::new();
+    for (node, group) in groups {
+        for chunk in group.chunks(QUEUES_PER_PIPELINE) {
+            trips_to_make.push((node.clone(), chunk.to_vec()));
+        }
     }
     let mut looks = HashMap::with_capacity(queues.len());
     let mut trips = Vec::new();
-    for (node, group) in groups {
-        for chunk in group.chunks(QUEUES_PER_PIPELINE) {
-            match look_group(chunk).await {
-                Ok((trip, found)) => {
-                    trips.push(Trip {
-                        node: node.clone(),
-                        ..trip
-                    });
-                    looks.extend(found);
-                }
-                Err(e) => {
-                    tracing::debug!(error = %e, "a look at idle queues failed; their scripts run instead");
-                }
+    let mut in_flight = tokio::task::JoinSet::new();
+    let mut to_make = trips_to_make.into_iter();
+    loop {
+        while in_flight.len() < TRIPS_IN_FLIGHT {
+            let Some((node, chunk)) = to_make.next() else { break };
+            in_flight.spawn(async move { (node, look_group(&chunk).await) });
+        }
+        let Some(done) = in_flight.join_next().await else { break };
+        match done {
+            Ok((node, Ok((trip, found)))) => {
+                trips.push(Trip { node, ..trip });
+                looks.extend(found);
             }
+            Ok((_, Err(e))) => {
+                tracing::debug!(error = %e, "a look at idle queues failed; their scripts run instead");
+            }
+            // A look that panicked (it does not) or was cancelled: those
+            // queues run their scripts.
+            Err(e) => tracing::debug!(error = %e, "a look task ended early"),
         }
     }
     (looks, trips)
@@ -98,7 +115,7 @@ pub(crate) async fn look(queues: &[Queue]) -> (HashMap<Arc<str>, Look>, Vec<Trip
 /// Per queue, the commands of a look.
 const PER_QUEUE: usize = if cfg!(feature = "cron") { 3 } else { 2 };
 
-async fn look_group(queues: &[&Queue]) -> redis::RedisResult<(Trip, Vec<(Arc<str>, Look)>)> {
+async fn look_group(queues: &[Queue]) -> redis::RedisResult<(Trip, Vec<(Arc<str>, Look)>)> {
     let mut pipe = redis::pipe();
     // A wrong-typed key answers an error for its command alone; that queue
     // then runs its script, which reports it as before.
