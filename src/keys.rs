@@ -157,6 +157,20 @@ impl Keys {
     }
 }
 
+/// `text` with the characters a `SCAN MATCH` pattern treats specially
+/// escaped, so it matches itself only (a queue name or prefix may hold
+/// them).
+pub(crate) fn glob_escape(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        if matches!(c, '*' | '?' | '[' | ']' | '\\') {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out
+}
+
 /// A worker's own wake list, `PREFIX:worker:ID` (no hash tag on one
 /// server: it belongs to no queue; the wake-up names it beside the queues'
 /// wake lists, so a push to it ends the blocking call early, when the set

@@ -12,19 +12,6 @@ use crate::keys::{Keys, validate_queue_name};
 /// `SCAN` `COUNT` hint).
 pub const DISCOVERY_STEP: usize = 1_000;
 
-/// `text` with the characters a `SCAN MATCH` pattern treats specially
-/// escaped, so it matches itself only.
-fn glob_escape(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for c in text.chars() {
-        if matches!(c, '*' | '?' | '[' | ']' | '\\') {
-            out.push('\\');
-        }
-        out.push(c);
-    }
-    out
-}
-
 impl Client {
     /// The names of the queues under key prefix `prefix`
     /// ([`DEFAULT_PREFIX`](crate::keys::DEFAULT_PREFIX) unless the queues
@@ -61,7 +48,7 @@ impl Client {
         // Checks the prefix as a queue handle would.
         Keys::new(prefix, "q")?;
         let head = format!("{prefix}:{{");
-        let pattern = format!("{}:{{*}}:meta", glob_escape(prefix));
+        let pattern = format!("{}:{{*}}:meta", crate::keys::glob_escape(prefix));
         let mut names = BTreeSet::new();
         // A cluster's keyspace is split over its masters: walk each one's.
         let conn = self.conn();
@@ -133,7 +120,7 @@ impl Client {
 
 #[cfg(test)]
 mod tests {
-    use super::glob_escape;
+    use crate::keys::glob_escape;
 
     // A prefix with glob characters matches itself only.
     #[test]

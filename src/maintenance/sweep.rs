@@ -130,10 +130,8 @@ impl Queue {
         self.sweep_call(cursor, batch, true).await
     }
 
-    async fn sweep_call(&self, cursor: &SweepCursor, batch: usize, chain: bool) -> Result<(SweepCursor, SweepReport)> {
-        let Some(phase) = SWEEP_PHASES.get(cursor.phase) else {
-            return Ok((cursor.clone(), SweepReport::default()));
-        };
+    /// A call of `lua/sweep.lua` with the queue's keys it always takes.
+    fn sweep_script(&self) -> crate::scripts::Call {
         let k = self.keys();
         let mut call = SCRIPTS.sweep.call();
         call.key(&k.pending)
@@ -142,8 +140,17 @@ impl Queue {
             .key(&k.completed)
             .key(&k.failed)
             .key(&k.cancelled)
-            .key(&k.seq)
-            .arg(&k.base)
+            .key(&k.seq);
+        call
+    }
+
+    async fn sweep_call(&self, cursor: &SweepCursor, batch: usize, chain: bool) -> Result<(SweepCursor, SweepReport)> {
+        let Some(phase) = SWEEP_PHASES.get(cursor.phase) else {
+            return Ok((cursor.clone(), SweepReport::default()));
+        };
+        let k = self.keys();
+        let mut call = self.sweep_script();
+        call.arg(&k.base)
             .arg(*phase)
             .arg(if cursor.cursor.is_empty() { "0" } else { &cursor.cursor })
             .arg(batch.max(1))
@@ -188,14 +195,7 @@ impl Queue {
         let k = self.keys();
         let mut report = SweepReport::default();
         for chunk in keys.chunks(MAX_SWEEP_KEYS) {
-            let mut call = SCRIPTS.sweep.call();
-            call.key(&k.pending)
-                .key(&k.active)
-                .key(&k.delayed)
-                .key(&k.completed)
-                .key(&k.failed)
-                .key(&k.cancelled)
-                .key(&k.seq);
+            let mut call = self.sweep_script();
             for key in chunk {
                 call.key(key);
             }
@@ -289,18 +289,6 @@ fn prefix_of(queue: &Queue) -> &str {
     &base[..base.len().saturating_sub(tag)]
 }
 
-/// `s` with the characters SCAN's MATCH treats as glob syntax escaped.
-fn glob_escape(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for c in s.chars() {
-        if matches!(c, '*' | '?' | '[' | ']' | '\\') {
-            out.push('\\');
-        }
-        out.push(c);
-    }
-    out
-}
-
 /// The base (`"emq:{Q}:"`) of the queue a job hash or dedup marker `key`
 /// found under `prefix` belongs to; `None` for any other key.
 fn owner<'k>(prefix: &str, key: &'k str) -> Option<&'k str> {
@@ -365,7 +353,7 @@ impl Walk {
         let Some(prefix) = self.prefixes.first().cloned() else {
             return Ok(SweepReport::default());
         };
-        let pattern = format!("{}{{*}}:[jd][oe]*", glob_escape(&prefix));
+        let pattern = format!("{}{{*}}:[jd][oe]*", crate::keys::glob_escape(&prefix));
         let scan = |cursor: &str| {
             let mut cmd = redis::cmd("SCAN");
             cmd.arg(cursor)
@@ -503,6 +491,6 @@ mod tests {
         assert_eq!(owner("emq:", "emq:{mail}:done"), None);
         assert_eq!(owner("emq:", "other:{mail}:job:1"), None);
         assert_eq!(owner("emq:", "emq:mail:job:1"), None);
-        assert_eq!(glob_escape("a*b?[c]\\"), "a\\*b\\?\\[c\\]\\\\");
+        assert_eq!(crate::keys::glob_escape("a*b?[c]\\"), "a\\*b\\?\\[c\\]\\\\");
     }
 }
