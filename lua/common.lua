@@ -96,11 +96,11 @@ local function obliterating(prefix)
 end
 
 -- A whole number as a decimal string (tostring would give "1.8e+15").
--- (string.format is about 3,000 machine instructions a call, which showed
--- in the server's profile: small numbers, such as attempts, come from a
--- table, and the call's time is formatted once, by now_str.)
--- (Filled by new_call at the library's first call: the library's top
--- level, run at load, has no `string`.)
+-- string.format costs about 3,000 machine instructions a call, which
+-- showed in the server's profile, so small numbers (attempts) come from
+-- SMALL and a call's time is formatted once (now_str). SMALL is filled by
+-- new_call at the library's first call: the top level, run at load, has
+-- no `string`.
 local SMALL
 local function int_s(n)
   return SMALL[n] or string.format('%d', n)
