@@ -144,6 +144,21 @@ impl Queue {
         call
     }
 
+    /// Runs a sweep call and reads its reply, `{next_cursor, checked,
+    /// repaired, skipped, phase}` (logging what it found).
+    async fn run_sweep(&self, call: crate::scripts::Call) -> Result<(String, SweepReport, String)> {
+        let mut r = call.run(&mut self.conn()).await?;
+        let next = r.string()?;
+        let report = SweepReport {
+            checked: r.uint()?,
+            repaired: r.uint()?,
+            skipped: r.uint()?,
+        };
+        let phase = r.string()?;
+        self.log_sweep(&report);
+        Ok((next, report, phase))
+    }
+
     async fn sweep_call(&self, cursor: &SweepCursor, batch: usize, chain: bool) -> Result<(SweepCursor, SweepReport)> {
         let Some(phase) = SWEEP_PHASES.get(cursor.phase) else {
             return Ok((cursor.clone(), SweepReport::default()));
@@ -155,15 +170,8 @@ impl Queue {
             .arg(if cursor.cursor.is_empty() { "0" } else { &cursor.cursor })
             .arg(batch.max(1))
             .arg(if chain { "chain" } else { "" });
-        let mut r = call.run(&mut self.conn()).await?;
-        let next = r.string()?;
-        let report = SweepReport {
-            checked: r.uint()?,
-            repaired: r.uint()?,
-            skipped: r.uint()?,
-        };
+        let (next, report, reached) = self.run_sweep(call).await?;
         // With "chain" the cursor may belong to a later phase than asked.
-        let reached = r.string()?;
         let at = SWEEP_PHASES
             .iter()
             .position(|p| *p == reached)
@@ -172,7 +180,6 @@ impl Queue {
                 script: "sweep",
                 detail: format!("unexpected phase {reached:?}"),
             })?;
-        self.log_sweep(&report);
         let next = if next == "0" {
             SweepCursor {
                 phase: at + 1,
@@ -200,14 +207,7 @@ impl Queue {
                 call.key(key);
             }
             call.arg(&k.base).arg("keys").arg("0").arg(chunk.len()).arg("");
-            let mut r = call.run(&mut self.conn()).await?;
-            let _ = r.string()?;
-            let step = SweepReport {
-                checked: r.uint()?,
-                repaired: r.uint()?,
-                skipped: r.uint()?,
-            };
-            self.log_sweep(&step);
+            let (_, step, _) = self.run_sweep(call).await?;
             report.add(step);
         }
         Ok(report)
