@@ -1,5 +1,5 @@
 //! Many queues in one process (issues 12 and 15): `Worker`s over `QUEUES`
-//! queues (one per [`MAX_QUEUES`](echomq::consumer::MAX_QUEUES), all on one
+//! queues (one per [`MAX_QUEUES`](echomq::worker::MAX_QUEUES), all on one
 //! `Client`, so one maintenance task keeps them all) against `QUEUES`
 //! `Consumer`s side by side, on one private server. For each it reports
 //! the connections it opened, what it costs the server while idle (script
@@ -269,7 +269,7 @@ async fn main() {
         .unwrap();
     let poll = Duration::from_millis(env_or(
         "POLL_MS",
-        echomq::consumer::DEFAULT_POLL_INTERVAL.as_millis() as u64,
+        echomq::worker::DEFAULT_POLL_INTERVAL.as_millis() as u64,
     ));
     let setups: String = env_or("SETUPS", "worker,consumers".to_owned());
     let mut rows = Vec::new();
@@ -279,7 +279,7 @@ async fn main() {
         rows.push(
             measure("worker", &url, &mut raw, |queues, tx| {
                 queues
-                    .chunks(echomq::consumer::MAX_QUEUES)
+                    .chunks(echomq::worker::MAX_QUEUES)
                     .map(|chunk| {
                         let mut w = Worker::new().poll_interval(poll);
                         for q in chunk {

@@ -15,7 +15,7 @@
 
 use std::time::Duration;
 
-use echomq::{Backoff, Consumer, EnqueueOptions, Event, HandlerError, Job, Outcome, Queue, QueueOptions};
+use echomq::{Backoff, Consumer, EnqueueOptions, HandlerError, Job, Outcome, Queue, QueueOptions, WorkerEvent};
 
 /// Job id and payload (the quantity to reserve), one per outcome.
 const JOBS: [(&str, &str); 4] = [
@@ -70,8 +70,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let consumer = Consumer::new(queue.clone(), reserve)
         .concurrency(4)
         .observer(move |event| match event {
-            Event::HandlerDone { id, result, .. } => println!("  {id:<8} handler: {result:?}"),
-            Event::Settled {
+            WorkerEvent::HandlerDone { id, result, .. } => println!("  {id:<8} handler: {result:?}"),
+            WorkerEvent::Settled {
                 id,
                 outcome: Outcome::Completed | Outcome::Failed,
                 ..

@@ -43,8 +43,8 @@
 
 use std::future::Future;
 
-use crate::consumer::{Handler, HandlerError};
-use crate::job::Job;
+use crate::worker::Job;
+use crate::worker::{Handler, HandlerError};
 
 /// A handler that calls `f(state.clone(), job)` for each job; made by
 /// [`with_state`].

@@ -278,7 +278,7 @@ impl Client {
             .query_async(&mut self.conn())
             .await
             .map_err(Error::from_redis)?;
-        let current = crate::scripts::LIBRARY.name();
+        let current = crate::store::LIBRARY.name();
         let mut names = library_names(&v);
         names.retain(|n| n.starts_with("echomq_"));
         names.sort();

@@ -66,9 +66,10 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::Value;
 use tracing::warn;
 
-use crate::consumer::{Handler, HandlerError};
 use crate::error::{Error, Result};
-use crate::job::{Job, JobKind, validate_kind};
+use crate::job::{JobKind, validate_kind};
+use crate::worker::Job;
+use crate::worker::{Handler, HandlerError};
 
 /// A job's payload as the bytes stored, not decoded: the payload type of a
 /// handler that decodes it itself, as a [`KindRouter`] does. A

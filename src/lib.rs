@@ -43,7 +43,6 @@ pub mod acl;
 pub mod admin;
 pub mod client;
 mod conn;
-pub mod consumer;
 pub mod durability;
 pub mod effect;
 pub mod error;
@@ -55,6 +54,7 @@ pub mod health;
 pub mod job;
 pub mod keys;
 pub mod kinds;
+pub mod lanes;
 pub mod lease;
 pub mod limits;
 pub mod maintenance;
@@ -66,23 +66,22 @@ pub mod partition;
 pub mod queue;
 #[cfg(feature = "cron")]
 pub mod schedule;
-mod scripts;
 #[cfg(feature = "local-server")]
 pub mod server;
 mod settings;
+mod store;
 pub mod testing;
+pub mod throttle;
+pub mod worker;
 
 pub use client::{Client, ClientOptions};
-pub use consumer::{
-    Consumer, ConsumerHandle, Event, Handler, HandlerError, HandlerResult, Order, RetryContext, Worker, WorkerHandle,
-};
 pub use durability::Durability;
 pub use effect::{EffectMarker, Effects, MarkerState, Once, OnceError};
 pub use error::{Error, Result};
 pub use events::{EventCursor, EventKind, EventReader, EventSettings, QueueEvent};
 pub use handlers::with_state;
 pub use health::{ScriptLibraries, ServerReport};
-pub use job::{Counts, EnqueueOptions, EnqueueStatus, Enqueued, Job, JobError, JobInfo, JobKind, JobState};
+pub use job::{Counts, EnqueueOptions, EnqueueStatus, Enqueued, JobError, JobInfo, JobKind, JobState};
 pub use kinds::{KindRouter, Kinds, RawPayload};
 pub use lease::Lease;
 pub use limits::{Backoff, Limits};
@@ -96,3 +95,7 @@ pub use redis;
 pub use schedule::{Missed, Schedule, ScheduleInfo, ScheduleStatus, Scheduler};
 /// The cancellation token a handler's job carries ([`Job::cancellation`]).
 pub use tokio_util::sync::CancellationToken;
+pub use worker::{
+    Consumer, ConsumerHandle, Handler, HandlerError, HandlerResult, Job, Order, RetryContext, Worker, WorkerEvent,
+    WorkerHandle,
+};

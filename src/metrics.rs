@@ -27,10 +27,10 @@ use std::time::Duration;
 
 use metrics::{counter, gauge, histogram};
 
-use crate::consumer::HandlerResult;
 use crate::error::{Error, Result};
 use crate::job::Counts;
 use crate::queue::{Outcome, Queue};
+use crate::worker::HandlerResult;
 
 /// A job was claimed at `claimed_ms` (server ms); it was created at
 /// `created_ms` (0: unknown).

@@ -47,7 +47,7 @@ use crate::queue::{Queue, QueueOptions};
 
 /// The most partitions a queue may have: as many queues as one
 /// [`Worker`](crate::Worker) serves, so one worker can serve them all.
-pub const MAX_PARTITIONS: usize = crate::consumer::MAX_QUEUES;
+pub const MAX_PARTITIONS: usize = crate::worker::MAX_QUEUES;
 
 /// A handle on a queue spread over partitions (see the [module
 /// docs](self)): cheap to clone.

@@ -30,12 +30,13 @@ use std::time::Duration;
 use serde::de::DeserializeOwned;
 use tokio_util::sync::CancellationToken;
 
-use crate::consumer::Handler;
-use crate::consumer::backoff::RetryBackoff;
-use crate::consumer::job_task::{keepable, settlement};
 use crate::error::Result;
-use crate::job::{Job, JobState};
+use crate::job::JobState;
 use crate::queue::{Outcome, Queue, Settle};
+use crate::worker::Handler;
+use crate::worker::Job;
+use crate::worker::backoff::RetryBackoff;
+use crate::worker::job_task::{keepable, settlement};
 
 /// The lease each drained job is claimed with: the handler runs inline,
 /// without heartbeats, so it has this long.
@@ -157,7 +158,13 @@ impl<'q> Drain<'q> {
                     (Settle::Fail { reason: reason.clone() }, Some(reason))
                 }
                 Ok(payload) => {
-                    let job = Job::of_lease(q, &lease, payload, CancellationToken::new(), Arc::default());
+                    let job = Job::new(
+                        q.clone(),
+                        Arc::new(lease.clone()),
+                        payload,
+                        CancellationToken::new(),
+                        Arc::default(),
+                    );
                     let h = handler.clone();
                     let mut task = tokio::spawn(async move { h.call(job).await.map(|v| keepable(&v)) });
                     let ended = match lease.limits.timeout {

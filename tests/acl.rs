@@ -145,7 +145,7 @@ async fn run_core(url: &str, name: &str, prefix: &str) -> echomq::ServerReport {
 
     // Global cap and rate limits: set, read, claimed under, held.
     q.set_max_active(Some(5)).await.unwrap();
-    let per_second = echomq::admin::RateLimit::new(100, Duration::from_secs(1)).unwrap();
+    let per_second = echomq::throttle::RateLimit::new(100, Duration::from_secs(1)).unwrap();
     q.set_rate_limit(Some(per_second)).await.unwrap();
     q.set_lane_default_rate_limit(Some(per_second)).await.unwrap();
     q.enqueue_with(&6u32, &EnqueueOptions::new().lane("l")).await.unwrap();

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use common::{eventually, setup};
 use echomq::admin::Moved;
-use echomq::{Client, Consumer, Error, Event, Job};
+use echomq::{Client, Consumer, Error, Job, WorkerEvent};
 
 // Once pause returns, no consumer leases a job (four consumers on two
 // clients, each with its own connection, racing to claim): every claim
@@ -28,7 +28,7 @@ async fn pause_stops_every_claim_until_resume() {
             })
             .concurrency(4)
             .observer(move |e| {
-                if let Event::Claimed { id, server_ms, .. } = e {
+                if let WorkerEvent::Claimed { id, server_ms, .. } = e {
                     claims.lock().unwrap().push((id.to_string(), *server_ms));
                 }
             })
@@ -572,10 +572,10 @@ async fn a_consumer_stops_a_cancelled_job() {
     .observer({
         let seen = seen.clone();
         move |e| {
-            if let Event::HandlerDone { id, result, .. } = e {
+            if let WorkerEvent::HandlerDone { id, result, .. } = e {
                 seen.lock().unwrap().push(format!("{id} {result}"));
             }
-            if let Event::CancelRequested { id, .. } = e {
+            if let WorkerEvent::CancelRequested { id, .. } = e {
                 seen.lock().unwrap().push(format!("{id} requested"));
             }
         }
@@ -733,7 +733,7 @@ async fn a_job_cancelled_while_leased_ahead_never_starts() {
         ids[0].clone()
     };
     // Past the wait after which a job leased ahead is checked before it starts.
-    tokio::time::sleep(echomq::consumer::RECHECK_AFTER_WAIT).await;
+    tokio::time::sleep(echomq::worker::RECHECK_AFTER_WAIT).await;
     assert_eq!(q.cancel(&other).await.unwrap(), Cancel::Requested);
     gate.notify_one();
     assert!(

@@ -10,8 +10,8 @@ use std::time::Duration;
 use common::{eventually, setup, setup_with};
 use echomq::limits::MAX_DELAY;
 use echomq::{
-    Backoff, Consumer, EnqueueOptions, Error, Event, HandlerError, Job, JobState, Lease, Outcome, Queue, QueueOptions,
-    RetryContext, SettleOp,
+    Backoff, Consumer, EnqueueOptions, Error, HandlerError, Job, JobState, Lease, Outcome, Queue, QueueOptions,
+    RetryContext, SettleOp, WorkerEvent,
 };
 
 const LEASE: Duration = Duration::from_secs(30);
@@ -50,10 +50,10 @@ async fn server_delay(q: &Queue, lease: &Lease) -> u64 {
 struct Delays(Arc<Mutex<Vec<(String, u64)>>>);
 
 impl Delays {
-    fn observer(&self) -> impl Fn(&Event<'_>) + Send + Sync + 'static {
+    fn observer(&self) -> impl Fn(&WorkerEvent<'_>) + Send + Sync + 'static {
         let log = self.0.clone();
         move |e| {
-            if let Event::Settled {
+            if let WorkerEvent::Settled {
                 id,
                 op: SettleOp::Retry,
                 outcome: Outcome::Retrying { due_ms },

@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use echomq::server::LocalServer;
-use echomq::{Consumer, Event, Job, JobState, Queue, QueueOptions, Retention};
+use echomq::{Consumer, Job, JobState, Queue, QueueOptions, Retention, WorkerEvent};
 use tokio::sync::Semaphore;
 
 /// libfaketime's thread-safe build (the server has threads).
@@ -82,10 +82,10 @@ async fn a_forward_step_costs_running_jobs_nothing() {
     .concurrency(3)
     .lease(Duration::from_secs(3))
     .observer(move |e| match e {
-        Event::Extended { .. } => {
+        WorkerEvent::Extended { .. } => {
             r.fetch_add(1, Ordering::SeqCst);
         }
-        Event::LeaseLost { id, .. } => l.lock().unwrap().push(id.to_string()),
+        WorkerEvent::LeaseLost { id, .. } => l.lock().unwrap().push(id.to_string()),
         _ => {}
     })
     .spawn()

@@ -396,7 +396,7 @@ fn settings_are_refused_or_run() {
                 // Limits stored in the server: set, then cleared, or refused.
                 let checks = [
                     bounded("max_active", q.set_max_active(max_active)).await?,
-                    match echomq::admin::RateLimit::new(rate_jobs, rate_per) {
+                    match echomq::throttle::RateLimit::new(rate_jobs, rate_per) {
                         Ok(r) => {
                             let set = bounded("rate", q.set_rate_limit(Some(r))).await?;
                             let lane = bounded("lane rate", q.set_lane_rate_limit(&lane, Some(r))).await?;

@@ -10,10 +10,11 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use common::{raw, setup, setup_with};
-use echomq::admin::{Cancel, LaneState, MAX_LANE_WEIGHT};
+use echomq::admin::Cancel;
+use echomq::lanes::{LaneState, MAX_LANE_WEIGHT};
 use echomq::{
-    Consumer, EnqueueOptions, EnqueueStatus, Error, Event, Job, JobState, Lease, Outcome, Queue, QueueOptions, Reaper,
-    Retention, Settle,
+    Consumer, EnqueueOptions, EnqueueStatus, Error, Job, JobState, Lease, Outcome, Queue, QueueOptions, Reaper,
+    Retention, Settle, WorkerEvent,
 };
 
 const LEASE: Duration = Duration::from_secs(30);
@@ -394,7 +395,7 @@ async fn operator_calls_handle_laned_jobs() {
     assert!(common::snapshot(&s, q.name()).await.is_empty());
 }
 
-// A Consumer sees the lane (Job::lane, Event::Claimed, JobInfo::lane), and a cap of 1 holds across four consumers.
+// A Consumer sees the lane (Job::lane, WorkerEvent::Claimed, JobInfo::lane), and a cap of 1 holds across four consumers.
 #[tokio::test]
 async fn consumers_share_a_capped_lane() {
     let (_s, q) = setup("consumers").await;
@@ -422,7 +423,7 @@ async fn consumers_share_a_capped_lane() {
         })
         .concurrency(4)
         .observer(move |e| {
-            if let Event::Claimed { lane, .. } = e {
+            if let WorkerEvent::Claimed { lane, .. } = e {
                 claimed.lock().unwrap().push(lane.map(str::to_owned));
             }
         })
@@ -635,7 +636,7 @@ async fn bad_lane_input_is_refused() {
         Err(Error::InvalidOption { .. })
     ));
     assert!(matches!(q.lanes(None, 0).await, Err(Error::InvalidOption { .. })));
-    assert!("not a cursor".parse::<echomq::admin::LaneCursor>().is_err());
+    assert!("not a cursor".parse::<echomq::lanes::LaneCursor>().is_err());
     assert_eq!(q.counts().await.unwrap().pending, 0);
     let a = q.lane("a").await.unwrap();
     assert_eq!((a.own_cap, a.own_weight, a.state), (None, None, LaneState::Empty));

@@ -264,7 +264,7 @@ async fn settled_after_a_slow_settler(name: &str, heartbeats: bool) -> (u64, u64
         // The settler runs observers inline: this one holds it up before
         // it sends the completion.
         .observer(move |e| {
-            if let echomq::Event::SettleSent { .. } = e {
+            if let echomq::WorkerEvent::SettleSent { .. } = e {
                 std::thread::sleep(lease * 3);
             }
         });
@@ -307,7 +307,7 @@ async fn a_panicking_observer_is_contained() {
     let log = EventLog::default();
     let handle = Consumer::new(q.clone(), |_job: Job<u32>| async { Ok(()) })
         .observer(|e| {
-            if let echomq::Event::Settled { .. } | echomq::Event::SettleSent { .. } = e {
+            if let echomq::WorkerEvent::Settled { .. } | echomq::WorkerEvent::SettleSent { .. } = e {
                 panic!("observer bug");
             }
         })

@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use common::{eventually, raw, setup};
-use echomq::admin::RateLimit;
+use echomq::throttle::RateLimit;
 use echomq::{Consumer, EnqueueOptions, HandlerError, Job, JobState, Queue, Reaper, Settle};
 
 const LEASE: Duration = Duration::from_secs(30);
@@ -319,10 +319,10 @@ async fn the_sweep_puts_a_stopped_lane_back() {
     fill(&q, 3, EnqueueOptions::new().lane("a")).await;
     assert_eq!(q.claim(5, LEASE).await.unwrap().len(), 1);
     let lane = q.lane("a").await.unwrap();
-    assert_eq!(lane.state, echomq::admin::LaneState::Blocked);
+    assert_eq!(lane.state, echomq::lanes::LaneState::Blocked);
     let reopens = q.lane_rate_limit("a").await.unwrap().reopens_ms.unwrap();
     common::past(&q, reopens).await;
     q.sweep(100).await.unwrap();
-    assert_eq!(q.lane("a").await.unwrap().state, echomq::admin::LaneState::Ready);
+    assert_eq!(q.lane("a").await.unwrap().state, echomq::lanes::LaneState::Ready);
     assert_eq!(q.lane_rate_limit("a").await.unwrap().reopens_ms, None);
 }

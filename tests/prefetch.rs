@@ -158,7 +158,7 @@ async fn quick_jobs_leased_ahead_start_without_a_renewal() {
         .concurrency(1)
         .prefetch(4)
         .observer(move |e| {
-            if matches!(e, echomq::Event::Extended { .. }) {
+            if matches!(e, echomq::WorkerEvent::Extended { .. }) {
                 r.fetch_add(1, Ordering::SeqCst);
             }
         })

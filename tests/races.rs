@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use common::{eventually, setup, setup_with};
-use echomq::{Client, Consumer, ConsumerHandle, Error, Event, Job, JobState, QueueOptions, Retention};
+use echomq::{Client, Consumer, ConsumerHandle, Error, Job, JobState, QueueOptions, Retention, WorkerEvent};
 
 /// Environment of the second process of `pause_holds_across_two_processes`.
 const CHILD_URL: &str = "ECHOMQ_RACES_URL";
@@ -19,7 +19,7 @@ const CHILD_QUEUE: &str = "ECHOMQ_RACES_QUEUE";
 /// Lines the second process prints for the first start with this.
 const CHILD_TAG: &str = "emq-races-child";
 
-/// One `Event::Claimed` as a test records it.
+/// One `WorkerEvent::Claimed` as a test records it.
 #[derive(Debug, Clone)]
 struct Claim {
     id: String,
@@ -40,7 +40,7 @@ fn two_consumers(queue: &echomq::Queue, record: Arc<dyn Fn(Claim) + Send + Sync>
             .concurrency(4)
             .poll_interval(Duration::from_millis(20))
             .observer(move |e| {
-                if let Event::Claimed {
+                if let WorkerEvent::Claimed {
                     id, token, server_ms, ..
                 } = e
                 {
@@ -360,13 +360,13 @@ async fn obliterate_under_load() {
             .observer(move |e| {
                 let mut log = log.lock().unwrap();
                 match e {
-                    Event::Claimed { id, .. } => {
+                    WorkerEvent::Claimed { id, .. } => {
                         log.claimed.insert(id.to_string());
                     }
-                    Event::Settled { id, .. } | Event::LeaseLost { id, .. } => {
+                    WorkerEvent::Settled { id, .. } | WorkerEvent::LeaseLost { id, .. } => {
                         log.answered.insert(id.to_string());
                     }
-                    Event::SettleFailed { id, error, .. } => {
+                    WorkerEvent::SettleFailed { id, error, .. } => {
                         log.answered.insert(id.to_string());
                         log.refused.push((id.to_string(), format!("{error:?}")));
                     }
@@ -534,7 +534,7 @@ async fn retention_by_age_keeps_memory_flat() {
         Consumer::new(q.clone(), |_job: Job<u32>| async { Ok(()) })
             .concurrency(64)
             .observer(move |e| {
-                if let Event::Settled {
+                if let WorkerEvent::Settled {
                     outcome: echomq::Outcome::Completed,
                     server_ms,
                     ..

@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use common::{eventually, unique};
 use echomq::server::LocalServer;
-use echomq::{Client, Error, Event, Job, JobState, Order, Queue, Worker};
+use echomq::{Client, Error, Job, JobState, Order, Queue, Worker, WorkerEvent};
 
 /// A private server and a client on it.
 async fn client() -> (LocalServer, Client) {
@@ -82,7 +82,7 @@ async fn two_queues_two_payload_types() {
             }
         })
         .observer(move |e| {
-            if let Event::Claimed { queue, id, .. } = e {
+            if let WorkerEvent::Claimed { queue, id, .. } = e {
                 c.lock().unwrap().push((queue.to_string(), id.to_string()));
             }
         })
@@ -337,7 +337,7 @@ async fn bad_workers_are_refused() {
     refused(Worker::new().queue_weighted(q.clone(), h, 0).spawn(), "weight");
     refused(
         Worker::new()
-            .queue_weighted(q.clone(), h, echomq::consumer::MAX_WEIGHT + 1)
+            .queue_weighted(q.clone(), h, echomq::worker::MAX_WEIGHT + 1)
             .spawn(),
         "weight",
     );

@@ -5,7 +5,7 @@ use crate::error::{Error, Result};
 use crate::job::JobState;
 use crate::keys::validate_id;
 use crate::queue::Queue;
-use crate::scripts::{Code, SCRIPTS};
+use crate::store::{Code, SCRIPTS};
 
 /// What [`Queue::cancel`] did to one job.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -4,7 +4,7 @@ use super::MAX_IDS;
 use crate::error::{Error, Result};
 use crate::keys::validate_id;
 use crate::queue::{MAX_BATCH, Queue};
-use crate::scripts::{Code, Reply, SCRIPTS};
+use crate::store::{Code, Reply, SCRIPTS};
 
 /// What [`Queue::retry_failed`] or [`Queue::remove`] did to one job.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -7,7 +7,7 @@ use crate::error::{Error, Result};
 use crate::job::{JobInfo, JobState};
 use crate::queue::inspect::{HashFields, job_info};
 use crate::queue::{MAX_BATCH, Queue};
-use crate::scripts::SCRIPTS;
+use crate::store::SCRIPTS;
 
 /// Where a listing goes on from: the last job shown and its place in the
 /// state's order. Opaque; its text form (`Display`, `FromStr`) travels in

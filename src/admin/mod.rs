@@ -36,17 +36,13 @@
 //!   [`Client::queue_exists`](crate::Client::queue_exists).
 
 mod cancel;
-mod lanes;
 mod lifecycle;
-mod limits;
 mod list;
 mod pause;
 mod queues;
 
 pub use self::cancel::Cancel;
-pub use self::lanes::{LaneCursor, LaneDefaults, LaneInfo, LanePage, LaneState, MAX_LANE_WEIGHT};
 pub use self::lifecycle::Moved;
-pub use self::limits::{ClaimLimits, LaneRate, MAX_ACTIVE_CAP, MAX_RATE_JOBS, MAX_RATE_WINDOW, RateLimit};
 pub use self::list::{ListCursor, Page};
 pub use self::queues::DISCOVERY_STEP;
 

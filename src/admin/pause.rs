@@ -2,7 +2,7 @@
 
 use crate::error::Result;
 use crate::queue::Queue;
-use crate::scripts::SCRIPTS;
+use crate::store::SCRIPTS;
 
 impl Queue {
     /// Pauses the queue: once this returns, no consumer in any process

@@ -6,7 +6,7 @@ use crate::error::{Error, Result};
 use crate::keys::validate_id;
 use crate::lease::Lease;
 use crate::queue::{Outcome, Queue, Settled, owned};
-use crate::scripts::{Code, SCRIPTS};
+use crate::store::{Code, SCRIPTS};
 
 /// One declared effect of atomic completion.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -6,11 +6,12 @@ use std::time::Duration;
 
 use super::{DEFAULT_MARKER_TTL, MAX_EFFECT_NAME_BYTES, MAX_MARKER_TTL};
 use crate::error::{Error, Result};
-use crate::job::{Job, millis};
+use crate::job::millis;
 use crate::keys::validate_id;
 use crate::lease::Lease;
 use crate::queue::Queue;
-use crate::scripts::{Code, SCRIPTS};
+use crate::store::{Code, SCRIPTS};
+use crate::worker::Job;
 
 /// How often [`EffectMarker::once`] sends a marker call again after a
 /// transient failure (the calls are idempotent, so repeating is safe).
@@ -155,14 +156,7 @@ impl EffectMarker {
     /// As [`new`](Self::new), and [`Error::WrongQueue`] when `queue` is not
     /// the job's queue.
     pub fn for_job<T>(queue: &Queue, job: &Job<T>, effect: &str) -> Result<EffectMarker> {
-        if *job.base != **queue.base() {
-            return Err(Error::WrongQueue {
-                id: job.id().to_owned(),
-                leased_from: job.base.trim_end_matches(':').to_owned(),
-                queue: queue.base().trim_end_matches(':').to_owned(),
-            });
-        }
-        Self::new(queue, job.id(), job.token(), effect)
+        Self::for_lease(queue, job.lease(), effect)
     }
 
     /// The marker of effect `effect` for the attempt holding `lease`
@@ -272,7 +266,7 @@ impl EffectMarker {
         self.answer("marker_abandon", call).await
     }
 
-    async fn answer(&self, script: &'static str, call: crate::scripts::Call) -> Result<()> {
+    async fn answer(&self, script: &'static str, call: crate::store::Call) -> Result<()> {
         let mut r = call.run(&mut self.queue.conn()).await?;
         let (code, _now, token) = (r.code()?, r.uint()?, r.uint()?);
         match code {

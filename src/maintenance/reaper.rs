@@ -20,8 +20,8 @@ use tracing::{debug, info, warn};
 
 use crate::error::Result;
 use crate::queue::{MAX_BATCH, Queue};
-use crate::scripts::{Code, SCRIPTS};
 use crate::settings;
+use crate::store::{Code, SCRIPTS};
 
 /// Default time between reaper passes.
 pub const DEFAULT_REAP_INTERVAL: Duration = Duration::from_millis(500);

@@ -19,7 +19,7 @@ use tracing::warn;
 
 use crate::error::{Error, Result};
 use crate::queue::Queue;
-use crate::scripts::SCRIPTS;
+use crate::store::SCRIPTS;
 
 /// What a consistency sweep found, from [`Queue::sweep`] (the whole sweep)
 /// or [`Queue::sweep_step`] (one step).
@@ -131,7 +131,7 @@ impl Queue {
     }
 
     /// A call of `lua/sweep.lua` with the queue's keys it always takes.
-    fn sweep_script(&self) -> crate::scripts::Call {
+    fn sweep_script(&self) -> crate::store::Call {
         let k = self.keys();
         let mut call = SCRIPTS.sweep.call();
         call.key(&k.pending)
@@ -146,7 +146,7 @@ impl Queue {
 
     /// Runs a sweep call and reads its reply, `{next_cursor, checked,
     /// repaired, skipped, phase}` (logging what it found).
-    async fn run_sweep(&self, call: crate::scripts::Call) -> Result<(String, SweepReport, String)> {
+    async fn run_sweep(&self, call: crate::store::Call) -> Result<(String, SweepReport, String)> {
         let mut r = call.run(&mut self.conn()).await?;
         let next = r.string()?;
         let report = SweepReport {

@@ -12,7 +12,7 @@ use crate::durability::{Durability, Shortfall};
 use crate::error::{Error, Result};
 use crate::job::{EnqueueOptions, EnqueueStatus, Enqueued, JobKind};
 use crate::keys::Keys;
-use crate::scripts::{Code, SCRIPTS};
+use crate::store::{Code, SCRIPTS};
 
 /// Enqueue calls one queue keeps in flight while coalescing: few enough
 /// that concurrent enqueues pile up into batches, enough to hide a round trip.

@@ -27,7 +27,7 @@ use crate::client::{Client, ClientOptions};
 use crate::conn::Conn;
 use crate::error::{Error, Result};
 use crate::keys::Keys;
-use crate::scripts::SCRIPTS;
+use crate::store::SCRIPTS;
 
 /// The layout version this crate writes into `emq:{Q}:meta`. Version 2
 /// (echomq 0.2) added queue-wide fencing tokens, per-job limits and the

@@ -9,7 +9,7 @@ use crate::error::{Error, Result, truncate};
 use crate::job::{delay_ms, millis};
 use crate::lease::Lease;
 use crate::limits::Limits;
-use crate::scripts::{Code, Reply, SCRIPTS};
+use crate::store::{Code, Reply, SCRIPTS};
 
 /// Longest error text or failure reason stored with a job, in bytes;
 /// longer ones are cut (at a character boundary) and say how long they were.

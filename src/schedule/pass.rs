@@ -12,7 +12,7 @@ use super::missed::{MAX_TICKS_PER_CALL, plan};
 use super::timing::Timing;
 use crate::error::{Error, Result};
 use crate::queue::Queue;
-use crate::scripts::{Code, SCRIPTS};
+use crate::store::{Code, SCRIPTS};
 
 /// Most schedules one pass reads (and offers ticks for); a pass that finds
 /// more due is followed by another at once.

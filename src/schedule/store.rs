@@ -14,7 +14,7 @@ use crate::error::{Error, Result};
 use crate::limits::Limits;
 use crate::queue::Queue;
 use crate::queue::inspect::HashFields;
-use crate::scripts::SCRIPTS;
+use crate::store::SCRIPTS;
 
 /// Schedules read per round trip by [`Queue::schedules`].
 const LIST_CHUNK: usize = 100;

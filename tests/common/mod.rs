@@ -152,24 +152,24 @@ pub struct Log {
 
 impl EventLog {
     /// The observer to hand to `Consumer::observer`.
-    pub fn observer(&self) -> impl Fn(&echomq::Event<'_>) + Send + Sync + 'static {
-        use echomq::Event;
+    pub fn observer(&self) -> impl Fn(&echomq::WorkerEvent<'_>) + Send + Sync + 'static {
+        use echomq::WorkerEvent;
         let log = self.0.clone();
-        move |e: &Event<'_>| {
+        move |e: &WorkerEvent<'_>| {
             let mut log = log.lock().unwrap();
-            if let Event::Claimed { token, attempt, .. } = e {
+            if let WorkerEvent::Claimed { token, attempt, .. } = e {
                 log.attempts.insert(*token, *attempt);
             }
             let n = |token: &u64| log.attempts.get(token).copied().unwrap_or(0);
             let (id, s) = match e {
-                Event::Claimed { id, token, .. } => (id, format!("claimed:{}", n(token))),
-                Event::Extended { id, token, .. } => (id, format!("extended:{}", n(token))),
-                Event::LeaseLost {
+                WorkerEvent::Claimed { id, token, .. } => (id, format!("claimed:{}", n(token))),
+                WorkerEvent::Extended { id, token, .. } => (id, format!("extended:{}", n(token))),
+                WorkerEvent::LeaseLost {
                     id, token, confirmed, ..
                 } => (id, format!("lease_lost:{}:{confirmed}", n(token))),
-                Event::HandlerDone { id, token, result, .. } => (id, format!("done:{}:{result}", n(token))),
-                Event::Settled { id, token, op, .. } => (id, format!("settled:{}:{op}", n(token))),
-                Event::SettleFailed { id, token, op, .. } => (id, format!("settle_failed:{}:{op}", n(token))),
+                WorkerEvent::HandlerDone { id, token, result, .. } => (id, format!("done:{}:{result}", n(token))),
+                WorkerEvent::Settled { id, token, op, .. } => (id, format!("settled:{}:{op}", n(token))),
+                WorkerEvent::SettleFailed { id, token, op, .. } => (id, format!("settle_failed:{}:{op}", n(token))),
                 _ => return,
             };
             log.events.push((id.to_string(), s));

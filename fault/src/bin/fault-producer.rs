@@ -35,9 +35,9 @@ use echomq_fault::history::{Ev, History};
 const GIVE_UP: Duration = Duration::from_secs(120);
 
 /// A rate limit argument "N:W_MS".
-fn rate(s: &str) -> echomq::admin::RateLimit {
+fn rate(s: &str) -> echomq::throttle::RateLimit {
     let (n, w) = s.split_once(':').expect("a rate limit is N:W_MS");
-    echomq::admin::RateLimit::new(n.parse().expect("N"), Duration::from_millis(w.parse().expect("W_MS")))
+    echomq::throttle::RateLimit::new(n.parse().expect("N"), Duration::from_millis(w.parse().expect("W_MS")))
         .expect("a valid rate limit")
 }
 

@@ -46,8 +46,8 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 use echomq::{
-    Consumer, EffectMarker, Error, Event, HandlerError, Job, MarkerState, Once, OnceError, Outcome, Queue, Reaper,
-    SettleOp,
+    Consumer, EffectMarker, Error, HandlerError, Job, MarkerState, Once, OnceError, Outcome, Queue, Reaper, SettleOp,
+    WorkerEvent,
 };
 use echomq_fault::args::Args;
 use echomq_fault::history::{Ev, History};
@@ -191,9 +191,9 @@ impl Worker {
         }
     }
 
-    fn observe(&self, e: &Event<'_>) {
+    fn observe(&self, e: &WorkerEvent<'_>) {
         let ev = match *e {
-            Event::Claimed {
+            WorkerEvent::Claimed {
                 id,
                 token,
                 attempt,
@@ -209,31 +209,31 @@ impl Worker {
                 server_ms,
                 lane: lane.map(Into::into),
             },
-            Event::Extended {
+            WorkerEvent::Extended {
                 id, token, deadline_ms, ..
             } => Ev::Extended {
                 id: id.into(),
                 token,
                 deadline_ms,
             },
-            Event::LeaseLost {
+            WorkerEvent::LeaseLost {
                 id, token, confirmed, ..
             } => Ev::LeaseLost {
                 id: id.into(),
                 token,
                 confirmed,
             },
-            Event::HandlerDone { id, token, result, .. } => Ev::HandlerDone {
+            WorkerEvent::HandlerDone { id, token, result, .. } => Ev::HandlerDone {
                 id: id.into(),
                 token,
                 result: result.as_str().into(),
             },
-            Event::SettleSent { id, token, op, .. } => Ev::SettleSent {
+            WorkerEvent::SettleSent { id, token, op, .. } => Ev::SettleSent {
                 id: id.into(),
                 token,
                 op: op.as_str().into(),
             },
-            Event::Settled {
+            WorkerEvent::Settled {
                 id,
                 token,
                 op,
@@ -262,7 +262,7 @@ impl Worker {
                 }
                 return;
             }
-            Event::SettleFailed {
+            WorkerEvent::SettleFailed {
                 id, token, op, error, ..
             } => Ev::SettleFailed {
                 id: id.into(),

@@ -15,8 +15,8 @@ use tracing::{debug, error};
 use super::erased::{ErasedHandler, Typed};
 use super::handler::Handler;
 use super::prefetch::{AutoPrefetch, Slots};
-use super::sched::{Order, Sched};
 use super::settings::Settings;
+use super::turns::{Order, Turns};
 use super::{ConsumerHandle, Ctx, Served, StopOnDrop, WakeGroup, claim, drain, keeper, panic_text, settler};
 use crate::error::{Error, Result};
 use crate::queue::Queue;
@@ -255,7 +255,7 @@ impl Worker {
         }
         let (wakes, wake_of) = wake_groups(&queues);
         let ctx = Arc::new(Ctx {
-            sched: std::sync::Mutex::new(Sched::new(order, &weights, settings.poll_interval, Instant::now())),
+            turns: std::sync::Mutex::new(Turns::new(order, &weights, settings.poll_interval, Instant::now())),
             work: tokio::sync::Notify::new(),
             wakes,
             wake_of,

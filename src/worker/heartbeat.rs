@@ -8,7 +8,7 @@ use std::time::Duration;
 use tokio::time::{Instant, timeout_at};
 use tracing::{debug, warn};
 
-use super::event::{Event, Observers};
+use super::event::{Observers, WorkerEvent};
 use super::settings::Settings;
 use crate::error::Error;
 use crate::lease::Lease;
@@ -113,7 +113,7 @@ impl Heartbeat {
     /// One beat, due at [`next`](Self::next): renews the lease within the
     /// safety window, or gives up. A loss is reported to `observers`, if given.
     pub(super) async fn beat(&mut self, q: &Queue, lease: &Lease, observers: Option<&Observers>) -> Beat {
-        let emit = |e: Event<'_>| {
+        let emit = |e: WorkerEvent<'_>| {
             if let Some(o) = observers {
                 o.emit(e);
             }
@@ -131,7 +131,7 @@ impl Heartbeat {
         match timeout_at(safe_until, renewal).await {
             Ok(Ok((deadline_ms, cancel))) => {
                 self.renewed(sent);
-                emit(Event::Extended {
+                emit(WorkerEvent::Extended {
                     queue: q.name(),
                     id: &lease.id,
                     token: lease.token,
@@ -143,7 +143,7 @@ impl Heartbeat {
                 if observers.is_some() {
                     warn!(error = %e, "lease lost; its result will not be settled");
                 }
-                emit(Event::LeaseLost {
+                emit(WorkerEvent::LeaseLost {
                     queue: q.name(),
                     id: &lease.id,
                     token: lease.token,
@@ -161,7 +161,7 @@ impl Heartbeat {
                 if observers.is_some() {
                     warn!("lease not confirmed within the safety window; its result will not be settled");
                 }
-                emit(Event::LeaseLost {
+                emit(WorkerEvent::LeaseLost {
                     queue: q.name(),
                     id: &lease.id,
                     token: lease.token,

@@ -12,7 +12,7 @@ use tracing::{Instrument, debug, info_span, warn};
 
 use super::backoff::RetryBackoff;
 use super::erased::JobParts;
-use super::event::{Event, HandlerResult};
+use super::event::{HandlerResult, WorkerEvent};
 use super::handler::{HandlerError, Kind};
 use super::heartbeat::{Beat, Heartbeat, LeaseClock};
 use super::prefetch::{Slot, Turn};
@@ -165,7 +165,7 @@ async fn run_job(ctx: Arc<Ctx>, q: usize, lease: Lease, claimed_at: Instant, per
     async move {
         let s = &ctx.settings;
         let qn = queue.name();
-        s.observers.emit(Event::Claimed {
+        s.observers.emit(WorkerEvent::Claimed {
             queue: qn,
             id: &lease.id,
             token: lease.token,
@@ -212,7 +212,7 @@ async fn run_job(ctx: Arc<Ctx>, q: usize, lease: Lease, claimed_at: Instant, per
                 match timeout_at(later(claimed_at, s.safety_window()), queue.renew(&lease, s.lease)).await {
                     Ok(Ok((deadline_ms, cancel))) => {
                         heart.renewed(sent);
-                        s.observers.emit(Event::Extended {
+                        s.observers.emit(WorkerEvent::Extended {
                             queue: qn,
                             id: &lease.id,
                             token: lease.token,
@@ -302,7 +302,7 @@ async fn run_job(ctx: Arc<Ctx>, q: usize, lease: Lease, claimed_at: Instant, per
                             debug!("cancel requested; cancelling the handler");
                             requested.store(true, Ordering::Relaxed);
                             cancel_by = Some(later(Instant::now(), s.shutdown_timeout));
-                            s.observers.emit(Event::CancelRequested {
+                            s.observers.emit(WorkerEvent::CancelRequested {
                                 queue: qn,
                                 id: &lease.id,
                                 token: lease.token,
@@ -321,7 +321,7 @@ async fn run_job(ctx: Arc<Ctx>, q: usize, lease: Lease, claimed_at: Instant, per
                 }
             }
         };
-        s.observers.emit(Event::HandlerDone {
+        s.observers.emit(WorkerEvent::HandlerDone {
             queue: qn,
             id: &lease.id,
             token: lease.token,

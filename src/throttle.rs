@@ -11,7 +11,7 @@ use std::time::Duration;
 use crate::error::{Error, Result};
 use crate::keys::validate_id;
 use crate::queue::Queue;
-use crate::scripts::{Reply, SCRIPTS};
+use crate::store::{Reply, SCRIPTS};
 
 /// The largest global cap ([`Queue::set_max_active`]).
 pub const MAX_ACTIVE_CAP: u32 = 1_000_000;
@@ -30,7 +30,7 @@ pub const MAX_RATE_WINDOW: Duration = Duration::from_secs(86_400);
 ///
 /// ```
 /// use std::time::Duration;
-/// use echomq::admin::RateLimit;
+/// use echomq::throttle::RateLimit;
 ///
 /// let limit = RateLimit::new(100, Duration::from_secs(1))?;
 /// assert_eq!((limit.jobs(), limit.per()), (100, Duration::from_secs(1)));
@@ -179,7 +179,7 @@ impl Queue {
     /// ```no_run
     /// # async fn demo(queue: echomq::Queue) -> echomq::Result<()> {
     /// use std::time::Duration;
-    /// use echomq::admin::RateLimit;
+    /// use echomq::throttle::RateLimit;
     /// queue.set_rate_limit(Some(RateLimit::new(50, Duration::from_secs(1))?)).await?;
     /// # Ok(()) }
     /// ```
@@ -200,7 +200,7 @@ impl Queue {
     /// ```no_run
     /// # async fn demo(queue: echomq::Queue) -> echomq::Result<()> {
     /// use std::time::Duration;
-    /// use echomq::admin::RateLimit;
+    /// use echomq::throttle::RateLimit;
     /// queue.set_lane_rate_limit("customer-42", Some(RateLimit::new(10, Duration::from_secs(60))?)).await?;
     /// # Ok(()) }
     /// ```

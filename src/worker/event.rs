@@ -1,4 +1,4 @@
-//! [`Event`]s: the steps of a job's life inside a consumer, handed to its
+//! [`WorkerEvent`]s: the steps of a job's life inside a consumer, handed to its
 //! observers. Observers are user code: a panicking one is caught and
 //! logged, and the consumer carries on.
 
@@ -74,7 +74,7 @@ impl std::fmt::Display for HandlerResult {
 /// match them with `..`.
 #[derive(Debug)]
 #[non_exhaustive]
-pub enum Event<'a> {
+pub enum WorkerEvent<'a> {
     /// A job was leased to this consumer; its handler starts next (for a
     /// job leased ahead, once a handler is free, unless it is released
     /// unstarted first).
@@ -192,14 +192,14 @@ pub enum Event<'a> {
 }
 
 /// An observer as the consumer keeps it.
-pub(super) type Observer = Arc<dyn Fn(&Event<'_>) + Send + Sync>;
+pub(super) type Observer = Arc<dyn Fn(&WorkerEvent<'_>) + Send + Sync>;
 
 /// The consumer's observers, each called in turn with a panic guard.
 #[derive(Clone, Default)]
 pub(super) struct Observers(pub(super) Vec<Observer>);
 
 impl Observers {
-    pub(super) fn emit(&self, event: Event<'_>) {
+    pub(super) fn emit(&self, event: WorkerEvent<'_>) {
         for o in &self.0 {
             if catch_unwind(AssertUnwindSafe(|| o(&event))).is_err() {
                 warn!(?event, "an observer panicked; the consumer carries on");

@@ -12,7 +12,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, info_span, warn};
 
 use super::Ctx;
-use super::event::Event;
+use super::event::WorkerEvent;
 use super::heartbeat::LeaseClock;
 use super::prefetch::{AutoPrefetch, Slot};
 use crate::error::Error;
@@ -128,7 +128,7 @@ fn report(ctx: &Ctx, p: Pending, result: std::result::Result<Settled, &Error>) -
             debug!(outcome = ?done.outcome, "{op}");
             #[cfg(feature = "metrics")]
             crate::metrics::settled(queue, done.outcome);
-            s.observers.emit(Event::Settled {
+            s.observers.emit(WorkerEvent::Settled {
                 queue,
                 id,
                 token,
@@ -141,7 +141,7 @@ fn report(ctx: &Ctx, p: Pending, result: std::result::Result<Settled, &Error>) -
             warn!(%error, "{op} not applied");
             #[cfg(feature = "metrics")]
             crate::metrics::settle_failed(queue);
-            s.observers.emit(Event::SettleFailed {
+            s.observers.emit(WorkerEvent::SettleFailed {
                 queue,
                 id,
                 token,
@@ -172,7 +172,7 @@ async fn settle_batch(ctx: &Ctx, q: usize, mut batch: Vec<Pending>) -> (Vec<Leas
     let mut first_try = true;
     loop {
         for p in batch.iter() {
-            s.observers.emit(Event::SettleSent {
+            s.observers.emit(WorkerEvent::SettleSent {
                 queue: ctx.queue(q).name(),
                 id: &p.lease.id,
                 token: p.lease.token,
@@ -196,7 +196,7 @@ async fn settle_batch(ctx: &Ctx, q: usize, mut batch: Vec<Pending>) -> (Vec<Leas
             0
         } else {
             let freed = batch.iter().filter(|p| p.slot.is_some()).count();
-            ctx.sched().share(q, freed, Instant::now())
+            ctx.turns().share(q, freed, Instant::now())
         };
         first_try = false;
         let sent = Instant::now();

@@ -69,7 +69,7 @@ struct QueueState {
 
 /// The scheduling state of all of a worker's queues.
 #[derive(Debug)]
-pub(super) struct Sched {
+pub(super) struct Turns {
     order: Order,
     queues: Vec<QueueState>,
     poll: Duration,
@@ -86,10 +86,10 @@ pub(super) struct Wait {
     pub poll_at: Option<Instant>,
 }
 
-impl Sched {
+impl Turns {
     /// `weights` in the order the queues were added (1 to `MAX_WEIGHT`).
-    pub(super) fn new(order: Order, weights: &[u32], poll: Duration, now: Instant) -> Sched {
-        Sched {
+    pub(super) fn new(order: Order, weights: &[u32], poll: Duration, now: Instant) -> Turns {
+        Turns {
             order,
             queues: weights
                 .iter()
@@ -338,7 +338,7 @@ mod tests {
     #[test]
     fn weights_share_the_slots() {
         let now = Instant::now();
-        let mut s = Sched::new(Order::Weighted, &[1, 2, 4], Duration::from_secs(5), now);
+        let mut s = Turns::new(Order::Weighted, &[1, 2, 4], Duration::from_secs(5), now);
         assert_eq!(counts(&s.plan(70, now), 3), vec![10, 20, 40]);
         let mut total = vec![0; 3];
         for _ in 0..700 {
@@ -353,7 +353,7 @@ mod tests {
     #[test]
     fn strict_order_serves_the_first_ready_queue() {
         let now = Instant::now();
-        let mut s = Sched::new(Order::Strict, &[1, 1], Duration::from_secs(5), now);
+        let mut s = Turns::new(Order::Strict, &[1, 1], Duration::from_secs(5), now);
         assert_eq!(s.plan(5, now), vec![(0, 5)]);
         s.claimed(0, 5, 2, now, None);
         assert_eq!(s.plan(5, now), vec![(1, 5)]);
@@ -365,7 +365,7 @@ mod tests {
     #[test]
     fn a_queue_back_from_idle_does_not_burst() {
         let now = Instant::now();
-        let mut s = Sched::new(Order::Weighted, &[1, 1], Duration::from_secs(5), now);
+        let mut s = Turns::new(Order::Weighted, &[1, 1], Duration::from_secs(5), now);
         s.plan(1, now);
         s.claimed(0, 1, 0, now, None);
         for _ in 0..100 {
@@ -379,12 +379,12 @@ mod tests {
     #[test]
     fn the_settler_gets_its_share() {
         let now = Instant::now();
-        let mut s = Sched::new(Order::Weighted, &[1, 1, 2], Duration::from_secs(5), now);
+        let mut s = Turns::new(Order::Weighted, &[1, 1, 2], Duration::from_secs(5), now);
         assert_eq!(s.share(2, 8, now), 4);
         // The claim loop's next picks make up the other queues' shares: 1:1:2 in all.
         assert_eq!(counts(&s.plan(8, now), 3), vec![3, 3, 2]);
         // A one-queue worker refills every slot a batch frees, past a claim's cap.
-        let mut s = Sched::new(Order::Weighted, &[1], Duration::from_secs(5), now);
+        let mut s = Turns::new(Order::Weighted, &[1], Duration::from_secs(5), now);
         assert_eq!(s.share(0, 200, now), 200);
     }
 
@@ -393,7 +393,7 @@ mod tests {
     fn idle_queues_are_polled_one_at_a_time() {
         let t0 = Instant::now();
         let poll = Duration::from_secs(5);
-        let mut s = Sched::new(Order::Weighted, &[1, 1, 1], poll, t0);
+        let mut s = Turns::new(Order::Weighted, &[1, 1, 1], poll, t0);
         assert!(s.claimed(1, 1, 0, t0, None));
         assert!(s.claimed(0, 1, 0, t0 + Duration::from_millis(1), None));
         assert!(s.claimed(2, 1, 0, t0 + Duration::from_millis(2), None));
@@ -406,7 +406,7 @@ mod tests {
         s.claimed(1, 3, 0, t0 + poll, None);
         assert_eq!(s.wait().poll_at, Some(t0 + poll + poll));
         // A failed claim holds its queue; the claim loop waits until the hold ends.
-        let mut s = Sched::new(Order::Weighted, &[1], poll, t0);
+        let mut s = Turns::new(Order::Weighted, &[1], poll, t0);
         let pause = s.failed(0, 1, t0);
         assert_eq!(s.plan(1, t0), vec![]);
         assert_eq!(s.hold_ends(t0), Some(t0 + pause));
@@ -419,7 +419,7 @@ mod tests {
         let t0 = Instant::now();
         let poll = Duration::from_secs(5);
         let w = Duration::from_millis(300);
-        let mut s = Sched::new(Order::Weighted, &[1, 1], poll, t0);
+        let mut s = Turns::new(Order::Weighted, &[1, 1], poll, t0);
         assert!(s.claimed(0, 4, 1, t0, Some(t0 + w)));
         assert!(s.claimed(1, 1, 0, t0, None));
         let wait = s.wait();

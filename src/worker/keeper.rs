@@ -136,8 +136,8 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
-    use crate::consumer::settings::Settings;
     use crate::limits::Limits;
+    use crate::worker::settings::Settings;
 
     fn lease(token: u64) -> Arc<Lease> {
         Arc::new(Lease {

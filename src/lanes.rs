@@ -12,7 +12,7 @@ use std::str::FromStr;
 use crate::error::{Error, Result};
 use crate::keys::validate_id;
 use crate::queue::{MAX_BATCH, Queue};
-use crate::scripts::{Reply, SCRIPTS};
+use crate::store::{Reply, SCRIPTS};
 
 /// The largest weight a lane may have: the most jobs one turn gives.
 pub const MAX_LANE_WEIGHT: u32 = 1_000;

@@ -7,14 +7,14 @@
 /// `settings: Settings` field.
 macro_rules! shared_setters {
     () => {
-        /// Handlers running at once (default [`DEFAULT_CONCURRENCY`](crate::consumer::DEFAULT_CONCURRENCY); 1 to
-        /// [`MAX_CONCURRENCY`](crate::consumer::MAX_CONCURRENCY)).
+        /// Handlers running at once (default [`DEFAULT_CONCURRENCY`](crate::worker::DEFAULT_CONCURRENCY); 1 to
+        /// [`MAX_CONCURRENCY`](crate::worker::MAX_CONCURRENCY)).
         pub fn concurrency(mut self, n: usize) -> Self {
             self.settings.concurrency = n;
             self
         }
         /// Jobs leased ahead of free handlers, fixed at `n` (0 to
-        /// [`MAX_PREFETCH`](crate::consumer::MAX_PREFETCH)); `0` turns leasing ahead off. The consumer then
+        /// [`MAX_PREFETCH`](crate::worker::MAX_PREFETCH)); `0` turns leasing ahead off. The consumer then
         /// holds up to `concurrency + n` leases, so when a handler finishes the
         /// next job starts at once instead of after the round trip that settles
         /// the finished one and leases another, and one call settles and leases
@@ -23,14 +23,14 @@ macro_rules! shared_setters {
         ///
         /// By default prefetch is automatic: up to `concurrency` jobs (at least
         /// 4, at most 32) are leased ahead, but only while the average handler
-        /// runs for less than [`AUTO_PREFETCH_RATIO`](crate::consumer::AUTO_PREFETCH_RATIO) settle round trips (both
+        /// runs for less than [`AUTO_PREFETCH_RATIO`](crate::worker::AUTO_PREFETCH_RATIO) settle round trips (both
         /// measured by the consumer as it goes; off until measured). Longer
         /// handlers gain next to nothing from it, so then the consumer leases
         /// only for free handlers, as with `prefetch(0)`.
         ///
         /// The cost: a job leased ahead runs down its lease while it waits, and
         /// no other consumer can take it. So a job that waits longer than one
-        /// heartbeat interval (automatic: at most [`AUTO_PREFETCH_WAIT`](crate::consumer::AUTO_PREFETCH_WAIT); half
+        /// heartbeat interval (automatic: at most [`AUTO_PREFETCH_WAIT`](crate::worker::AUTO_PREFETCH_WAIT); half
         /// the safety window with heartbeats off) is released back to pending
         /// at its own place (its attempt number grows, its failures do not), and
         /// its slot stays taken until a handler frees up, so the consumer does
@@ -54,18 +54,18 @@ macro_rules! shared_setters {
             self.settings.name = Some(name.into());
             self
         }
-        /// Lease length (default [`DEFAULT_LEASE`](crate::consumer::DEFAULT_LEASE); [`MIN_LEASE`](crate::consumer::MIN_LEASE) to
-        /// [`MAX_LEASE`](crate::consumer::MAX_LEASE)). A worker silent for longer loses the job to the reaper.
+        /// Lease length (default [`DEFAULT_LEASE`](crate::worker::DEFAULT_LEASE); [`MIN_LEASE`](crate::worker::MIN_LEASE) to
+        /// [`MAX_LEASE`](crate::worker::MAX_LEASE)). A worker silent for longer loses the job to the reaper.
         pub fn lease(mut self, d: std::time::Duration) -> Self {
             self.settings.lease = d;
             self
         }
         /// Time between heartbeats (default: a third of the lease; at least
-        /// [`MIN_HEARTBEAT`](crate::consumer::MIN_HEARTBEAT), shorter than the lease). Beats come at most every
+        /// [`MIN_HEARTBEAT`](crate::worker::MIN_HEARTBEAT), shorter than the lease). Beats come at most every
         /// half safety window (the lease minus a tenth), so each renewal lands
         /// while the lease surely holds.
         pub fn heartbeat(mut self, d: std::time::Duration) -> Self {
-            self.settings.beat = crate::consumer::settings::Beat::Every(d);
+            self.settings.beat = crate::worker::settings::Beat::Every(d);
             self
         }
         /// No heartbeats: the lease is each handler's whole time budget. A
@@ -74,14 +74,14 @@ macro_rules! shared_setters {
         /// job may be redelivered (a late result would be refused by the
         /// server's token check anyway, never applied twice).
         pub fn without_heartbeats(mut self) -> Self {
-            self.settings.beat = crate::consumer::settings::Beat::Off;
+            self.settings.beat = crate::worker::settings::Beat::Off;
             self
         }
         /// Retries its handlers asks for without a delay of its own
-        /// (an error with `?` or [`HandlerError::retry`](crate::consumer::HandlerError::retry), a panic, a timeout)
+        /// (an error with `?` or [`HandlerError::retry`](crate::worker::HandlerError::retry), a panic, a timeout)
         /// wait `backoff` instead of the job's own backoff. The consumer
         /// computes the delay, jitter included (drawn as the server draws a
-        /// job's), and sends it with the retry. [`HandlerError::retry_after`](crate::consumer::HandlerError::retry_after)
+        /// job's), and sends it with the retry. [`HandlerError::retry_after`](crate::worker::HandlerError::retry_after)
         /// still chooses its own delay. Default: the job's own backoff, which
         /// the server applies. Checked when the consumer starts (a delay over
         /// [`MAX_DELAY`](crate::limits::MAX_DELAY) or a bad jitter is
@@ -99,11 +99,11 @@ macro_rules! shared_setters {
         /// # drop(worker); Ok(()) }
         /// ```
         pub fn backoff(mut self, backoff: crate::limits::Backoff) -> Self {
-            self.settings.backoff = crate::consumer::backoff::RetryBackoff::Fixed(backoff);
+            self.settings.backoff = crate::worker::backoff::RetryBackoff::Fixed(backoff);
             self
         }
         /// As [`backoff`](Self::backoff), with the delay chosen by `f` from
-        /// the [`RetryContext`](crate::consumer::RetryContext) (the failure count, the attempt, the job id,
+        /// the [`RetryContext`](crate::worker::RetryContext) (the failure count, the attempt, the job id,
         /// the job's own backoff and the error). A delay over
         /// [`MAX_DELAY`](crate::limits::MAX_DELAY) saturates there. `f` is
         /// called on the job's task, so keep it quick; should it panic, the
@@ -127,21 +127,21 @@ macro_rules! shared_setters {
         /// ```
         pub fn backoff_with(
             mut self,
-            f: impl Fn(&crate::consumer::RetryContext<'_>) -> std::time::Duration + Send + Sync + 'static,
+            f: impl Fn(&crate::worker::RetryContext<'_>) -> std::time::Duration + Send + Sync + 'static,
         ) -> Self {
-            self.settings.backoff = crate::consumer::backoff::RetryBackoff::With(std::sync::Arc::new(f));
+            self.settings.backoff = crate::worker::backoff::RetryBackoff::With(std::sync::Arc::new(f));
             self
         }
         /// Time running handlers get to finish at shutdown before they are
         /// cancelled and their jobs released (default
-        /// [`DEFAULT_SHUTDOWN_TIMEOUT`](crate::consumer::DEFAULT_SHUTDOWN_TIMEOUT); 0 to [`MAX_SHUTDOWN_TIMEOUT`](crate::consumer::MAX_SHUTDOWN_TIMEOUT)).
+        /// [`DEFAULT_SHUTDOWN_TIMEOUT`](crate::worker::DEFAULT_SHUTDOWN_TIMEOUT); 0 to [`MAX_SHUTDOWN_TIMEOUT`](crate::worker::MAX_SHUTDOWN_TIMEOUT)).
         pub fn shutdown_timeout(mut self, d: std::time::Duration) -> Self {
             self.settings.shutdown_timeout = d;
             self
         }
         /// Longest idle wait before polling again even without a wake-up
-        /// (default [`DEFAULT_POLL_INTERVAL`](crate::consumer::DEFAULT_POLL_INTERVAL); [`MIN_POLL_INTERVAL`](crate::consumer::MIN_POLL_INTERVAL) to
-        /// [`MAX_POLL_INTERVAL`](crate::consumer::MAX_POLL_INTERVAL)). A worker
+        /// (default [`DEFAULT_POLL_INTERVAL`](crate::worker::DEFAULT_POLL_INTERVAL); [`MIN_POLL_INTERVAL`](crate::worker::MIN_POLL_INTERVAL) to
+        /// [`MAX_POLL_INTERVAL`](crate::worker::MAX_POLL_INTERVAL)). A worker
         /// of several queues ends each wait with no push at all by claiming from
         /// the queue idle longest.
         pub fn poll_interval(mut self, d: std::time::Duration) -> Self {
@@ -170,17 +170,17 @@ macro_rules! shared_setters {
         ///
         /// ```no_run
         /// # fn demo(queue: echomq::Queue) -> echomq::Result<()> {
-        /// use echomq::{Consumer, Event, Job};
+        /// use echomq::{Consumer, WorkerEvent, Job};
         /// let worker = Consumer::new(queue, |_job: Job<u32>| async { Ok(()) })
         ///     .observer(|e| {
-        ///         if let Event::Settled { id, op, outcome, .. } = e {
+        ///         if let WorkerEvent::Settled { id, op, outcome, .. } = e {
         ///             tracing::info!(job_id = id, %op, ?outcome, "settled");
         ///         }
         ///     })
         ///     .spawn()?;
         /// # drop(worker); Ok(()) }
         /// ```
-        pub fn observer(mut self, observer: impl Fn(&crate::consumer::Event<'_>) + Send + Sync + 'static) -> Self {
+        pub fn observer(mut self, observer: impl Fn(&crate::worker::WorkerEvent<'_>) + Send + Sync + 'static) -> Self {
             self.settings.observers.0.push(std::sync::Arc::new(observer));
             self
         }

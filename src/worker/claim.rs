@@ -37,7 +37,7 @@ pub(super) async fn claim_loop(ctx: Arc<Ctx>) {
         }
         let now = Instant::now();
         let (plan, hold_ends) = {
-            let mut s = ctx.sched();
+            let mut s = ctx.turns();
             (s.plan(permits.len(), now), s.hold_ends(now))
         };
         if plan.is_empty() {
@@ -87,7 +87,7 @@ async fn claim(ctx: &Arc<Ctx>, q: usize, slots: Vec<Slot>) {
         }
         Err(e) => {
             drop(slots);
-            let pause = ctx.sched().failed(q, asked, Instant::now());
+            let pause = ctx.turns().failed(q, asked, Instant::now());
             warn!(queue = queue.name(), error = %e, ?pause, "claim failed; retrying");
         }
     }
@@ -115,7 +115,7 @@ pub(super) async fn waker(ctx: Arc<Ctx>, g: usize) {
         .collect();
     let poll = ctx.settings.poll_interval;
     while !ctx.stop.is_cancelled() {
-        let mut wait = ctx.sched().wait();
+        let mut wait = ctx.turns().wait();
         wait.listen.retain(|q| ctx.wake_of[*q] == g);
         if wait.listen.is_empty() {
             tokio::select! {

@@ -4,9 +4,10 @@
 //! queues at once; a consumer is a worker of one queue.
 //!
 //! - `handler`: the [`Handler`] trait and [`HandlerError`] (the outcomes).
+//! - `job`: the [`Job`] a handler gets: its lease, payload and cancellation.
 //! - `worker`: the [`Worker`] builder and its run (the one machinery).
 //! - `erased`: a queue's handler with its payload type erased.
-//! - `sched`: which queue free slots go to ([`Order`]), and each queue's
+//! - `turns`: which queue free slots go to ([`Order`]), and each queue's
 //!   state (ready, idle until woken, held until an instant).
 //! - `settings`: the consumer's settings and the timings derived from them.
 //! - `claim`: the claim loop and the one blocking wake-up.
@@ -14,7 +15,7 @@
 //! - `prefetch`: lease slots and leasing ahead of free handlers.
 //! - `settler`: batched settlements.
 //! - `backoff`: the consumer's own retry delays and the [`RetryContext`].
-//! - `event`: the [`Event`]s observers see.
+//! - `event`: the [`WorkerEvent`]s observers see.
 
 pub(crate) mod backoff;
 #[macro_use]
@@ -24,12 +25,13 @@ mod erased;
 mod event;
 mod handler;
 mod heartbeat;
+mod job;
 pub(crate) mod job_task;
 mod keeper;
 mod prefetch;
-mod sched;
 mod settings;
 mod settler;
+mod turns;
 mod worker;
 
 use std::marker::PhantomData;
@@ -45,12 +47,13 @@ use tokio_util::task::TaskTracker;
 use tracing::warn;
 
 pub use self::backoff::RetryContext;
-pub use self::event::{Event, HandlerResult};
+pub use self::event::{HandlerResult, WorkerEvent};
 pub use self::handler::{Handler, HandlerError};
+pub use self::job::Job;
 use self::prefetch::{AutoPrefetch, Slots};
-pub use self::sched::Order;
 use self::settings::Settings;
 use self::settler::Pending;
+pub use self::turns::Order;
 pub use self::worker::{MAX_QUEUES, MAX_WEIGHT, Worker, WorkerHandle};
 use crate::error::{Error, Result};
 use crate::queue::Queue;
@@ -253,7 +256,7 @@ struct Ctx {
     /// settlement and a scheduling decision name theirs by index.
     queues: Vec<Served>,
     /// Which queues the free slots go to, and each queue's state.
-    sched: std::sync::Mutex<sched::Sched>,
+    turns: std::sync::Mutex<turns::Turns>,
     /// Wakes the claim loop when a queue may have work again.
     work: tokio::sync::Notify,
     /// The wake-up's groups: queues whose wake lists one blocking call
@@ -286,26 +289,26 @@ struct Ctx {
 }
 
 impl Ctx {
-    fn sched(&self) -> std::sync::MutexGuard<'_, sched::Sched> {
-        self.sched.lock().unwrap_or_else(|e| e.into_inner())
+    fn turns(&self) -> std::sync::MutexGuard<'_, turns::Turns> {
+        self.turns.lock().unwrap_or_else(|e| e.into_inner())
     }
     /// A claim of `asked` jobs from `q` (alone, or with a settlement)
     /// leased `got`; `wait`: a rate limit stopped it, and lets the queue
     /// lease again after this long.
     fn claimed(&self, q: usize, asked: usize, got: usize, wait: Option<std::time::Duration>) {
         let now = Instant::now();
-        if self.sched().claimed(q, asked, got, now, wait.map(|w| now + w)) {
+        if self.turns().claimed(q, asked, got, now, wait.map(|w| now + w)) {
             self.wakes[self.wake_of[q]].idled.notify_one();
         }
     }
     /// A push to `q`'s wake list was seen.
     fn woken(&self, q: usize) {
-        self.sched().woken(q);
+        self.turns().woken(q);
         self.work.notify_one();
     }
     /// A wake-up wait ended with no push (the safety-net poll may be due).
     fn timed_out(&self) {
-        if self.sched().timed_out(Instant::now()) {
+        if self.turns().timed_out(Instant::now()) {
             self.work.notify_one();
         }
     }

@@ -12,8 +12,8 @@ use serde::de::DeserializeOwned;
 use tokio_util::sync::CancellationToken;
 
 use super::handler::{Handler, HandlerError};
+use super::job::Job;
 use super::job_task::keepable;
-use crate::job::Job;
 use crate::lease::Lease;
 use crate::queue::Queue;
 
@@ -68,7 +68,7 @@ where
         let handler = self.handler.clone();
         Ok(Box::new(move |p: JobParts| {
             Box::pin(async move {
-                let job = Job::of_lease(&p.queue, &p.lease, payload, p.cancel, p.requested);
+                let job = Job::new(p.queue, p.lease, payload, p.cancel, p.requested);
                 handler.call(job).await.map(|v| keepable(&v))
             }) as Call
         }))

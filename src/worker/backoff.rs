@@ -74,7 +74,7 @@ impl RetryBackoff {
 ///
 /// ```
 /// use std::time::Duration;
-/// use echomq::consumer::RetryContext;
+/// use echomq::worker::RetryContext;
 ///
 /// // Rate-limited calls wait a minute; everything else keeps the job's own backoff.
 /// fn delay(ctx: &RetryContext<'_>) -> Duration {

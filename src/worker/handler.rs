@@ -7,7 +7,7 @@ use std::error::Error as StdError;
 use std::fmt;
 use std::time::Duration;
 
-use crate::job::Job;
+use super::job::Job;
 use crate::limits::MAX_DELAY;
 
 /// The error type of handlers: any error converts into it with `?` (as
