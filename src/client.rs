@@ -12,188 +12,24 @@
 //!   is checked against the system's roots, or only against the CA given
 //!   to `ClientOptions::tls_ca`; `ClientOptions::tls_client_cert`
 //!   presents a client certificate (mutual TLS). A refused handshake is
-//!   [`Error::Tls`]. Connecting makes ring rustls's process-wide crypto
+//!   [`Error::Tls`](crate::Error::Tls). Connecting makes ring rustls's process-wide crypto
 //!   provider unless the program installed one.
 //! - **ACL**: a user needs only the commands and keys
 //!   [`crate::acl::rules`] lists (no `@dangerous` command).
-//! - **Sentinel**: [`Client::connect_sentinel`] finds
+//! - **Sentinel**: [`Client::connect_sentinel`](crate::Client::connect_sentinel) finds
 //!   the master through the sentinels, and finds it again after a failover.
 //!
 //! Passwords never appear in this crate's `Debug` output, errors or logs.
 
 use std::sync::Arc;
-use std::time::Duration;
 
-use redis::AsyncConnectionConfig;
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-
-use crate::conn::sentinel::{SentinelConn, Sentinels};
-use crate::conn::{Conn, Dedicated};
-use crate::error::{Error, Result};
+use crate::conn::Link;
+pub use crate::conn::options::{ClientOptions, DEFAULT_CONNECTION_TIMEOUT, DEFAULT_RESPONSE_TIMEOUT, MAX_TIMEOUT};
+use crate::error::Result;
+use crate::health::{ScriptLibraries, ServerReport};
 use crate::maintenance::Maintenance;
-use crate::queue::{Queue, QueueOptions};
-use crate::settings;
-
-/// Default time a server call may take before it fails with a timeout.
-pub const DEFAULT_RESPONSE_TIMEOUT: Duration = Duration::from_secs(5);
-/// Default time to establish a connection.
-pub const DEFAULT_CONNECTION_TIMEOUT: Duration = Duration::from_secs(2);
-/// The longest response or connection timeout accepted.
-pub const MAX_TIMEOUT: Duration = Duration::from_secs(3_600);
-
-/// Connection settings of a [`Client`], checked when it connects.
-///
-/// ```
-/// use std::time::Duration;
-/// let opts = echomq::ClientOptions::new().response_timeout(Duration::from_secs(2));
-/// ```
-///
-/// Its `Debug` output shows no password and no key.
-#[derive(Clone)]
-#[must_use]
-pub struct ClientOptions {
-    response_timeout: Duration,
-    connection_timeout: Duration,
-    allow_eviction: bool,
-    /// PEM certificates of the CA to trust instead of the system's roots.
-    #[cfg(feature = "tls")]
-    tls_ca: Option<Vec<u8>>,
-    /// PEM certificate chain and private key presented to the server.
-    #[cfg(feature = "tls")]
-    tls_client: Option<(Vec<u8>, Vec<u8>)>,
-    /// User and password on the master Sentinel names.
-    master_auth: Option<(Option<String>, String)>,
-    /// Database on the master Sentinel names.
-    master_db: i64,
-}
-
-impl Default for ClientOptions {
-    fn default() -> Self {
-        ClientOptions {
-            response_timeout: DEFAULT_RESPONSE_TIMEOUT,
-            connection_timeout: DEFAULT_CONNECTION_TIMEOUT,
-            allow_eviction: false,
-            #[cfg(feature = "tls")]
-            tls_ca: None,
-            #[cfg(feature = "tls")]
-            tls_client: None,
-            master_auth: None,
-            master_db: 0,
-        }
-    }
-}
-
-impl std::fmt::Debug for ClientOptions {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let mut d = f.debug_struct("ClientOptions");
-        d.field("response_timeout", &self.response_timeout)
-            .field("connection_timeout", &self.connection_timeout)
-            .field("allow_eviction", &self.allow_eviction);
-        #[cfg(feature = "tls")]
-        d.field("tls_ca", &self.tls_ca.as_ref().map(|_| "<set>"))
-            .field("tls_client_cert", &self.tls_client.as_ref().map(|_| "<redacted>"));
-        d.field(
-            "master_auth",
-            &self.master_auth.as_ref().map(|(user, _)| (user, "<redacted>")),
-        )
-        .field("master_db", &self.master_db);
-        d.finish()
-    }
-}
-
-impl ClientOptions {
-    /// The defaults (see each setter).
-    pub fn new() -> Self {
-        Self::default()
-    }
-    /// How long a server call may take (default
-    /// [`DEFAULT_RESPONSE_TIMEOUT`]; 1 ms to [`MAX_TIMEOUT`]).
-    pub fn response_timeout(mut self, d: Duration) -> Self {
-        self.response_timeout = d;
-        self
-    }
-    /// How long connecting may take (default
-    /// [`DEFAULT_CONNECTION_TIMEOUT`]; 1 ms to [`MAX_TIMEOUT`]).
-    pub fn connection_timeout(mut self, d: Duration) -> Self {
-        self.connection_timeout = d;
-        self
-    }
-    /// Connect even when the server's `maxmemory-policy` may evict keys
-    /// (default false: connecting refuses with [`Error::UnsafeServer`],
-    /// since an evicted job record is a lost job).
-    pub fn allow_eviction(mut self, allow: bool) -> Self {
-        self.allow_eviction = allow;
-        self
-    }
-
-    /// Trusts only the CA certificates in `pem` (one or more PEM
-    /// certificates) for the server's certificate, instead of the system's
-    /// roots: for a server whose certificate a private CA signed. Only
-    /// with a `rediss://` URL (else connecting refuses with
-    /// [`Error::InvalidOption`]); a server whose certificate this CA did not
-    /// sign is refused with [`Error::Tls`]. Feature `tls`.
-    ///
-    /// ```no_run
-    /// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
-    /// let opts = echomq::ClientOptions::new()
-    ///     .tls_ca(std::fs::read("ca.crt")?)
-    ///     .tls_client_cert(std::fs::read("client.crt")?, std::fs::read("client.key")?);
-    /// let client = echomq::Client::connect_with("rediss://queue.internal:6380", opts).await?;
-    /// # let _ = client; Ok(()) }
-    /// ```
-    #[cfg(feature = "tls")]
-    pub fn tls_ca(mut self, pem: impl Into<Vec<u8>>) -> Self {
-        self.tls_ca = Some(pem.into());
-        self
-    }
-
-    /// Presents this client certificate (a PEM chain, the client's own
-    /// first) and its PEM private key to the server: mutual TLS, for a
-    /// server with `tls-auth-clients yes`. Only with a `rediss://` URL.
-    /// Feature `tls`. The key is kept in memory and never shown by `Debug`.
-    #[cfg(feature = "tls")]
-    pub fn tls_client_cert(mut self, cert_pem: impl Into<Vec<u8>>, key_pem: impl Into<Vec<u8>>) -> Self {
-        self.tls_client = Some((cert_pem.into(), key_pem.into()));
-        self
-    }
-
-    /// The user (`None` for the `default` user) and password with which
-    /// [`Client::connect_sentinel`] logs in to the master the sentinels
-    /// name (the sentinels' own user and password go in their URLs).
-    pub fn master_auth(mut self, username: Option<&str>, password: &str) -> Self {
-        self.master_auth = Some((username.map(str::to_owned), password.to_owned()));
-        self
-    }
-
-    /// The database [`Client::connect_sentinel`] selects on the master
-    /// (default 0).
-    pub fn master_db(mut self, db: i64) -> Self {
-        self.master_db = db;
-        self
-    }
-
-    /// The certificates for the redis crate, if any were given.
-    #[cfg(feature = "tls")]
-    fn certificates(&self) -> Option<redis::TlsCertificates> {
-        if self.tls_ca.is_none() && self.tls_client.is_none() {
-            return None;
-        }
-        Some(redis::TlsCertificates {
-            client_tls: self.tls_client.as_ref().map(|(cert, key)| redis::ClientTlsConfig {
-                client_cert: cert.clone(),
-                client_key: key.clone(),
-            }),
-            root_cert: self.tls_ca.clone(),
-        })
-    }
-
-    fn check(&self) -> Result<()> {
-        let min = Duration::from_millis(1);
-        settings::duration("response_timeout", self.response_timeout, min, MAX_TIMEOUT)?;
-        settings::duration("connection_timeout", self.connection_timeout, min, MAX_TIMEOUT)?;
-        Ok(())
-    }
-}
+use crate::partition::PartitionedQueue;
+use crate::queue::{Backing, Queue, QueueOptions};
 
 /// A cheap `Clone` handle on the connections and maintenance shared by the
 /// queues of a process.
@@ -207,18 +43,10 @@ impl ClientOptions {
 /// ```
 #[derive(Clone)]
 pub struct Client {
-    inner: Arc<Inner>,
-}
-
-struct Inner {
-    /// The shared connection; it also opens the dedicated connections
-    /// consumers block on (BLPOP must not share the multiplexed
-    /// connection, and needs its timeout off), to the same server with the
-    /// same credentials and TLS settings.
-    conn: Conn,
-    opts: ClientOptions,
-    /// Reaps (and sweeps) the queues that consumers of this client serve.
-    maintenance: Arc<Maintenance>,
+    /// The link to the server, and the maintenance task that reaps (and
+    /// sweeps, and schedules) the queues that workers of this client serve:
+    /// what every queue it opens stands on.
+    backing: Backing,
 }
 
 impl std::fmt::Debug for Client {
@@ -235,9 +63,9 @@ impl Client {
     /// settings let echomq promise.
     ///
     /// # Errors
-    /// A connection error ([`Error::Redis`]) if the server cannot be
-    /// reached; [`Error::UnsafeServer`] for a server that may evict keys;
-    /// [`Error::NoPermission`] for a user the server's ACL does not allow
+    /// A connection error ([`Error::Redis`](crate::Error::Redis)) if the server cannot be
+    /// reached; [`Error::UnsafeServer`](crate::Error::UnsafeServer) for a server that may evict keys;
+    /// [`Error::NoPermission`](crate::Error::NoPermission) for a user the server's ACL does not allow
     /// to run scripts.
     pub async fn connect(url: &str) -> Result<Client> {
         Self::connect_with(url, ClientOptions::default()).await
@@ -246,14 +74,13 @@ impl Client {
     /// Connects to `url` with `opts`.
     ///
     /// # Errors
-    /// As [`connect`](Self::connect); [`Error::InvalidOption`] for an
+    /// As [`connect`](Self::connect); [`Error::InvalidOption`](crate::Error::InvalidOption) for an
     /// option out of range, a URL that does not parse, a `rediss://` URL
     /// without feature `tls`, or TLS certificates with a `redis://` URL;
-    /// [`Error::Tls`] when the TLS handshake fails. No error shows the
+    /// [`Error::Tls`](crate::Error::Tls) when the TLS handshake fails. No error shows the
     /// URL's password.
     pub async fn connect_with(url: &str, opts: ClientOptions) -> Result<Client> {
-        let redis = open(url, &opts)?;
-        Self::build(redis, opts).await
+        Self::start(Link::connect(url, &opts).await?, &opts).await
     }
 
     /// Builds a client on a `redis::Client` (for connection settings the
@@ -261,47 +88,11 @@ impl Client {
     /// the `redis::Client`'s own.
     ///
     /// # Errors
-    /// As [`connect_with`](Self::connect_with); [`Error::InvalidOption`]
+    /// As [`connect_with`](Self::connect_with); [`Error::InvalidOption`](crate::Error::InvalidOption)
     /// when `opts` holds TLS certificates (give them to the
     /// `redis::Client` instead).
     pub async fn from_redis(redis: redis::Client, opts: ClientOptions) -> Result<Client> {
-        #[cfg(feature = "tls")]
-        if opts.certificates().is_some() {
-            return Err(Error::InvalidOption {
-                name: "tls_ca",
-                reason: "Client::from_redis takes the redis::Client's TLS settings: \
-                         build it with redis::Client::build_with_tls instead"
-                    .into(),
-            });
-        }
-        Self::build(redis, opts).await
-    }
-
-    async fn build(redis: redis::Client, opts: ClientOptions) -> Result<Client> {
-        opts.check()?;
-        #[cfg(feature = "tls")]
-        install_crypto_provider();
-        let config = ConnectionManagerConfig::new()
-            .set_response_timeout(Some(opts.response_timeout))
-            .set_connection_timeout(Some(opts.connection_timeout))
-            .set_number_of_retries(2)
-            .set_max_delay(Duration::from_millis(500));
-        let manager = ConnectionManager::new_with_config(redis.clone(), config)
-            .await
-            .map_err(Error::from_redis)?;
-        let conn = Conn::single(manager, redis.clone());
-        if is_cluster_node(&conn).await {
-            #[cfg(feature = "cluster")]
-            return Self::start(cluster(vec![redis.get_connection_info().clone()], &opts).await?, opts).await;
-            #[cfg(not(feature = "cluster"))]
-            return Err(Error::InvalidOption {
-                name: "url",
-                reason: "the server is a Valkey Cluster node: turn on echomq's `cluster` feature \
-                         (a plain connection would fail on every queue whose slot is on another node)"
-                    .into(),
-            });
-        }
-        Self::start(conn, opts).await
+        Self::start(Link::from_redis(redis, &opts).await?, &opts).await
     }
 
     /// Connects to the Valkey (or Redis) Cluster that `nodes` belong to
@@ -309,7 +100,7 @@ impl Client {
     /// (`redis://[user:password@]host:port`, or `rediss://` with feature
     /// `tls`; the first one's user, password and TLS mode are used for
     /// every node); one reachable node is enough, the others are asked if
-    /// it is not. [`Client::connect`] to a cluster node does the same with
+    /// it is not. [`Client::connect`](crate::Client::connect) to a cluster node does the same with
     /// that one node.
     ///
     /// Every queue lives in one hash slot (its keys share the hash tag
@@ -335,39 +126,12 @@ impl Client {
     /// ```
     ///
     /// # Errors
-    /// [`Error::InvalidOption`] for no node, a URL that does not parse, or
+    /// [`Error::InvalidOption`](crate::Error::InvalidOption) for no node, a URL that does not parse, or
     /// URLs that differ in user, password or TLS mode; a server error when
     /// no node answers; then as [`connect`](Self::connect).
     #[cfg(feature = "cluster")]
     pub async fn connect_cluster(nodes: &[&str], opts: ClientOptions) -> Result<Client> {
-        opts.check()?;
-        #[cfg(feature = "tls")]
-        install_crypto_provider();
-        if nodes.is_empty() {
-            return Err(Error::InvalidOption {
-                name: "nodes",
-                reason: "no cluster node URL given".into(),
-            });
-        }
-        let infos = nodes
-            .iter()
-            .map(|url| redis::IntoConnectionInfo::into_connection_info(*url).map_err(|e| bad_url(url, e)))
-            .collect::<Result<Vec<_>>>()?;
-        let conn = cluster(infos, &opts).await?;
-        Self::start(conn, opts).await
-    }
-
-    /// Wraps `conn` and runs the start-up self-check.
-    async fn start(conn: Conn, opts: ClientOptions) -> Result<Client> {
-        let client = Client {
-            inner: Arc::new(Inner {
-                conn,
-                opts,
-                maintenance: Arc::new(Maintenance::default()),
-            }),
-        };
-        client.startup_check(client.inner.opts.allow_eviction).await?;
-        Ok(client)
+        Self::start(Link::connect_cluster(nodes, &opts).await?, &opts).await
     }
 
     /// Connects to the master that the sentinels at `sentinels` name
@@ -384,7 +148,7 @@ impl Client {
     /// master found. When a call fails in a way that says the master is
     /// gone or demoted (connection refused, dropped or timed out,
     /// `READONLY`, `MASTERDOWN`), that call returns its error
-    /// ([`Error::is_transient`]) and the next one asks the sentinels again,
+    /// ([`Error::is_transient`](crate::Error::is_transient)) and the next one asks the sentinels again,
     /// so consumers, the maintenance task and producers that retry carry
     /// on against the promoted replica by themselves once Sentinel has
     /// promoted it. Replication is asynchronous: writes acknowledged by the
@@ -400,23 +164,28 @@ impl Client {
     /// ```
     ///
     /// # Errors
-    /// [`Error::InvalidOption`] for no sentinel, a URL that does not parse,
+    /// [`Error::InvalidOption`](crate::Error::InvalidOption) for no sentinel, a URL that does not parse,
     /// or URLs that mix `redis://` and `rediss://`; a server error when
     /// no sentinel names a reachable master (no error shows a password);
     /// then as [`connect`](Self::connect).
     pub async fn connect_sentinel(sentinels: &[&str], master_name: &str, opts: ClientOptions) -> Result<Client> {
-        opts.check()?;
-        #[cfg(feature = "tls")]
-        install_crypto_provider();
-        let found = self::sentinels(sentinels, master_name, &opts)?;
-        let conn = SentinelConn::connect(found).await.map_err(Error::from_redis)?;
-        Self::start(Conn::sentinel(conn), opts).await
+        Self::start(Link::connect_sentinel(sentinels, master_name, &opts).await?, &opts).await
+    }
+
+    /// Wires `link` and a maintenance task together and runs the start-up
+    /// self-check.
+    async fn start(link: Link, opts: &ClientOptions) -> Result<Client> {
+        crate::health::startup_check(link.conn(), opts.allow_eviction).await?;
+        let upkeep = Arc::new(Arc::new(Maintenance::default()));
+        Ok(Client {
+            backing: Backing { link, upkeep },
+        })
     }
 
     /// A handle on queue `name` with default options.
     ///
     /// # Errors
-    /// [`Error::InvalidQueueName`], [`Error::LayoutMismatch`], server errors.
+    /// [`Error::InvalidQueueName`](crate::Error::InvalidQueueName), [`Error::LayoutMismatch`](crate::Error::LayoutMismatch), server errors.
     pub async fn queue(&self, name: &str) -> Result<Queue> {
         self.queue_with(name, QueueOptions::default()).await
     }
@@ -424,151 +193,168 @@ impl Client {
     /// A handle on queue `name` with `opts`.
     ///
     /// # Errors
-    /// As [`queue`](Self::queue), and [`Error::InvalidOption`].
+    /// As [`queue`](Self::queue), and [`Error::InvalidOption`](crate::Error::InvalidOption).
     pub async fn queue_with(&self, name: &str, opts: QueueOptions) -> Result<Queue> {
-        Queue::open(self.clone(), name, opts).await
+        self.backing.open(name, opts).await
     }
 
-    pub(crate) fn conn(&self) -> Conn {
-        self.inner.conn.clone()
+    /// A handle on the queue `name` spread over `partitions` partitions
+    /// (1 to [`MAX_PARTITIONS`](crate::partition::MAX_PARTITIONS)), with default options: see
+    /// [`partition`](crate::partition).
+    ///
+    /// ```no_run
+    /// # async fn demo(client: echomq::Client) -> echomq::Result<()> {
+    /// let orders = client.partitioned_queue("orders", 12).await?;
+    /// orders.enqueue(&"order 1").await?;
+    /// let worker = echomq::Worker::new()
+    ///     .partitioned(&orders, |job: echomq::Job<String>| async move {
+    ///         let _ = job.payload();
+    ///         Ok(())
+    ///     })
+    ///     .spawn()?;
+    /// # let _ = worker; Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::InvalidOption`](crate::Error::InvalidOption) for a count out of range or fewer
+    /// partitions than the queue has; [`Error::InvalidQueueName`](crate::Error::InvalidQueueName) for a
+    /// name that is not valid, or too long with its partition suffix;
+    /// server errors.
+    pub async fn partitioned_queue(&self, name: &str, partitions: usize) -> Result<PartitionedQueue> {
+        self.partitioned_queue_with(name, partitions, QueueOptions::default())
+            .await
     }
 
-    /// True when both are handles on the same client (clones of one).
-    pub(crate) fn same_as(&self, other: &Client) -> bool {
-        Arc::ptr_eq(&self.inner, &other.inner)
+    /// As [`partitioned_queue`](Self::partitioned_queue), every partition
+    /// with `opts`.
+    ///
+    /// # Errors
+    /// As [`partitioned_queue`](Self::partitioned_queue), and
+    /// [`Error::InvalidOption`](crate::Error::InvalidOption) for `opts`.
+    pub async fn partitioned_queue_with(
+        &self,
+        name: &str,
+        partitions: usize,
+        opts: QueueOptions,
+    ) -> Result<PartitionedQueue> {
+        PartitionedQueue::open(&self.backing, name, partitions, opts).await
     }
 
-    pub(crate) fn maintenance(&self) -> &Arc<Maintenance> {
-        &self.inner.maintenance
+    /// Reads the server's persistence, eviction and replication settings.
+    /// Connecting runs it and refuses an eviction policy other than
+    /// `noeviction` unless [`ClientOptions::allow_eviction`] is set.
+    ///
+    /// A user whose ACL denies `INFO` or `CONFIG` (any `-@dangerous` user)
+    /// gets a report with the settings it could not read listed in
+    /// [`ServerReport::unverified`], not an error.
+    ///
+    /// [`ClientOptions::allow_eviction`]: crate::ClientOptions::allow_eviction
+    ///
+    /// # Errors
+    /// Server errors other than an ACL refusal of `INFO`, `CONFIG GET` or `HELLO`.
+    pub async fn self_check(&self) -> Result<ServerReport> {
+        crate::health::self_check(self.backing.link.conn()).await
     }
 
-    /// A dedicated connection with no response timeout, for blocking reads.
-    pub(crate) async fn blocking_connection(&self) -> Result<Dedicated> {
-        let config = AsyncConnectionConfig::new()
-            .set_response_timeout(None)
-            .set_connection_timeout(Some(self.inner.opts.connection_timeout));
-        self.inner.conn.dedicated(&config).await.map_err(Error::from_redis)
+    /// The echomq function libraries loaded in the server: each echomq
+    /// build loads its own (named after a hash of its scripts), and the
+    /// server keeps them all until they are deleted. Delete another
+    /// build's (`FUNCTION DELETE echomq_HASH`) once no process of that
+    /// build runs; one still running would load it again at its next call.
+    ///
+    /// # Errors
+    /// Server errors (an ACL user needs `+function|list`).
+    pub async fn script_libraries(&self) -> Result<ScriptLibraries> {
+        crate::health::script_libraries(self.backing.link.conn()).await
+    }
+
+    /// The names of the queues under key prefix `prefix`
+    /// ([`DEFAULT_PREFIX`](crate::keys::DEFAULT_PREFIX) unless the queues
+    /// were opened with [`QueueOptions::prefix`](crate::QueueOptions::prefix)),
+    /// sorted, each once.
+    ///
+    /// A queue is known by its meta hash (`PREFIX:{NAME}:meta`), which any
+    /// handle writes when it opens the queue ([`Client::queue`](crate::Client::queue)): every
+    /// queue opened by echomq 0.2 or later is listed, with jobs or without,
+    /// until it is [obliterated](crate::Queue::obliterate). A queue whose
+    /// keys were obliterated while a producer went on enqueueing holds jobs
+    /// without a meta hash and is not listed
+    /// ([`queue_exists`](Self::queue_exists) still finds it).
+    ///
+    /// The server has no index of queues, so this walks the database's
+    /// keyspace with `SCAN ... MATCH PREFIX:{*}:meta TYPE hash`, about
+    /// [`DISCOVERY_STEP`](crate::admin::DISCOVERY_STEP) keys per round trip: the server is never held
+    /// for more than one step, and the whole walk costs about one round
+    /// trip per thousand keys of the database (jobs included). Meant for
+    /// operators' tools, not for a hot path.
+    ///
+    /// ```no_run
+    /// # async fn demo(client: echomq::Client) -> echomq::Result<()> {
+    /// for name in client.queue_names(echomq::keys::DEFAULT_PREFIX).await? {
+    ///     let counts = client.queue(&name).await?.counts().await?;
+    ///     println!("{name}: {} pending", counts.pending);
+    /// }
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::InvalidId`](crate::Error::InvalidId) for a bad prefix; server errors.
+    pub async fn queue_names(&self, prefix: &str) -> Result<Vec<String>> {
+        crate::admin::queues::queue_names(self.backing.link.conn(), prefix).await
+    }
+
+    /// Whether queue `name` under key prefix `prefix` has any key on the
+    /// server (its meta hash, a set of jobs, a counter, its schedules), in
+    /// one `EXISTS` call and without creating anything, as opening it with
+    /// [`Client::queue`](crate::Client::queue) would (opening stamps a new queue's meta hash).
+    /// An operator's tool asks this first, so a mistyped name is reported
+    /// rather than made into a new, empty queue. Job records alone are not
+    /// looked at: a queue whose only keys are job records (its sets were
+    /// deleted by hand) answers false.
+    ///
+    /// ```no_run
+    /// # async fn demo(client: echomq::Client) -> echomq::Result<()> {
+    /// if !client.queue_exists(echomq::keys::DEFAULT_PREFIX, "mial").await? {
+    ///     eprintln!("no queue mial");
+    /// }
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::InvalidQueueName`](crate::Error::InvalidQueueName), [`Error::InvalidId`](crate::Error::InvalidId) for a bad prefix;
+    /// server errors.
+    pub async fn queue_exists(&self, prefix: &str, name: &str) -> Result<bool> {
+        crate::admin::queues::queue_exists(self.backing.link.conn(), prefix, name).await
     }
 }
 
-/// A `redis::Client` for `url` with the TLS settings of `opts`. Errors
-/// name what is wrong without repeating the URL (it may hold a password).
-fn open(url: &str, opts: &ClientOptions) -> Result<redis::Client> {
-    let info = redis::IntoConnectionInfo::into_connection_info(url).map_err(|e| bad_url(url, e))?;
-    #[cfg(feature = "tls")]
-    if let Some(certs) = opts.certificates() {
-        if !matches!(info.addr(), redis::ConnectionAddr::TcpTls { .. }) {
-            return Err(Error::InvalidOption {
-                name: "tls_ca",
-                reason: format!(
-                    "TLS certificates were given for a URL without TLS ({}): use rediss://",
-                    crate::error::redact_url(url)
-                ),
-            });
-        }
-        return redis::Client::build_with_tls(info, certs).map_err(Error::from_redis);
+impl Queue {
+    /// Connects to `url` (`redis://host:port/db`) with default options and
+    /// opens queue `name` (a shorthand for [`Client::connect`] then
+    /// [`Client::queue`]; make one [`Client`] for many queues).
+    ///
+    /// # Errors
+    /// [`Error::InvalidQueueName`](crate::Error::InvalidQueueName), a
+    /// connection error ([`Error::Redis`](crate::Error::Redis)) if the
+    /// server cannot be reached,
+    /// [`Error::LayoutMismatch`](crate::Error::LayoutMismatch),
+    /// [`Error::UnsafeServer`](crate::Error::UnsafeServer) for a server
+    /// that may evict keys.
+    pub async fn connect(url: &str, name: &str) -> Result<Queue> {
+        Self::connect_with(url, name, QueueOptions::default()).await
     }
-    let _ = opts;
-    redis::Client::open(info).map_err(Error::from_redis)
-}
 
-/// True when the server answers that it is a cluster node (`INFO cluster`;
-/// a user not allowed `INFO` is taken for a single server).
-async fn is_cluster_node(conn: &Conn) -> bool {
-    let info: redis::RedisResult<String> = redis::cmd("INFO").arg("cluster").query_async(&mut conn.clone()).await;
-    info.is_ok_and(|i| i.lines().any(|l| l.trim() == "cluster_enabled:1"))
-}
-
-/// A cluster connection through `seeds`, with the timeouts (and TLS
-/// certificates) of `opts`.
-#[cfg(feature = "cluster")]
-async fn cluster(seeds: Vec<redis::ConnectionInfo>, opts: &ClientOptions) -> Result<Conn> {
-    let builder = redis::cluster::ClusterClientBuilder::new(seeds)
-        .connection_timeout(opts.connection_timeout)
-        .response_timeout(opts.response_timeout)
-        // Failovers and reshardings answer TRYAGAIN/CLUSTERDOWN/MOVED for
-        // a while; the call's overall bound is the response timeout.
-        .retries(CLUSTER_RETRIES);
-    #[cfg(feature = "tls")]
-    let builder = match opts.certificates() {
-        Some(certs) => builder.certs(certs),
-        None => builder,
-    };
-    let client = builder.build().map_err(|e| Error::InvalidOption {
-        name: "nodes",
-        reason: e.to_string(),
-    })?;
-    let c = crate::conn::cluster::Cluster::connect(client, opts.connection_timeout)
-        .await
-        .map_err(Error::from_redis)?;
-    Ok(Conn::cluster(c))
-}
-
-/// How often a cluster call is tried again after a redirection or a
-/// `TRYAGAIN`/`CLUSTERDOWN` answer (with a growing pause, bounded by the
-/// response timeout).
-#[cfg(feature = "cluster")]
-const CLUSTER_RETRIES: u32 = 16;
-
-/// The error for a URL the redis crate refused.
-fn bad_url(url: &str, e: redis::RedisError) -> Error {
-    let url = crate::error::redact_url(url);
-    let tls = url.starts_with("rediss://") || url.starts_with("valkeys://");
-    let reason = if tls && !cfg!(feature = "tls") {
-        format!("{url}: a TLS URL needs echomq's `tls` feature")
-    } else {
-        format!("{url}: {e}")
-    };
-    Error::InvalidOption { name: "url", reason }
-}
-
-/// Makes ring the process's rustls crypto provider unless one is set:
-/// rustls cannot choose by itself when another crate of the program turns
-/// on a second provider.
-#[cfg(feature = "tls")]
-fn install_crypto_provider() {
-    let _ = rustls::crypto::ring::default_provider().install_default();
-}
-
-/// How [`Client::connect_sentinel`] finds the master: the sentinels at
-/// `sentinels`, the master's credentials and TLS settings from `opts`.
-fn sentinels(sentinels: &[&str], master_name: &str, opts: &ClientOptions) -> Result<Sentinels> {
-    let invalid = |reason: String| Error::InvalidOption {
-        name: "sentinels",
-        reason,
-    };
-    if sentinels.is_empty() {
-        return Err(invalid("no sentinel URL given".into()));
+    /// Connects to `url` and opens queue `name` with `opts`.
+    ///
+    /// # Errors
+    /// As [`connect`](Self::connect), and
+    /// [`Error::InvalidOption`](crate::Error::InvalidOption).
+    pub async fn connect_with(url: &str, name: &str, opts: QueueOptions) -> Result<Queue> {
+        crate::keys::Keys::new(&opts.prefix, name)?;
+        opts.check()?;
+        Client::connect_with(url, ClientOptions::default())
+            .await?
+            .queue_with(name, opts)
+            .await
     }
-    let mut clients = Vec::new();
-    let mut tls = Vec::new();
-    for url in sentinels {
-        let client = open(url, opts)?;
-        tls.push(matches!(
-            client.get_connection_info().addr(),
-            redis::ConnectionAddr::TcpTls { .. }
-        ));
-        clients.push(client);
-    }
-    if tls.iter().any(|t| *t != tls[0]) {
-        return Err(invalid("the sentinels' URLs mix redis:// and rediss://".into()));
-    }
-    let mut master = redis::RedisConnectionInfo::default().set_db(opts.master_db);
-    if let Some((user, password)) = &opts.master_auth {
-        if let Some(user) = user {
-            master = master.set_username(user);
-        }
-        master = master.set_password(password);
-    }
-    Ok(Sentinels {
-        sentinels: clients,
-        master_name: master_name.to_owned(),
-        master,
-        tls: tls[0],
-        #[cfg(feature = "tls")]
-        certs: opts.certificates(),
-        config: AsyncConnectionConfig::new()
-            .set_response_timeout(Some(opts.response_timeout))
-            .set_connection_timeout(Some(opts.connection_timeout)),
-    })
 }

@@ -1,6 +1,7 @@
-//! The connection every queue call goes through. Internal, so the kinds
-//! below share the scripts and the API: every script is single-slot (a
-//! queue's keys share its hash tag).
+//! The connection every queue call goes through ([`Link`], made from
+//! [`ClientOptions`](options::ClientOptions)). Internal, so the kinds below
+//! share the scripts and the API: every script is single-slot (a queue's
+//! keys share its hash tag).
 //!
 //! Three kinds: one server (a [`ConnectionManager`], which reconnects
 //! to the same address), the master that Sentinel names, found again
@@ -10,7 +11,11 @@
 
 #[cfg(feature = "cluster")]
 pub(crate) mod cluster;
+mod link;
+pub(crate) mod options;
 pub(crate) mod sentinel;
+
+pub(crate) use self::link::Link;
 
 use redis::aio::{ConnectionLike, ConnectionManager, MultiplexedConnection};
 use redis::{AsyncConnectionConfig, Cmd, Pipeline, RedisFuture, RedisResult, Value};
@@ -125,18 +130,18 @@ impl Conn {
     pub(crate) async fn dedicated(&self, config: &AsyncConnectionConfig) -> RedisResult<Dedicated> {
         match &self.kind {
             Kind::Single { client, .. } => Ok(Dedicated {
-                conn: Link::Node(client.get_multiplexed_async_connection_with_config(config).await?),
+                conn: Own::Node(client.get_multiplexed_async_connection_with_config(config).await?),
                 follow: None,
             }),
             #[cfg(feature = "cluster")]
             Kind::Cluster(c) => Ok(Dedicated {
-                conn: Link::Cluster(c.blocking().await?),
+                conn: Own::Cluster(c.blocking().await?),
                 follow: None,
             }),
             Kind::Sentinel(s) => {
                 let (number, conn) = s.dedicated(config).await?;
                 Ok(Dedicated {
-                    conn: Link::Node(conn),
+                    conn: Own::Node(conn),
                     follow: Some(Follow {
                         sentinel: s.clone(),
                         number,
@@ -155,22 +160,22 @@ impl Conn {
 /// cluster it is a cluster connection of its own, which follows the slots
 /// of the keys it blocks on.
 pub(crate) struct Dedicated {
-    conn: Link,
+    conn: Own,
     follow: Option<Follow>,
 }
 
-enum Link {
+enum Own {
     Node(MultiplexedConnection),
     #[cfg(feature = "cluster")]
     Cluster(redis::cluster_async::ClusterConnection),
 }
 
-impl ConnectionLike for Link {
+impl ConnectionLike for Own {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
         match self {
-            Link::Node(c) => c.req_packed_command(cmd),
+            Own::Node(c) => c.req_packed_command(cmd),
             #[cfg(feature = "cluster")]
-            Link::Cluster(c) => c.req_packed_command(cmd),
+            Own::Cluster(c) => c.req_packed_command(cmd),
         }
     }
 
@@ -181,17 +186,17 @@ impl ConnectionLike for Link {
         count: usize,
     ) -> RedisFuture<'a, Vec<Value>> {
         match self {
-            Link::Node(c) => c.req_packed_commands(pipeline, offset, count),
+            Own::Node(c) => c.req_packed_commands(pipeline, offset, count),
             #[cfg(feature = "cluster")]
-            Link::Cluster(c) => c.req_packed_commands(pipeline, offset, count),
+            Own::Cluster(c) => c.req_packed_commands(pipeline, offset, count),
         }
     }
 
     fn get_db(&self) -> i64 {
         match self {
-            Link::Node(c) => c.get_db(),
+            Own::Node(c) => c.get_db(),
             #[cfg(feature = "cluster")]
-            Link::Cluster(c) => c.get_db(),
+            Own::Cluster(c) => c.get_db(),
         }
     }
 }
@@ -209,7 +214,7 @@ impl Dedicated {
         let Some(f) = self.follow.as_mut() else { return Ok(()) };
         if f.sentinel.current_number() != Some(f.number) {
             let (number, conn) = f.sentinel.dedicated(&f.config).await?;
-            (f.number, self.conn) = (number, Link::Node(conn));
+            (f.number, self.conn) = (number, Own::Node(conn));
         }
         Ok(())
     }

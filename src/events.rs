@@ -544,7 +544,7 @@ impl Queue {
     /// # Errors
     /// Connection and server errors.
     pub async fn events(&self, from: EventCursor) -> Result<EventReader> {
-        let mut conn = self.client().blocking_connection().await?;
+        let mut conn = self.link().blocking_connection().await?;
         let (cursor, check) = match from {
             EventCursor::Start => ("0-0".to_owned(), false),
             // Reads go on after the cursor (exclusive): the last id before `ms`.

@@ -8,12 +8,11 @@ use std::collections::HashMap;
 use redis::Value;
 use tracing::{info, warn};
 
-use crate::client::Client;
 use crate::conn::Conn;
 use crate::error::{Error, Result};
 use crate::queue::Queue;
 
-/// What the server's settings let echomq promise, from [`Client::self_check`].
+/// What the server's settings let echomq promise, from [`Client::self_check`](crate::Client::self_check).
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct ServerReport {
@@ -79,176 +78,163 @@ fn info_field<'a>(info: &'a str, name: &str) -> Option<&'a str> {
         .map(str::trim)
 }
 
-impl Client {
-    /// Reads the server's persistence, eviction and replication settings.
-    /// Connecting runs it and refuses an eviction policy other than
-    /// `noeviction` unless [`ClientOptions::allow_eviction`] is set.
-    ///
-    /// A user whose ACL denies `INFO` or `CONFIG` (any `-@dangerous` user)
-    /// gets a report with the settings it could not read listed in
-    /// [`ServerReport::unverified`], not an error.
-    ///
-    /// [`ClientOptions::allow_eviction`]: crate::ClientOptions::allow_eviction
-    ///
-    /// # Errors
-    /// Server errors other than an ACL refusal of `INFO`, `CONFIG GET` or `HELLO`.
-    pub async fn self_check(&self) -> Result<ServerReport> {
-        let mut conn = self.conn();
-        let info = match redis::cmd("INFO")
-            .arg("server")
-            .arg("persistence")
-            .arg("memory")
-            .arg("replication")
+/// Reads the server's persistence, eviction and replication settings
+/// through `conn` ([`Client::self_check`](crate::Client::self_check)).
+pub(crate) async fn self_check(mut conn: Conn) -> Result<ServerReport> {
+    let info = match redis::cmd("INFO")
+        .arg("server")
+        .arg("persistence")
+        .arg("memory")
+        .arg("replication")
+        .query_async::<String>(&mut conn)
+        .await
+    {
+        Ok(info) => Some(info),
+        Err(e) if denied(&e) => None,
+        // Redis < 7 takes one section per INFO call.
+        Err(_) => match redis::cmd("INFO")
+            .arg("everything")
             .query_async::<String>(&mut conn)
             .await
         {
             Ok(info) => Some(info),
             Err(e) if denied(&e) => None,
-            // Redis < 7 takes one section per INFO call.
-            Err(_) => match redis::cmd("INFO")
-                .arg("everything")
-                .query_async::<String>(&mut conn)
-                .await
-            {
-                Ok(info) => Some(info),
-                Err(e) if denied(&e) => None,
-                Err(e) => return Err(Error::from_redis(e)),
-            },
-        };
-        // One CONFIG GET for all four (Redis 7 takes several parameters).
-        // Managed servers often rename CONFIG: any failure leaves these unknown.
-        let config: std::result::Result<HashMap<String, String>, &str> = redis::cmd("CONFIG")
-            .arg("GET")
-            .arg("appendfsync")
-            .arg("appendonly")
-            .arg("maxmemory-policy")
-            .arg("hash-max-listpack-value")
-            .query_async(&mut conn)
-            .await
-            .map_err(|e| {
-                if denied(&e) {
-                    "CONFIG GET denied"
-                } else {
-                    "CONFIG GET unavailable"
-                }
-            });
-        let info_field = |name| info.as_deref().and_then(|i| info_field(i, name));
-        let config_field = |name: &str| config.as_ref().ok().and_then(|c| c.get(name)).map(String::as_str);
-        let mut unverified = Vec::new();
-        let mut unknown = |what: &str, sources: &[Option<&str>]| {
-            let why: Vec<&str> = sources.iter().flatten().copied().collect();
-            unverified.push(format!("{what} ({})", why.join(", ")));
-        };
-        let info_why = info.is_none().then_some("INFO denied");
-        let config_why = config.as_ref().err().copied();
-
-        let (server, version) = match info_field("valkey_version") {
-            Some(v) => ("valkey".to_owned(), v.to_owned()),
-            None => match info_field("redis_version") {
-                Some(v) => ("redis".to_owned(), v.to_owned()),
-                // HELLO (no arguments: the protocol stays as it is) is
-                // allowed to every user and names the server and version.
-                None => match hello(&mut conn).await {
-                    Some(sv) => sv,
-                    None => {
-                        unknown("server version", &[info_why, Some("HELLO denied")]);
-                        ("unknown".to_owned(), "unknown".to_owned())
-                    }
-                },
-            },
-        };
-        let appendonly = match (info_field("aof_enabled"), config_field("appendonly")) {
-            (Some(v), _) => v == "1",
-            (None, Some(v)) => v == "yes",
-            (None, None) => {
-                unknown(UNVERIFIED_APPENDONLY, &[info_why, config_why]);
-                false
+            Err(e) => return Err(Error::from_redis(e)),
+        },
+    };
+    // One CONFIG GET for all four (Redis 7 takes several parameters).
+    // Managed servers often rename CONFIG: any failure leaves these unknown.
+    let config: std::result::Result<HashMap<String, String>, &str> = redis::cmd("CONFIG")
+        .arg("GET")
+        .arg("appendfsync")
+        .arg("appendonly")
+        .arg("maxmemory-policy")
+        .arg("hash-max-listpack-value")
+        .query_async(&mut conn)
+        .await
+        .map_err(|e| {
+            if denied(&e) {
+                "CONFIG GET denied"
+            } else {
+                "CONFIG GET unavailable"
             }
-        };
-        let appendfsync = config_field("appendfsync").map(str::to_owned).unwrap_or_else(|| {
-            unknown("appendfsync", &[config_why]);
+        });
+    let info_field = |name| info.as_deref().and_then(|i| info_field(i, name));
+    let config_field = |name: &str| config.as_ref().ok().and_then(|c| c.get(name)).map(String::as_str);
+    let mut unverified = Vec::new();
+    let mut unknown = |what: &str, sources: &[Option<&str>]| {
+        let why: Vec<&str> = sources.iter().flatten().copied().collect();
+        unverified.push(format!("{what} ({})", why.join(", ")));
+    };
+    let info_why = info.is_none().then_some("INFO denied");
+    let config_why = config.as_ref().err().copied();
+
+    let (server, version) = match info_field("valkey_version") {
+        Some(v) => ("valkey".to_owned(), v.to_owned()),
+        None => match info_field("redis_version") {
+            Some(v) => ("redis".to_owned(), v.to_owned()),
+            // HELLO (no arguments: the protocol stays as it is) is
+            // allowed to every user and names the server and version.
+            None => match hello(&mut conn).await {
+                Some(sv) => sv,
+                None => {
+                    unknown("server version", &[info_why, Some("HELLO denied")]);
+                    ("unknown".to_owned(), "unknown".to_owned())
+                }
+            },
+        },
+    };
+    let appendonly = match (info_field("aof_enabled"), config_field("appendonly")) {
+        (Some(v), _) => v == "1",
+        (None, Some(v)) => v == "yes",
+        (None, None) => {
+            unknown(UNVERIFIED_APPENDONLY, &[info_why, config_why]);
+            false
+        }
+    };
+    let appendfsync = config_field("appendfsync").map(str::to_owned).unwrap_or_else(|| {
+        unknown("appendfsync", &[config_why]);
+        "unknown".to_owned()
+    });
+    let maxmemory_policy = info_field("maxmemory_policy")
+        .or_else(|| config_field("maxmemory-policy"))
+        .map(str::to_owned)
+        .unwrap_or_else(|| {
+            unknown("eviction policy", &[info_why, config_why]);
             "unknown".to_owned()
         });
-        let maxmemory_policy = info_field("maxmemory_policy")
-            .or_else(|| config_field("maxmemory-policy"))
-            .map(str::to_owned)
-            .unwrap_or_else(|| {
-                unknown("eviction policy", &[info_why, config_why]);
-                "unknown".to_owned()
-            });
-        let connected_replicas = match info_field("connected_slaves") {
-            Some(v) => v.parse().unwrap_or(0),
-            None => {
-                unknown("replicas", &[info_why]);
-                0
-            }
-        };
-        let hash_max_listpack_value = config_field("hash-max-listpack-value").and_then(|v| v.parse().ok());
-        Ok(ServerReport {
-            server,
-            version,
-            appendonly,
-            appendfsync,
-            maxmemory_policy,
-            connected_replicas,
-            hash_max_listpack_value,
-            unverified,
-        })
-    }
-
-    /// The start-up check of [`Client::connect`]: logs what the server
-    /// promises (and what it could not verify), and refuses an evicting
-    /// server unless allowed. (A user who may not run scripts is refused
-    /// when a queue is opened: opening runs the first script.)
-    pub(crate) async fn startup_check(&self, allow_eviction: bool) -> Result<()> {
-        let r = self.self_check().await?;
-        info!(
-            server = %r.server, version = %r.version, appendonly = r.appendonly,
-            appendfsync = %r.appendfsync, replicas = r.connected_replicas,
-            "{}", r.durability()
-        );
-        if !r.unverified.is_empty() {
-            warn!(
-                unverified = %r.unverified.join("; "),
-                "the self-check could not verify these server settings (the user's ACL denies \
-                 the commands that read them); check them by hand"
-            );
+    let connected_replicas = match info_field("connected_slaves") {
+        Some(v) => v.parse().unwrap_or(0),
+        None => {
+            unknown("replicas", &[info_why]);
+            0
         }
-        if r.maxmemory_policy == "unknown" {
-            warn!(
-                "eviction policy unknown: make sure maxmemory-policy is noeviction, or the server \
-                 may evict job records and lose jobs"
-            );
-        }
-        if r.connected_replicas > 0 {
-            warn!("replication is asynchronous: a failover can lose acknowledged jobs");
-        }
-        if let Some(v) = r
-            .hash_max_listpack_value
-            .filter(|v| *v < SUGGESTED_HASH_MAX_LISTPACK_VALUE)
-        {
-            info!(
-                hash_max_listpack_value = v,
-                "job records with payloads over {v} bytes take about 1.6x the memory (a hash table); \
-                 hash-max-listpack-value {SUGGESTED_HASH_MAX_LISTPACK_VALUE} keeps them compact"
-            );
-        }
-        let evicting = !matches!(r.maxmemory_policy.as_str(), "noeviction" | "unknown");
-        if evicting && !allow_eviction {
-            return Err(Error::UnsafeServer(format!(
-                "maxmemory-policy is {}: the server may evict job records, losing jobs; \
-                 set it to noeviction, or opt out with ClientOptions::allow_eviction(true)",
-                r.maxmemory_policy
-            )));
-        }
-        if evicting {
-            warn!(policy = %r.maxmemory_policy, "eviction allowed by option: jobs can be lost");
-        }
-        Ok(())
-    }
+    };
+    let hash_max_listpack_value = config_field("hash-max-listpack-value").and_then(|v| v.parse().ok());
+    Ok(ServerReport {
+        server,
+        version,
+        appendonly,
+        appendfsync,
+        maxmemory_policy,
+        connected_replicas,
+        hash_max_listpack_value,
+        unverified,
+    })
 }
 
-/// The echomq function libraries in the server ([`Client::script_libraries`]).
+/// The start-up check of [`Client::connect`](crate::Client::connect): logs what the server
+/// promises (and what it could not verify), and refuses an evicting
+/// server unless allowed. (A user who may not run scripts is refused
+/// when a queue is opened: opening runs the first script.)
+pub(crate) async fn startup_check(conn: Conn, allow_eviction: bool) -> Result<()> {
+    let r = self_check(conn).await?;
+    info!(
+        server = %r.server, version = %r.version, appendonly = r.appendonly,
+        appendfsync = %r.appendfsync, replicas = r.connected_replicas,
+        "{}", r.durability()
+    );
+    if !r.unverified.is_empty() {
+        warn!(
+            unverified = %r.unverified.join("; "),
+            "the self-check could not verify these server settings (the user's ACL denies \
+             the commands that read them); check them by hand"
+        );
+    }
+    if r.maxmemory_policy == "unknown" {
+        warn!(
+            "eviction policy unknown: make sure maxmemory-policy is noeviction, or the server \
+                 may evict job records and lose jobs"
+        );
+    }
+    if r.connected_replicas > 0 {
+        warn!("replication is asynchronous: a failover can lose acknowledged jobs");
+    }
+    if let Some(v) = r
+        .hash_max_listpack_value
+        .filter(|v| *v < SUGGESTED_HASH_MAX_LISTPACK_VALUE)
+    {
+        info!(
+            hash_max_listpack_value = v,
+            "job records with payloads over {v} bytes take about 1.6x the memory (a hash table); \
+                 hash-max-listpack-value {SUGGESTED_HASH_MAX_LISTPACK_VALUE} keeps them compact"
+        );
+    }
+    let evicting = !matches!(r.maxmemory_policy.as_str(), "noeviction" | "unknown");
+    if evicting && !allow_eviction {
+        return Err(Error::UnsafeServer(format!(
+            "maxmemory-policy is {}: the server may evict job records, losing jobs; \
+                 set it to noeviction, or opt out with ClientOptions::allow_eviction(true)",
+            r.maxmemory_policy
+        )));
+    }
+    if evicting {
+        warn!(policy = %r.maxmemory_policy, "eviction allowed by option: jobs can be lost");
+    }
+    Ok(())
+}
+
+/// The echomq function libraries in the server ([`Client::script_libraries`](crate::Client::script_libraries)).
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct ScriptLibraries {
@@ -261,35 +247,26 @@ pub struct ScriptLibraries {
     pub others: Vec<String>,
 }
 
-impl Client {
-    /// The echomq function libraries loaded in the server: each echomq
-    /// build loads its own (named after a hash of its scripts), and the
-    /// server keeps them all until they are deleted. Delete another
-    /// build's (`FUNCTION DELETE echomq_HASH`) once no process of that
-    /// build runs; one still running would load it again at its next call.
-    ///
-    /// # Errors
-    /// Server errors (an ACL user needs `+function|list`).
-    pub async fn script_libraries(&self) -> Result<ScriptLibraries> {
-        let v: Value = redis::cmd("FUNCTION")
-            .arg("LIST")
-            .arg("LIBRARYNAME")
-            .arg("echomq_*")
-            .query_async(&mut self.conn())
-            .await
-            .map_err(Error::from_redis)?;
-        let current = crate::store::LIBRARY.name();
-        let mut names = library_names(&v);
-        names.retain(|n| n.starts_with("echomq_"));
-        names.sort();
-        let loaded = names.contains(&current);
-        names.retain(|n| *n != current);
-        Ok(ScriptLibraries {
-            current,
-            loaded,
-            others: names,
-        })
-    }
+/// The echomq function libraries loaded in the server ([`Client::script_libraries`](crate::Client::script_libraries)).
+pub(crate) async fn script_libraries(mut conn: Conn) -> Result<ScriptLibraries> {
+    let v: Value = redis::cmd("FUNCTION")
+        .arg("LIST")
+        .arg("LIBRARYNAME")
+        .arg("echomq_*")
+        .query_async(&mut conn)
+        .await
+        .map_err(Error::from_redis)?;
+    let current = crate::store::LIBRARY.name();
+    let mut names = library_names(&v);
+    names.retain(|n| n.starts_with("echomq_"));
+    names.sort();
+    let loaded = names.contains(&current);
+    names.retain(|n| *n != current);
+    Ok(ScriptLibraries {
+        current,
+        loaded,
+        others: names,
+    })
 }
 
 /// The `library_name` of each library in a `FUNCTION LIST` reply (a list
@@ -317,12 +294,12 @@ fn library_names(v: &Value) -> Vec<String> {
 }
 
 impl Queue {
-    /// [`Client::self_check`] of this queue's client.
+    /// [`Client::self_check`](crate::Client::self_check) of this queue's client.
     ///
     /// # Errors
-    /// As [`Client::self_check`].
+    /// As [`Client::self_check`](crate::Client::self_check).
     pub async fn self_check(&self) -> Result<ServerReport> {
-        self.client().self_check().await
+        self_check(self.link().conn()).await
     }
 }
 

@@ -61,59 +61,16 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 
+use serde::Serialize;
 use serde::de::DeserializeOwned;
-use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::Value;
 use tracing::warn;
 
 use crate::error::{Error, Result};
 use crate::job::{JobKind, validate_kind};
+pub use crate::lease::RawPayload;
 use crate::worker::Job;
 use crate::worker::{Handler, HandlerError};
-
-/// A job's payload as the bytes stored, not decoded: the payload type of a
-/// handler that decodes it itself, as a [`KindRouter`] does. A
-/// [`Consumer`](crate::Consumer) and a [`Drain`](crate::testing::Drain)
-/// hand it over without parsing it (decoded any other way, as with
-/// [`Lease::decode`](crate::Lease::decode), it must be well-formed JSON).
-#[derive(Clone, PartialEq, Eq)]
-pub struct RawPayload(pub(crate) Vec<u8>);
-
-impl RawPayload {
-    /// The payload's JSON bytes, as enqueued.
-    pub fn bytes(&self) -> &[u8] {
-        &self.0
-    }
-    /// Decodes the payload as a `T`.
-    ///
-    /// # Errors
-    /// The decode error when the bytes are not a `T`.
-    pub fn decode<T: DeserializeOwned>(&self) -> serde_json::Result<T> {
-        serde_json::from_slice(&self.0)
-    }
-}
-
-/// Shows the payload's size, not its bytes: payloads may hold personal data.
-impl fmt::Debug for RawPayload {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("RawPayload").field("bytes", &self.0.len()).finish()
-    }
-}
-
-impl<'de> Deserialize<'de> for RawPayload {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
-        let raw = Box::<serde_json::value::RawValue>::deserialize(d)?;
-        Ok(RawPayload(raw.get().as_bytes().to_vec()))
-    }
-}
-
-impl Serialize for RawPayload {
-    fn serialize<S: Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
-        let text = std::str::from_utf8(&self.0).map_err(serde::ser::Error::custom)?;
-        let raw = serde_json::value::RawValue::from_string(text.to_owned()).map_err(serde::ser::Error::custom)?;
-        raw.serialize(s)
-    }
-}
 
 /// The future a route returns.
 type RouteFuture = Pin<Box<dyn Future<Output = std::result::Result<Value, HandlerError>> + Send>>;

@@ -1,8 +1,11 @@
-//! [`Lease`]: a claimed job, the only handle that can settle it.
+//! [`Lease`]: a claimed job, the only handle that can settle it, and its
+//! payload as stored ([`RawPayload`]).
 
+use std::fmt;
 use std::sync::Arc;
 
 use serde::de::DeserializeOwned;
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use crate::error::{Error, Result};
 use crate::limits::Limits;
@@ -123,12 +126,12 @@ impl Lease {
         })
     }
     /// The payload as a handler of `T` takes it: decoded, or for a
-    /// [`RawPayload`](crate::kinds::RawPayload) the bytes as they are (a
+    /// [`RawPayload`] the bytes as they are (a
     /// router decodes them once, as its kind's type).
     pub(crate) fn decode_payload<T: DeserializeOwned + 'static>(&self) -> Result<T> {
         use std::any::{Any, TypeId};
-        if TypeId::of::<T>() == TypeId::of::<crate::kinds::RawPayload>() {
-            let raw: Box<dyn Any> = Box::new(crate::kinds::RawPayload(self.payload.clone()));
+        if TypeId::of::<T>() == TypeId::of::<RawPayload>() {
+            let raw: Box<dyn Any> = Box::new(RawPayload(self.payload.clone()));
             if let Ok(raw) = raw.downcast::<T>() {
                 return Ok(*raw);
             }
@@ -162,5 +165,49 @@ impl Lease {
             leased_from: name(&self.queue),
             queue: name(base),
         })
+    }
+}
+
+/// A job's payload as the bytes stored, not decoded: the payload type of a
+/// handler that decodes it itself, as a [`KindRouter`](crate::KindRouter) does. A
+/// [`Consumer`](crate::Consumer) and a [`Drain`](crate::testing::Drain)
+/// hand it over without parsing it (decoded any other way, as with
+/// [`Lease::decode`], it must be well-formed JSON).
+#[derive(Clone, PartialEq, Eq)]
+pub struct RawPayload(pub(crate) Vec<u8>);
+
+impl RawPayload {
+    /// The payload's JSON bytes, as enqueued.
+    pub fn bytes(&self) -> &[u8] {
+        &self.0
+    }
+    /// Decodes the payload as a `T`.
+    ///
+    /// # Errors
+    /// The decode error when the bytes are not a `T`.
+    pub fn decode<T: DeserializeOwned>(&self) -> serde_json::Result<T> {
+        serde_json::from_slice(&self.0)
+    }
+}
+
+/// Shows the payload's size, not its bytes: payloads may hold personal data.
+impl fmt::Debug for RawPayload {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RawPayload").field("bytes", &self.0.len()).finish()
+    }
+}
+
+impl<'de> Deserialize<'de> for RawPayload {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        let raw = Box::<serde_json::value::RawValue>::deserialize(d)?;
+        Ok(RawPayload(raw.get().as_bytes().to_vec()))
+    }
+}
+
+impl Serialize for RawPayload {
+    fn serialize<S: Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        let text = std::str::from_utf8(&self.0).map_err(serde::ser::Error::custom)?;
+        let raw = serde_json::value::RawValue::from_string(text.to_owned()).map_err(serde::ser::Error::custom)?;
+        raw.serialize(s)
     }
 }

@@ -9,7 +9,7 @@
 //!   queues of a process.
 //! - [`queue`]: the [`Queue`] handle: enqueue, inspect, and the low-level
 //!   claim/settle calls for people who write their own loop.
-//! - [`consumer`]: the [`Consumer`]: claims, runs a handler per job with
+//! - [`worker`]: the [`Consumer`]: claims, runs a handler per job with
 //!   heartbeats, settles with the fencing token; [`HandlerError`] says what
 //!   happens to a job whose handler fails. A [`Worker`] serves many queues
 //!   with one pool and one wake-up (a consumer is a one-queue worker).

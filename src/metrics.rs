@@ -30,7 +30,6 @@ use metrics::{counter, gauge, histogram};
 use crate::error::{Error, Result};
 use crate::job::Counts;
 use crate::queue::{Outcome, Queue};
-use crate::worker::HandlerResult;
 
 /// A job was claimed at `claimed_ms` (server ms); it was created at
 /// `created_ms` (0: unknown).
@@ -42,9 +41,10 @@ pub(crate) fn claimed(queue: &str, created_ms: u64, claimed_ms: u64) {
     }
 }
 
-/// A handler's attempt ended with `result` after `ran`.
-pub(crate) fn handler_done(queue: &str, result: HandlerResult, ran: Duration) {
-    counter!("echomq_handler_results_total", "queue" => queue.to_owned(), "result" => result.as_str()).increment(1);
+/// A handler's attempt ended with `result`
+/// ([`HandlerResult::as_str`](crate::HandlerResult::as_str)) after `ran`.
+pub(crate) fn handler_done(queue: &str, result: &'static str, ran: Duration) {
+    counter!("echomq_handler_results_total", "queue" => queue.to_owned(), "result" => result).increment(1);
     histogram!("echomq_job_run_seconds", "queue" => queue.to_owned()).record(ran.as_secs_f64());
 }
 

@@ -39,15 +39,15 @@ use std::sync::Arc;
 
 use serde::Serialize;
 
-use crate::client::Client;
 use crate::error::{Error, Result};
 use crate::job::{Counts, EnqueueOptions, Enqueued, JobInfo};
 use crate::keys::MAX_QUEUE_NAME_BYTES;
-use crate::queue::{Queue, QueueOptions};
+use crate::queue::{Backing, Queue, QueueOptions};
 
 /// The most partitions a queue may have: as many queues as one
-/// [`Worker`](crate::Worker) serves, so one worker can serve them all.
-pub const MAX_PARTITIONS: usize = crate::worker::MAX_QUEUES;
+/// [`Worker`](crate::Worker) serves ([`MAX_QUEUES`](crate::worker::MAX_QUEUES)),
+/// so one worker can serve them all (the worker checks the two agree).
+pub const MAX_PARTITIONS: usize = 1_000;
 
 /// A handle on a queue spread over partitions (see the [module
 /// docs](self)): cheap to clone.
@@ -81,7 +81,7 @@ fn routing_key(opts: &EnqueueOptions) -> Option<&str> {
 }
 
 impl PartitionedQueue {
-    pub(crate) async fn open(client: &Client, name: &str, partitions: usize, opts: QueueOptions) -> Result<Self> {
+    pub(crate) async fn open(backing: &Backing, name: &str, partitions: usize, opts: QueueOptions) -> Result<Self> {
         if !(1..=MAX_PARTITIONS).contains(&partitions) {
             return Err(Error::InvalidOption {
                 name: "partitions",
@@ -97,7 +97,7 @@ impl PartitionedQueue {
         }
         // Fewer partitions than the queue has would strand the jobs of the others.
         let beyond = partition_name(name, partitions);
-        if client.queue_exists(&opts.prefix, &beyond).await? {
+        if crate::admin::queues::queue_exists(backing.link.conn(), &opts.prefix, &beyond).await? {
             return Err(Error::InvalidOption {
                 name: "partitions",
                 reason: format!("queue {name} has more than {partitions} partitions ({beyond} exists)"),
@@ -105,7 +105,7 @@ impl PartitionedQueue {
         }
         let mut parts = Vec::with_capacity(partitions);
         for i in 0..partitions {
-            parts.push(client.queue_with(&partition_name(name, i), opts.clone()).await?);
+            parts.push(backing.open(&partition_name(name, i), opts.clone()).await?);
         }
         Ok(PartitionedQueue {
             name: Arc::from(name),
@@ -254,50 +254,6 @@ impl PartitionedQueue {
             n += q.resume().await?;
         }
         Ok(n)
-    }
-}
-
-impl Client {
-    /// A handle on the queue `name` spread over `partitions` partitions
-    /// (1 to [`MAX_PARTITIONS`]), with default options: see
-    /// [`partition`](crate::partition).
-    ///
-    /// ```no_run
-    /// # async fn demo(client: echomq::Client) -> echomq::Result<()> {
-    /// let orders = client.partitioned_queue("orders", 12).await?;
-    /// orders.enqueue(&"order 1").await?;
-    /// let worker = echomq::Worker::new()
-    ///     .partitioned(&orders, |job: echomq::Job<String>| async move {
-    ///         let _ = job.payload();
-    ///         Ok(())
-    ///     })
-    ///     .spawn()?;
-    /// # let _ = worker; Ok(()) }
-    /// ```
-    ///
-    /// # Errors
-    /// [`Error::InvalidOption`] for a count out of range or fewer
-    /// partitions than the queue has; [`Error::InvalidQueueName`] for a
-    /// name that is not valid, or too long with its partition suffix;
-    /// server errors.
-    pub async fn partitioned_queue(&self, name: &str, partitions: usize) -> Result<PartitionedQueue> {
-        self.partitioned_queue_with(name, partitions, QueueOptions::default())
-            .await
-    }
-
-    /// As [`partitioned_queue`](Self::partitioned_queue), every partition
-    /// with `opts`.
-    ///
-    /// # Errors
-    /// As [`partitioned_queue`](Self::partitioned_queue), and
-    /// [`Error::InvalidOption`] for `opts`.
-    pub async fn partitioned_queue_with(
-        &self,
-        name: &str,
-        partitions: usize,
-        opts: QueueOptions,
-    ) -> Result<PartitionedQueue> {
-        PartitionedQueue::open(self, name, partitions, opts).await
     }
 }
 

@@ -644,8 +644,8 @@ async fn a_partitioned_queue_spreads_over_masters_and_drains_fairly() {
 // queue), and bad counts and names are refused with typed errors.
 #[tokio::test]
 async fn partitioned_queue_settings_are_checked() {
-    let (_server, q) = common::setup("partsingle").await;
-    let client = q.client();
+    let server = echomq::server::LocalServer::start().unwrap();
+    let client = echomq::Client::connect(&server.url()).await.unwrap();
     for n in [0, echomq::partition::MAX_PARTITIONS + 1] {
         let r = client.partitioned_queue("p", n).await;
         assert!(

@@ -39,7 +39,7 @@ mod cancel;
 mod lifecycle;
 mod list;
 mod pause;
-mod queues;
+pub(crate) mod queues;
 
 pub use self::cancel::Cancel;
 pub use self::lifecycle::Moved;

@@ -4,118 +4,68 @@
 
 use std::collections::BTreeSet;
 
-use crate::client::Client;
+use crate::conn::Conn;
 use crate::error::{Error, Result};
 use crate::keys::{Keys, validate_queue_name};
 
-/// Keys one step of [`Client::queue_names`] asks the server to look at (a
+/// Keys one step of [`Client::queue_names`](crate::Client::queue_names) asks the server to look at (a
 /// `SCAN` `COUNT` hint).
 pub const DISCOVERY_STEP: usize = 1_000;
 
-impl Client {
-    /// The names of the queues under key prefix `prefix`
-    /// ([`DEFAULT_PREFIX`](crate::keys::DEFAULT_PREFIX) unless the queues
-    /// were opened with [`QueueOptions::prefix`](crate::QueueOptions::prefix)),
-    /// sorted, each once.
-    ///
-    /// A queue is known by its meta hash (`PREFIX:{NAME}:meta`), which any
-    /// handle writes when it opens the queue ([`Client::queue`]): every
-    /// queue opened by echomq 0.2 or later is listed, with jobs or without,
-    /// until it is [obliterated](crate::Queue::obliterate). A queue whose
-    /// keys were obliterated while a producer went on enqueueing holds jobs
-    /// without a meta hash and is not listed
-    /// ([`queue_exists`](Self::queue_exists) still finds it).
-    ///
-    /// The server has no index of queues, so this walks the database's
-    /// keyspace with `SCAN ... MATCH PREFIX:{*}:meta TYPE hash`, about
-    /// [`DISCOVERY_STEP`] keys per round trip: the server is never held
-    /// for more than one step, and the whole walk costs about one round
-    /// trip per thousand keys of the database (jobs included). Meant for
-    /// operators' tools, not for a hot path.
-    ///
-    /// ```no_run
-    /// # async fn demo(client: echomq::Client) -> echomq::Result<()> {
-    /// for name in client.queue_names(echomq::keys::DEFAULT_PREFIX).await? {
-    ///     let counts = client.queue(&name).await?.counts().await?;
-    ///     println!("{name}: {} pending", counts.pending);
-    /// }
-    /// # Ok(()) }
-    /// ```
-    ///
-    /// # Errors
-    /// [`Error::InvalidId`] for a bad prefix; server errors.
-    pub async fn queue_names(&self, prefix: &str) -> Result<Vec<String>> {
-        // Checks the prefix as a queue handle would.
-        Keys::new(prefix, "q")?;
-        let head = format!("{prefix}:{{");
-        let pattern = format!("{}:{{*}}:meta", crate::keys::glob_escape(prefix));
-        let mut names = BTreeSet::new();
-        // A cluster's keyspace is split over its masters: walk each one's.
-        let conn = self.conn();
-        let nodes = conn.each_node(&redis::cmd("TIME")).await.map_err(Error::from_redis)?;
-        for (node, _) in nodes {
-            let mut cursor = 0u64;
-            loop {
-                let mut scan = redis::cmd("SCAN");
-                scan.arg(cursor)
-                    .arg("MATCH")
-                    .arg(&pattern)
-                    .arg("COUNT")
-                    .arg(DISCOVERY_STEP)
-                    .arg("TYPE")
-                    .arg("hash");
-                let v = conn.at_node(&scan, &node).await.map_err(Error::from_redis)?;
-                let (next, keys): (u64, Vec<Vec<u8>>) =
-                    redis::from_redis_value(v).map_err(|e| Error::from_redis(e.into()))?;
-                for key in keys {
-                    // `*` also matches a job id or user key holding braces
-                    // (`PREFIX:{Q}:job:x}:meta`); queue names hold none.
-                    let name = std::str::from_utf8(&key)
-                        .ok()
-                        .and_then(|k| k.strip_prefix(&head)?.strip_suffix("}:meta"))
-                        .filter(|name| validate_queue_name(name).is_ok());
-                    if let Some(name) = name {
-                        names.insert(name.to_owned());
-                    }
+/// The names of the queues under key prefix `prefix`, sorted, each once
+/// ([`Client::queue_names`](crate::Client::queue_names)).
+pub(crate) async fn queue_names(conn: Conn, prefix: &str) -> Result<Vec<String>> {
+    // Checks the prefix as a queue handle would.
+    Keys::new(prefix, "q")?;
+    let head = format!("{prefix}:{{");
+    let pattern = format!("{}:{{*}}:meta", crate::keys::glob_escape(prefix));
+    let mut names = BTreeSet::new();
+    // A cluster's keyspace is split over its masters: walk each one's.
+    let nodes = conn.each_node(&redis::cmd("TIME")).await.map_err(Error::from_redis)?;
+    for (node, _) in nodes {
+        let mut cursor = 0u64;
+        loop {
+            let mut scan = redis::cmd("SCAN");
+            scan.arg(cursor)
+                .arg("MATCH")
+                .arg(&pattern)
+                .arg("COUNT")
+                .arg(DISCOVERY_STEP)
+                .arg("TYPE")
+                .arg("hash");
+            let v = conn.at_node(&scan, &node).await.map_err(Error::from_redis)?;
+            let (next, keys): (u64, Vec<Vec<u8>>) =
+                redis::from_redis_value(v).map_err(|e| Error::from_redis(e.into()))?;
+            for key in keys {
+                // `*` also matches a job id or user key holding braces
+                // (`PREFIX:{Q}:job:x}:meta`); queue names hold none.
+                let name = std::str::from_utf8(&key)
+                    .ok()
+                    .and_then(|k| k.strip_prefix(&head)?.strip_suffix("}:meta"))
+                    .filter(|name| validate_queue_name(name).is_ok());
+                if let Some(name) = name {
+                    names.insert(name.to_owned());
                 }
-                if next == 0 {
-                    break;
-                }
-                cursor = next;
             }
+            if next == 0 {
+                break;
+            }
+            cursor = next;
         }
-        Ok(names.into_iter().collect())
     }
+    Ok(names.into_iter().collect())
+}
 
-    /// Whether queue `name` under key prefix `prefix` has any key on the
-    /// server (its meta hash, a set of jobs, a counter, its schedules), in
-    /// one `EXISTS` call and without creating anything, as opening it with
-    /// [`Client::queue`] would (opening stamps a new queue's meta hash).
-    /// An operator's tool asks this first, so a mistyped name is reported
-    /// rather than made into a new, empty queue. Job records alone are not
-    /// looked at: a queue whose only keys are job records (its sets were
-    /// deleted by hand) answers false.
-    ///
-    /// ```no_run
-    /// # async fn demo(client: echomq::Client) -> echomq::Result<()> {
-    /// if !client.queue_exists(echomq::keys::DEFAULT_PREFIX, "mial").await? {
-    ///     eprintln!("no queue mial");
-    /// }
-    /// # Ok(()) }
-    /// ```
-    ///
-    /// # Errors
-    /// [`Error::InvalidQueueName`], [`Error::InvalidId`] for a bad prefix;
-    /// server errors.
-    pub async fn queue_exists(&self, prefix: &str, name: &str) -> Result<bool> {
-        let keys = Keys::new(prefix, name)?;
-        let mut cmd = redis::cmd("EXISTS");
-        for key in keys.own() {
-            cmd.arg(key);
-        }
-        let n: u64 = cmd.query_async(&mut self.conn()).await.map_err(Error::from_redis)?;
-        Ok(n > 0)
+/// Whether queue `name` under `prefix` has any key on the server
+/// ([`Client::queue_exists`](crate::Client::queue_exists)).
+pub(crate) async fn queue_exists(mut conn: Conn, prefix: &str, name: &str) -> Result<bool> {
+    let keys = Keys::new(prefix, name)?;
+    let mut cmd = redis::cmd("EXISTS");
+    for key in keys.own() {
+        cmd.arg(key);
     }
+    let n: u64 = cmd.query_async(&mut conn).await.map_err(Error::from_redis)?;
+    Ok(n > 0)
 }
 
 #[cfg(test)]

@@ -59,7 +59,7 @@ use self::reaper::{DEFAULT_REAP_BATCH, log_report};
 pub use self::reaper::{ReapReport, Reaper, ReaperHandle};
 use self::sweep::Walk;
 pub use self::sweep::{SweepCursor, SweepReport, sweep_queues};
-use crate::queue::Queue;
+use crate::queue::{Queue, Upkeep, UpkeepGuard};
 
 /// How often the maintenance task looks at an idle queue.
 pub const IDLE_INTERVAL: Duration = Duration::from_secs(5);
@@ -136,6 +136,25 @@ struct Entry {
 impl Entry {
     fn interval(&self) -> Duration {
         self.intervals.iter().copied().min().unwrap_or(IDLE_INTERVAL)
+    }
+}
+
+/// The maintenance of a client's queues is the upkeep its queues use.
+impl Upkeep for Arc<Maintenance> {
+    fn register(&self, queue: &Queue, interval: Duration) -> UpkeepGuard {
+        Box::new(Maintenance::register(self, queue, interval))
+    }
+    fn ensure_running(&self) {
+        Maintenance::ensure_running(self);
+    }
+    fn nudge(&self, base: &str) {
+        Maintenance::nudge(self, base);
+    }
+    fn nudge_schedules(&self, base: &str) {
+        #[cfg(feature = "cron")]
+        Maintenance::nudge_schedules(self, base);
+        #[cfg(not(feature = "cron"))]
+        let _ = base;
     }
 }
 

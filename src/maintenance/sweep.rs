@@ -454,7 +454,7 @@ pub async fn sweep_queues(queues: &[Queue], batch: usize) -> Result<SweepReport>
     // per client.
     let mut groups: Vec<Vec<&Queue>> = Vec::new();
     for q in queues {
-        match groups.iter_mut().find(|g| g[0].client().same_as(q.client())) {
+        match groups.iter_mut().find(|g| g[0].link().same_as(q.link())) {
             Some(g) => g.push(q),
             None => groups.push(vec![q]),
         }

@@ -6,6 +6,7 @@
 //!   extend: the low-level calls a [`Consumer`](crate::Consumer) makes.
 //! - `inspect`: a job's record, counts, the server clock.
 
+mod backing;
 mod enqueue;
 pub(crate) mod inspect;
 mod options;
@@ -17,13 +18,13 @@ use redis::Value;
 use serde::Serialize;
 use tokio::sync::mpsc;
 
+pub(crate) use self::backing::{Backing, Upkeep, UpkeepGuard};
 pub use self::options::{
     DEFAULT_KEEP_COMPLETED, DEFAULT_KEEP_FAILED, DEFAULT_MAX_PAYLOAD_BYTES, MAX_PAYLOAD_LIMIT, QueueOptions, Retention,
 };
 pub(crate) use self::settle::encode_result;
 pub(crate) use self::settle::owned;
 pub use self::settle::{MAX_ERROR_BYTES, MAX_RESULT_BYTES, Outcome, Settle, SettleOp, Settled};
-use crate::client::{Client, ClientOptions};
 use crate::conn::Conn;
 use crate::error::{Error, Result};
 use crate::keys::Keys;
@@ -41,8 +42,8 @@ pub const ENQUEUE_CHUNK: usize = 1_000;
 /// one variadic command, and Lua's argument stack is bounded).
 pub const MAX_BATCH: usize = 1_000;
 
-/// A cheap `Clone` handle on one queue. Handles made by one [`Client`]
-/// share its connection.
+/// A cheap `Clone` handle on one queue. Handles made by one
+/// [`Client`](crate::Client) share its connection.
 ///
 /// ```no_run
 /// # async fn demo() -> echomq::Result<()> {
@@ -97,8 +98,9 @@ struct Inner {
     /// `keys.base` shared with every lease this handle claims.
     base: Arc<str>,
     opts: QueueOptions,
-    client: Client,
-    /// The client's connection, bound to the queue's slot (on a cluster,
+    /// The link and upkeep shared with every queue of the client.
+    backing: Backing,
+    /// The link's connection, bound to the queue's slot (on a cluster,
     /// keyless commands such as `TIME` and `WAIT` go to the queue's node).
     conn: Conn,
     /// Single enqueues go to the coalescer, which sends those that arrive
@@ -115,36 +117,11 @@ impl std::fmt::Debug for Queue {
 }
 
 impl Queue {
-    /// Connects to `url` (`redis://host:port/db`) with default options and
-    /// opens queue `name` (a shorthand for [`Client::connect`] then
-    /// [`Client::queue`]; make one [`Client`] for many queues).
-    ///
-    /// # Errors
-    /// [`Error::InvalidQueueName`], a connection error ([`Error::Redis`]) if
-    /// the server cannot be reached, [`Error::LayoutMismatch`],
-    /// [`Error::UnsafeServer`] for a server that may evict keys.
-    pub async fn connect(url: &str, name: &str) -> Result<Queue> {
-        Self::connect_with(url, name, QueueOptions::default()).await
-    }
-
-    /// Connects to `url` and opens queue `name` with `opts`.
-    ///
-    /// # Errors
-    /// As [`connect`](Self::connect), and [`Error::InvalidOption`].
-    pub async fn connect_with(url: &str, name: &str, opts: QueueOptions) -> Result<Queue> {
-        Keys::new(&opts.prefix, name)?;
-        opts.check()?;
-        Client::connect_with(url, ClientOptions::default())
-            .await?
-            .queue_with(name, opts)
-            .await
-    }
-
-    pub(crate) async fn open(client: Client, name: &str, opts: QueueOptions) -> Result<Queue> {
+    pub(crate) async fn open(backing: Backing, name: &str, opts: QueueOptions) -> Result<Queue> {
         let keys = Keys::new(&opts.prefix, name)?;
         opts.check()?;
         let (enqueues, requests) = mpsc::unbounded_channel();
-        let conn = client.conn().homed(&keys.base);
+        let conn = backing.link.conn().homed(&keys.base);
         tokio::spawn(enqueue::coalesce(conn.clone(), keys.clone(), opts.durability, requests));
         let q = Queue {
             holder: Arc::from(process_name()),
@@ -153,7 +130,7 @@ impl Queue {
                 base: Arc::from(keys.base.as_str()),
                 keys,
                 opts,
-                client,
+                backing,
                 conn,
                 enqueues,
             }),
@@ -210,9 +187,14 @@ impl Queue {
         })
     }
 
-    /// The client this handle was made by.
-    pub fn client(&self) -> &Client {
-        &self.inner.client
+    /// The link to the server this handle shares with its client's queues.
+    pub(crate) fn link(&self) -> &crate::conn::Link {
+        &self.inner.backing.link
+    }
+
+    /// The process's upkeep of its queues.
+    pub(crate) fn upkeep(&self) -> &dyn Upkeep {
+        &*self.inner.backing.upkeep
     }
 
     pub(crate) fn conn(&self) -> Conn {

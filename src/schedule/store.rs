@@ -210,7 +210,7 @@ impl Queue {
         };
         // This process's schedulers look at it at once; others within
         // their look interval.
-        self.client().maintenance().nudge_schedules(self.base());
+        self.upkeep().nudge_schedules(self.base());
         Ok(status)
     }
 

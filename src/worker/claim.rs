@@ -74,12 +74,12 @@ async fn claim(ctx: &Arc<Ctx>, q: usize, slots: Vec<Slot>) {
     let queue = ctx.queue(q);
     let asked = slots.len();
     let sent = Instant::now();
-    queue.client().maintenance().ensure_running();
+    queue.upkeep().ensure_running();
     match queue.claim_or_wait(asked, ctx.settings.lease).await {
         Ok((leases, wait)) => {
             ctx.claimed(q, asked, leases.len(), wait);
             if !leases.is_empty() {
-                queue.client().maintenance().nudge(queue.base());
+                queue.upkeep().nudge(queue.base());
             }
             for (lease, slot) in leases.into_iter().zip(slots) {
                 ctx.start(q, lease, sent, slot);
@@ -126,7 +126,7 @@ pub(super) async fn waker(ctx: Arc<Ctx>, g: usize) {
         }
         let until = wait.poll_at.unwrap_or_else(|| Instant::now() + poll);
         if conn.is_none() {
-            match ctx.queue(group.queues[0]).client().blocking_connection().await {
+            match ctx.queue(group.queues[0]).link().blocking_connection().await {
                 Ok(c) => conn = Some(c),
                 Err(e) => {
                     debug!(queues = ctx.names(), error = %e, "no blocking connection; polling");

@@ -328,7 +328,7 @@ async fn run_job(ctx: Arc<Ctx>, q: usize, lease: Lease, claimed_at: Instant, per
             result: ended.result(),
         });
         #[cfg(feature = "metrics")]
-        crate::metrics::handler_done(qn, ended.result(), handler_started.elapsed());
+        crate::metrics::handler_done(qn, ended.result().as_str(), handler_started.elapsed());
         let op = match ended {
             Ended::Ok(None) => Settle::Complete,
             Ended::Ok(Some(result)) => Settle::Return { result },

@@ -5,7 +5,7 @@
 //!
 //! - `handler`: the [`Handler`] trait and [`HandlerError`] (the outcomes).
 //! - `job`: the [`Job`] a handler gets: its lease, payload and cancellation.
-//! - `worker`: the [`Worker`] builder and its run (the one machinery).
+//! - `engine`: the [`Worker`] builder and its run (the one machinery).
 //! - `erased`: a queue's handler with its payload type erased.
 //! - `turns`: which queue free slots go to ([`Order`]), and each queue's
 //!   state (ready, idle until woken, held until an instant).
@@ -21,6 +21,7 @@ pub(crate) mod backoff;
 #[macro_use]
 mod setters;
 mod claim;
+mod engine;
 mod erased;
 mod event;
 mod handler;
@@ -32,7 +33,6 @@ mod prefetch;
 mod settings;
 mod settler;
 mod turns;
-mod worker;
 
 use std::marker::PhantomData;
 use std::sync::Arc;
@@ -47,6 +47,7 @@ use tokio_util::task::TaskTracker;
 use tracing::warn;
 
 pub use self::backoff::RetryContext;
+pub use self::engine::{MAX_QUEUES, MAX_WEIGHT, Worker, WorkerHandle};
 pub use self::event::{HandlerResult, WorkerEvent};
 pub use self::handler::{Handler, HandlerError};
 pub use self::job::Job;
@@ -54,7 +55,6 @@ use self::prefetch::{AutoPrefetch, Slots};
 use self::settings::Settings;
 use self::settler::Pending;
 pub use self::turns::Order;
-pub use self::worker::{MAX_QUEUES, MAX_WEIGHT, Worker, WorkerHandle};
 use crate::error::{Error, Result};
 use crate::queue::Queue;
 use crate::settings::later;

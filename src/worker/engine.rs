@@ -28,6 +28,9 @@ pub const MAX_WEIGHT: u32 = 1_000;
 /// wake list in one blocking call).
 pub const MAX_QUEUES: usize = 1_000;
 
+// One worker serves every partition of a partitioned queue.
+const _: () = assert!(crate::partition::MAX_PARTITIONS <= MAX_QUEUES);
+
 /// A running [`Worker`] (the same handle as a consumer's).
 pub type WorkerHandle = ConsumerHandle;
 
@@ -178,7 +181,7 @@ impl Worker {
                 self.entries.len()
             )));
         }
-        let client = self.entries[0].queue.client();
+        let link = self.entries[0].queue.link();
         let mut seen = HashSet::new();
         for e in &self.entries {
             let name = e.queue.name();
@@ -191,7 +194,7 @@ impl Worker {
                     reason: format!("{} (queue {name}) is not within 1..={MAX_WEIGHT}", e.weight),
                 });
             }
-            if !e.queue.client().same_as(client) {
+            if !e.queue.link().same_as(link) {
                 return Err(invalid(format!(
                     "queue {name} was made by another Client; a worker's queues share one client"
                 )));
@@ -229,12 +232,7 @@ impl Worker {
         let maintained: Vec<_> = if settings.reaper {
             entries
                 .iter()
-                .map(|e| {
-                    e.queue
-                        .client()
-                        .maintenance()
-                        .register(&e.queue, settings.reap_interval)
-                })
+                .map(|e| e.queue.upkeep().register(&e.queue, settings.reap_interval))
                 .collect()
         } else {
             Vec::new()
