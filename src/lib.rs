@@ -50,6 +50,7 @@ pub mod error;
 pub mod events;
 #[cfg(echomq_faults)]
 mod faults;
+pub mod guide;
 pub mod handlers;
 pub mod health;
 pub mod job;
