@@ -1,4 +1,44 @@
-#![doc = include_str!("../README.md")]
+//! An embeddable async job queue on Valkey (and Redis ≥ 7): leased,
+//! fenced, at-least-once. The [`guide`] is the manual.
+//!
+//! ```toml
+//! [dependencies]
+//! echomq = "0.3"
+//! ```
+//!
+//! ```no_run
+//! use echomq::{Client, Consumer, HandlerError, Job};
+//! use serde::{Deserialize, Serialize};
+//!
+//! #[derive(Serialize, Deserialize)]
+//! struct Welcome { address: String }
+//!
+//! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+//! // One client per process; one handle per queue.
+//! let client = Client::connect("redis://127.0.0.1:6379/").await?;
+//! let queue = client.queue("emails").await?;
+//!
+//! // In a web handler: once this returns, the job is stored and runs at least once.
+//! queue.enqueue(&Welcome { address: "ada@example.com".into() }).await?;
+//!
+//! // In a worker (same or another process): a handler per job, with heartbeats.
+//! let worker = Consumer::new(queue, |job: Job<Welcome>| async move {
+//!     println!("sending to {}", job.payload().address);
+//!     Ok::<_, HandlerError>(()) // an error retries the job after its backoff
+//! })
+//! .concurrency(16)
+//! .spawn()?;
+//! // On shutdown: stop claiming, let running handlers finish, release the rest.
+//! worker.shutdown().await?;
+//! # Ok(()) }
+//! ```
+//!
+//! - **At least once**: a job leaves the queue only when its handler's success is acknowledged;
+//!   a lease that lapses (its deadline on the server's clock) returns the job to pending.
+//! - **Fenced**: each claim mints a token never repeated for the queue; a stale worker's
+//!   settlement is [`Error::LeaseLost`] and changes nothing.
+//! - **Exactly-once effects, not delivery**: a crash between effect and acknowledgement runs
+//!   the job again; [`effect`] makes the effect happen once.
 //!
 //! # Modules
 //!
@@ -37,6 +77,16 @@
 //! - [`error`]: the one [`Error`] type.
 //! - [`testing`]: run a queue's jobs inline in a test, and see what was enqueued.
 //! - `server` (feature `local-server`): a private `valkey-server` for tests.
+//!
+//! # The guide
+//!
+//! The [`guide`] holds the manual, one chapter per concept: the
+//! [guarantees](guide::guarantees) and their limits, [how a job
+//! runs](guide::how_a_job_runs), each feature, and operating queues and
+//! servers. Benchmark reports, fault-suite results, the command line and
+//! the dashboard have READMEs of their own in the repository
+//! (`benches/`, `fault/`, `crates/`), and `ARCHITECTURE.md` says where
+//! each module lives.
 #![forbid(unsafe_code)]
 
 pub mod acl;
@@ -49,6 +99,7 @@ pub mod error;
 pub mod events;
 #[cfg(echomq_faults)]
 mod faults;
+pub mod guide;
 pub mod handlers;
 pub mod health;
 pub mod job;
@@ -99,3 +150,10 @@ pub use worker::{
     Consumer, ConsumerHandle, Handler, HandlerError, HandlerResult, Job, Order, RetryContext, Worker, WorkerEvent,
     WorkerHandle,
 };
+
+/// The README's code blocks, compiled as doctests: the README is the
+/// repository's front page, not the crate docs, so this hidden item
+/// carries it (`scripts/check-readme-example` also runs its example).
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;
