@@ -29,7 +29,7 @@
 //! - `N` (50000) jobs per throughput figure, `RUNS` (3), `CONCS` (1,16,64),
 //!   `RETENTION` (`default,none`: `keep_completed` `Newest(1000)` or `None`),
 //!   `PREFETCH` (`auto`, the default, or a number: the consumer's
-//!   [`prefetch`](echomq::Consumer::prefetch));
+//!   [`prefetch`](echomq::Worker::prefetch));
 //! - `LAT_RATE` (1000 jobs/s), `LAT_N` (5000 jobs), `LAT_CONSUMERS` (2),
 //!   `LAT_CONC` (16 per consumer);
 //! - `COST_N` (20000) jobs per server-cost phase (and per case of `events`), `MEM_N` (20000) pending

@@ -137,7 +137,7 @@ pub struct JobInfo {
     /// [`Handler`](crate::Handler)); [`result_as`](Self::result_as) decodes it.
     pub result: Option<serde_json::Value>,
     /// The consumer that holds it while active, or last held it: its
-    /// [`Consumer::name`](crate::Consumer::name) (or the claiming handle's
+    /// [`Worker::name`](crate::Worker::name) (or the claiming handle's
     /// [`Queue::holder`](crate::Queue::holder)).
     pub holder: Option<String>,
     /// When an operator asked to cancel it while it ran (server ms).

@@ -45,7 +45,7 @@ pub const MAX_LIMIT: u32 = 1_000_000;
 /// [`Queue::retry`](crate::Queue::retry) with no delay, and any process
 /// agree on it. A [`Consumer`](crate::Consumer) may override it for the
 /// retries its handler asks for (see
-/// [`Consumer::backoff`](crate::Consumer::backoff)).
+/// [`Worker::backoff`](crate::Worker::backoff)).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Backoff {

@@ -1,4 +1,4 @@
-//! `Consumer::prefetch`: leases held ahead of free handlers never raise the
+//! `Worker::prefetch`: leases held ahead of free handlers never raise the
 //! number of handlers running, a prefetched job that waits too long goes
 //! back to pending unstarted (and is not leased again until a handler frees
 //! up), and shutdown hands prefetched jobs, and jobs leased as it begins,

@@ -24,7 +24,7 @@ fn invalid<T: std::fmt::Debug>(what: &str, r: Result<T, Error>) {
 async fn consumer_settings_are_checked_at_start() {
     let (_s, q) = setup("settings").await;
     let c = || Consumer::new(q.clone(), |_job: Job<u32>| async { Ok(()) });
-    let cases: Vec<(&str, Consumer<u32, _>)> = vec![
+    let cases: Vec<(&str, echomq::Worker)> = vec![
         ("concurrency 0", c().concurrency(0)),
         ("concurrency usize::MAX", c().concurrency(usize::MAX)),
         ("prefetch too large", c().prefetch(usize::MAX)),

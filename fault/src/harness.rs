@@ -44,7 +44,7 @@ impl Bins {
 pub struct WorkerOpts {
     /// Handlers at once.
     pub concurrency: usize,
-    /// Jobs leased ahead of free handlers (`Consumer::prefetch`; `None`:
+    /// Jobs leased ahead of free handlers (`Worker::prefetch`; `None`:
     /// the consumer's default, automatic prefetch).
     pub prefetch: Option<usize>,
     /// Lease length.
@@ -52,7 +52,7 @@ pub struct WorkerOpts {
     /// Heartbeat interval (default a third of the lease; must be shorter
     /// than the lease).
     pub heartbeat_ms: Option<u64>,
-    /// No heartbeats at all (`Consumer::without_heartbeats`): the lease
+    /// No heartbeats at all (`Worker::without_heartbeats`): the lease
     /// runs out `lease_ms` after the claim whatever the handler does.
     pub without_heartbeats: bool,
     /// Simulated work per job: a random sleep up to this.

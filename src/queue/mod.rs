@@ -58,7 +58,7 @@ pub struct Queue {
     holder: Arc<str>,
 }
 
-/// Longest holder name accepted ([`Queue::with_holder`], [`Consumer::name`](crate::Consumer::name)), in bytes.
+/// Longest holder name accepted ([`Queue::with_holder`], [`Worker::name`](crate::Worker::name)), in bytes.
 pub const MAX_HOLDER_BYTES: usize = 200;
 
 /// This process's default holder name: `HOST:PID`.

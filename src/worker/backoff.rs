@@ -1,5 +1,5 @@
-//! A consumer's own retry delays ([`Consumer::backoff`](super::Consumer::backoff),
-//! [`Consumer::backoff_with`](super::Consumer::backoff_with)) and the
+//! A consumer's own retry delays ([`Worker::backoff`](super::Worker::backoff),
+//! [`Worker::backoff_with`](super::Worker::backoff_with)) and the
 //! [`RetryContext`] a custom function sees.
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
@@ -11,7 +11,7 @@ use tracing::warn;
 use crate::lease::Lease;
 use crate::limits::{Backoff, MAX_DELAY};
 
-/// A custom backoff function, as [`Consumer::backoff_with`](super::Consumer::backoff_with) takes it.
+/// A custom backoff function, as [`Worker::backoff_with`](super::Worker::backoff_with) takes it.
 type BackoffFn = dyn Fn(&RetryContext<'_>) -> Duration + Send + Sync;
 
 /// Who chooses the delay of a retry that asked for "the backoff" (an error
@@ -69,7 +69,7 @@ impl RetryBackoff {
     }
 }
 
-/// What a custom backoff function ([`Consumer::backoff_with`](super::Consumer::backoff_with))
+/// What a custom backoff function ([`Worker::backoff_with`](super::Worker::backoff_with))
 /// knows about the retry it chooses a delay for.
 ///
 /// ```

@@ -155,7 +155,7 @@ impl Worker {
         self
     }
 
-    pub(super) fn add(&mut self, queue: Queue, handler: Arc<dyn ErasedHandler>, weight: u32) {
+    fn add(&mut self, queue: Queue, handler: Arc<dyn ErasedHandler>, weight: u32) {
         self.entries.push(Entry { queue, handler, weight });
     }
 
@@ -165,8 +165,6 @@ impl Worker {
         self.order = order;
         self
     }
-
-    shared_setters!();
 
     /// Checks the settings and the queues.
     fn check(&self) -> Result<()> {
@@ -217,7 +215,7 @@ impl Worker {
     }
 
     /// Runs until `shutdown` resolves, then shuts down gracefully, for
-    /// every queue (as [`Consumer::run`](super::Consumer::run)).
+    /// every queue (as [`Worker::run`](super::Worker::run)).
     ///
     /// # Errors
     /// As [`spawn`](Self::spawn) (before anything runs); [`Error::Internal`]

@@ -68,7 +68,7 @@ impl std::fmt::Display for HandlerResult {
 
 /// A step in a job's life inside a [`Consumer`](super::Consumer) or
 /// [`Worker`](super::Worker), handed to its
-/// [`observer`](super::Consumer::observer)s. Server times are in ms since
+/// [`observer`](super::Worker::observer)s. Server times are in ms since
 /// the Unix epoch on the server's clock, the time base of every deadline.
 /// Every variant names the job's queue; variants may gain fields, so
 /// match them with `..`.

@@ -53,8 +53,8 @@ pub(crate) enum Kind {
 
 impl HandlerError {
     /// Retry after the backoff (what `?` gives): the consumer's, if it has
-    /// one ([`Consumer::backoff`](crate::Consumer::backoff),
-    /// [`backoff_with`](crate::Consumer::backoff_with)), else the job's own.
+    /// one ([`Worker::backoff`](crate::Worker::backoff),
+    /// [`backoff_with`](crate::Worker::backoff_with)), else the job's own.
     pub fn retry(error: impl Into<Box<dyn StdError + Send + Sync>>) -> Self {
         HandlerError {
             kind: Kind::Retry(None),

@@ -87,7 +87,7 @@ pub(crate) fn settlement(e: HandlerError, backoff: &RetryBackoff, lease: &Lease)
 
 impl Ctx {
     /// Waits for a free handler for a job leased at `claimed_at` (a job
-    /// leased ahead waits here; see [`Consumer::prefetch`](super::Consumer::prefetch)).
+    /// leased ahead waits here; see [`Worker::prefetch`](super::Worker::prefetch)).
     async fn turn(&self, claimed_at: Instant) -> Turn {
         if self.stop.is_cancelled() {
             return Turn::Stopping;

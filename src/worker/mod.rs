@@ -18,8 +18,6 @@
 //! - `event`: the [`WorkerEvent`]s observers see.
 
 pub(crate) mod backoff;
-#[macro_use]
-mod setters;
 mod claim;
 mod engine;
 mod erased;
@@ -30,11 +28,11 @@ mod job;
 pub(crate) mod job_task;
 mod keeper;
 mod prefetch;
+mod setters;
 mod settings;
 mod settler;
 mod turns;
 
-use std::marker::PhantomData;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -87,10 +85,10 @@ pub const MIN_POLL_INTERVAL: Duration = Duration::from_millis(10);
 pub const MAX_POLL_INTERVAL: Duration = Duration::from_secs(3_600);
 /// Most jobs leased in one claim call.
 pub const MAX_CLAIM_BATCH: usize = 64;
-/// Most jobs a consumer leases ahead of free handlers ([`Consumer::prefetch`]).
+/// Most jobs a consumer leases ahead of free handlers ([`Worker::prefetch`]).
 pub const MAX_PREFETCH: usize = 1_000;
 /// Automatic prefetch leases ahead while the average handler runs for less
-/// than this many settle round trips (see [`Consumer::prefetch`]).
+/// than this many settle round trips (see [`Worker::prefetch`]).
 pub const AUTO_PREFETCH_RATIO: u64 = 4;
 /// The longest a job leased ahead by automatic prefetch waits for a
 /// handler before it is released (at most the heartbeat interval).
@@ -102,18 +100,20 @@ pub const AUTO_PREFETCH_WAIT: Duration = Duration::from_secs(1);
 /// heartbeat, as for a running job.
 pub const RECHECK_AFTER_WAIT: Duration = Duration::from_millis(50);
 
-/// Runs an async handler for each job of a queue. Configure with the
-/// chained setters (checked when it starts), then [`spawn`](Self::spawn)
-/// it (or [`run`](Self::run) it until a shutdown future resolves). It is a
-/// [`Worker`] of one queue; for many queues in one process, one worker
-/// over all of them shares one pool and one wake-up connection.
+/// Runs an async handler for each job of a queue: `Consumer::new(queue,
+/// handler)` is a [`Worker`] of that one queue. Configure it with the
+/// worker's chained setters (checked when it starts), then
+/// [`spawn`](Worker::spawn) it (or [`run`](Worker::run) it until a shutdown
+/// future resolves). For many queues in one process, one worker over all of
+/// them shares one pool and one wake-up connection.
 ///
 /// What the handler returns decides the job's fate (see
 /// [`HandlerError`]): `Ok` completes it; an error retries it after the
-/// backoff (the consumer's, see [`backoff`](Self::backoff), else the job's)
+/// backoff (the worker's, see [`backoff`](Worker::backoff), else the job's)
 /// until its `max_attempts` failures, or as the error asks (retry after a
-/// delay, fail now, snooze); a panic retries it with error `"panicked"`; a payload that does not decode into `T` fails it for
-/// good. None of them stops the consumer.
+/// delay, fail now, snooze); a panic retries it with error `"panicked"`; a
+/// payload that does not decode into `T` fails it for good. None of them
+/// stops the consumer.
 ///
 /// ```no_run
 /// # async fn demo(queue: echomq::Queue) -> echomq::Result<()> {
@@ -128,58 +128,18 @@ pub const RECHECK_AFTER_WAIT: Duration = Duration::from_millis(50);
 /// worker.shutdown().await?;
 /// # Ok(()) }
 /// ```
-#[must_use = "a consumer does nothing until spawned or run"]
-pub struct Consumer<T, H> {
-    queue: Queue,
-    handler: Arc<H>,
-    settings: Settings,
-    _payload: PhantomData<fn() -> T>,
-}
+#[derive(Debug)]
+pub enum Consumer {}
 
-impl<T, H> Consumer<T, H>
-where
-    T: DeserializeOwned + Send + 'static,
-    H: Handler<T>,
-{
-    /// A consumer of `queue` running `handler`, with the defaults.
-    pub fn new(queue: Queue, handler: H) -> Self {
-        Consumer {
-            queue,
-            handler: Arc::new(handler),
-            settings: Settings::default(),
-            _payload: PhantomData,
-        }
-    }
-    shared_setters!();
-
-    /// Starts the consumer on the current Tokio runtime.
-    ///
-    /// # Errors
-    /// [`Error::InvalidOption`] for a setting out of range (nothing started).
-    pub fn spawn(self) -> Result<ConsumerHandle> {
-        self.into_worker().spawn()
-    }
-
-    /// Runs until `shutdown` resolves, then shuts down gracefully: stops
-    /// claiming, lets running handlers finish for up to `shutdown_timeout`,
-    /// then cancels the rest and releases their jobs.
-    ///
-    /// # Errors
-    /// [`Error::InvalidOption`] for a setting out of range (before
-    /// anything runs); [`Error::Internal`] when one of the consumer's own
-    /// tasks died: it then stopped claiming, and its job tasks settled or
-    /// released their jobs directly (a batch the dead settler held is left
-    /// to the reaper: a stall each).
-    pub async fn run(self, shutdown: impl Future<Output = ()> + Send) -> Result<()> {
-        self.into_worker().run(shutdown).await
-    }
-
-    /// The same machinery, over one queue: a consumer is a one-queue [`Worker`].
-    fn into_worker(self) -> Worker {
-        let mut w = Worker::new();
-        w.add(self.queue, erased::Typed::<T, H>::new(self.handler), 1);
-        w.settings = self.settings;
-        w
+impl Consumer {
+    /// A worker of `queue` running `handler`, with the defaults.
+    #[allow(clippy::new_ret_no_self)]
+    pub fn new<T, H>(queue: Queue, handler: H) -> Worker
+    where
+        T: DeserializeOwned + Send + 'static,
+        H: Handler<T>,
+    {
+        Worker::new().queue(queue, handler)
     }
 }
 
@@ -210,7 +170,7 @@ pub struct ConsumerHandle {
 }
 
 impl ConsumerHandle {
-    /// Graceful shutdown (see [`Consumer::run`], [`Worker::run`]); returns when done.
+    /// Graceful shutdown (see [`Worker::run`], [`Worker::run`]); returns when done.
     ///
     /// # Errors
     /// [`Error::Internal`] when one of the consumer's own tasks died.

@@ -1,4 +1,4 @@
-//! Leasing ahead of free handlers ([`Consumer::prefetch`](super::Consumer::prefetch)):
+//! Leasing ahead of free handlers ([`Worker::prefetch`](super::Worker::prefetch)):
 //! the consumer's lease slots, automatic prefetch's measurements, and the
 //! wait of a job leased ahead for a free handler.
 

@@ -151,7 +151,7 @@ pub struct Log {
 }
 
 impl EventLog {
-    /// The observer to hand to `Consumer::observer`.
+    /// The observer to hand to `Worker::observer`.
     pub fn observer(&self) -> impl Fn(&echomq::WorkerEvent<'_>) + Send + Sync + 'static {
         use echomq::WorkerEvent;
         let log = self.0.clone();

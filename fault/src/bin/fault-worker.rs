@@ -7,7 +7,7 @@
 //! token (`Job::token`), the key the checker joins events on; `Claimed`
 //! also records the delivery number (`Job::attempt`).
 //!
-//! The consumer reaps nothing itself (`Consumer::reaper(false)`: its
+//! The consumer reaps nothing itself (`Worker::reaper(false)`: its
 //! client's maintenance task leaves the queue alone), so every reap of a
 //! run is a recorded reaper pass. The jobs' limits (attempts, stalls,
 //! backoff) were fixed when the producer enqueued them.
