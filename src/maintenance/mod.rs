@@ -316,47 +316,8 @@ impl Maintenance {
         // little, and a look at one must not be compared with another's.
         let mut clocks: HashMap<Option<String>, clock::ClockWatch> = HashMap::new();
         loop {
-            let (due, walk, wake_at) = {
-                let mut st = self.lock();
-                if st.queues.is_empty() {
-                    // Under the lock, so a registration from now on starts a new task.
-                    st.running = 0;
-                    return;
-                }
-                let now = Instant::now();
-                let due: Vec<Due> = st
-                    .queues
-                    .values()
-                    .filter(|e| e.next <= now || e.next_schedules <= now)
-                    .map(|e| Due {
-                        queue: e.queue.clone(),
-                        interval: e.interval(),
-                        reap: e.next <= now,
-                        sweep: (e.next <= now && e.next_sweep <= now).then(|| e.sweep.clone()),
-                        schedules: (e.next_schedules <= now).then_some(e.next_schedules),
-                    })
-                    .collect();
-                // The walk's step (a copy of the walk, put back after it),
-                // with a queue to walk through.
-                let walk = if st.next_walk <= now {
-                    if st.walk.is_done() {
-                        st.walk = Walk::new(st.queues.values().map(|e| &e.queue));
-                        st.rewalk = false;
-                    }
-                    let via = st.queues.values().next().map(|e| e.queue.clone());
-                    st.stepping = via.is_some();
-                    via.map(|q| (q, st.walk.clone(), st.walk_round))
-                } else {
-                    None
-                };
-                let wake_at = st
-                    .queues
-                    .values()
-                    .map(|e| e.next.min(e.next_schedules))
-                    .min()
-                    .unwrap_or(now + IDLE_INTERVAL)
-                    .min(st.next_walk);
-                (due, walk, wake_at)
+            let Some(Round { due, walk, wake_at }) = self.next_round() else {
+                return;
             };
             if due.is_empty() && walk.is_none() {
                 tokio::select! {
@@ -367,7 +328,7 @@ impl Maintenance {
             }
             let any = due
                 .first()
-                .map_or_else(|| walk.as_ref().map(|(q, ..)| q.clone()), |d| Some(d.queue.clone()));
+                .map_or_else(|| walk.as_ref().map(|w| w.via.clone()), |d| Some(d.queue.clone()));
             if let Some(q) = &any
                 && link.remade(q).await
             {
@@ -382,111 +343,201 @@ impl Maintenance {
             // and dedup markers (see `sweep::Walk`), first, so a sweep due
             // since start-up or a reconnection repairs (a little) before
             // the reaps promote and return jobs.
-            if let Some((via, mut walk, round)) = walk {
-                if let Err(e) = walk
-                    .step(&via, SWEEP_STEP, |base| {
-                        self.lock().queues.get(base).map(|e| e.queue.clone())
-                    })
-                    .await
-                {
-                    warn!(error = %e, "consistency sweep walk step failed; will retry");
-                }
-                let mut st = self.lock();
-                st.stepping = false;
-                // Unless `sweep_all_now` started a new walk meanwhile.
-                if st.walk_round == round {
-                    let now = Instant::now();
-                    if walk.is_done() {
-                        tracing::debug!(rewalk = st.rewalk, "consistency sweep walk done");
-                    }
-                    st.next_walk = match (walk.is_done(), st.rewalk) {
-                        (false, _) => now + SWEEP_PACE,
-                        (true, true) => now,
-                        (true, false) => now + SWEEP_INTERVAL,
-                    };
-                    st.walk = walk;
-                }
+            if let Some(walk) = walk {
+                self.step_walk(walk).await;
             }
             if due.is_empty() {
                 continue;
             }
-            // Look at the due queues in one round trip (per slot on a
-            // cluster): only those with work get their scripts. Its `TIME`
-            // is the look at the server's clock right before reaping: a
-            // step since the last look holds lease reaping (see `clock`).
-            let queues: Vec<Queue> = due.iter().map(|d| d.queue.clone()).collect();
-            let (looks, trips) = look::look(&queues).await;
-            for t in &trips {
-                clocks
-                    .entry(t.node.clone())
-                    .or_default()
-                    .observe(t.server_ms, t.sent, t.got);
-            }
-            if trips.is_empty() && due.iter().any(|d| d.reap) {
-                // No look answered: read the clock as before the scripts.
-                let q = &due[0].queue;
-                let node = q.conn().slot_group(q.base());
-                if let Err(e) = clocks.entry(node).or_default().look(q).await {
-                    tracing::debug!(error = %e, "TIME failed; the reap will fail too and be retried");
-                }
-            }
-            // A step seen on any node holds reaping everywhere: holding only
-            // delays a reap, which is the safe side.
-            let now = Instant::now();
-            let held = clocks.values().filter_map(|c| c.held_for(now)).max();
-            for Due {
-                queue,
-                interval,
-                reap,
-                sweep,
-                schedules,
-            } in due
-            {
-                let look = looks.get(queue.base()).copied();
-                // The sets' sweep step first, as the walk's above.
-                let swept = match sweep {
-                    Some(cursor) => step(&queue, &cursor).await,
-                    None => None,
-                };
-                let next = match (reap, look, held) {
-                    (false, _, _) => None,
-                    // Nothing to reap: no script call.
-                    (true, Some(l), _) if !l.reap_due() => Some(after_look(&l, interval)),
-                    (true, _, None) => Some(pass(&queue, interval).await),
-                    // Held after a clock step: look again when the hold ends.
-                    (true, _, Some(hold)) => Some(Instant::now() + hold),
-                };
-                let next_schedules = match (schedules, look) {
-                    (None, _) => None,
-                    (Some(due_at), Some(l)) if !l.schedules_due() => Some((due_at, schedules_after_look(&l))),
-                    (Some(due_at), _) => Some((due_at, schedule_pass(&queue).await)),
-                };
-                if let Some(e) = self.lock().queues.get_mut(queue.base()) {
-                    if let Some(next) = next {
-                        e.next = next;
-                    }
-                    if let Some((due_at, at)) = next_schedules {
-                        // A nudge during the pass (a schedule stored here
-                        // meanwhile) keeps its earlier time.
-                        e.next_schedules = if e.next_schedules == due_at {
-                            at
-                        } else {
-                            at.min(e.next_schedules)
-                        };
-                    }
-                    if let Some(cursor) = swept {
-                        if cursor.sets_done() {
-                            e.sweep = SweepCursor::sets();
-                            e.next_sweep = Instant::now() + SWEEP_INTERVAL;
-                        } else {
-                            e.sweep = cursor;
-                            e.next_sweep = Instant::now() + SWEEP_PACE;
-                        }
-                    }
-                }
+            let (looks, held) = look_at(&due, &mut clocks).await;
+            for d in due {
+                let look = looks.get(d.queue.base()).copied();
+                self.tend(d, look, held).await;
             }
         }
     }
+
+    /// What this round of the task does, read under the lock: the queues
+    /// due, the walk's step if one is due, and when to wake if nothing is.
+    /// `None` when no queue is registered (the task ends).
+    fn next_round(&self) -> Option<Round> {
+        let mut st = self.lock();
+        if st.queues.is_empty() {
+            // Under the lock, so a registration from now on starts a new task.
+            st.running = 0;
+            return None;
+        }
+        let now = Instant::now();
+        let due: Vec<Due> = st
+            .queues
+            .values()
+            .filter(|e| e.next <= now || e.next_schedules <= now)
+            .map(|e| Due {
+                queue: e.queue.clone(),
+                interval: e.interval(),
+                reap: e.next <= now,
+                sweep: (e.next <= now && e.next_sweep <= now).then(|| e.sweep.clone()),
+                schedules: (e.next_schedules <= now).then_some(e.next_schedules),
+            })
+            .collect();
+        // The walk's step (a copy of the walk, put back after it), with a
+        // queue to walk through.
+        let walk = if st.next_walk <= now {
+            if st.walk.is_done() {
+                st.walk = Walk::new(st.queues.values().map(|e| &e.queue));
+                st.rewalk = false;
+            }
+            let via = st.queues.values().next().map(|e| e.queue.clone());
+            st.stepping = via.is_some();
+            via.map(|via| WalkStep {
+                via,
+                walk: st.walk.clone(),
+                round: st.walk_round,
+            })
+        } else {
+            None
+        };
+        let wake_at = st
+            .queues
+            .values()
+            .map(|e| e.next.min(e.next_schedules))
+            .min()
+            .unwrap_or(now + IDLE_INTERVAL)
+            .min(st.next_walk);
+        Some(Round { due, walk, wake_at })
+    }
+
+    /// Takes one step of the sweep's walk and puts it back, with when the
+    /// next step is due.
+    async fn step_walk(&self, step: WalkStep) {
+        let WalkStep { via, mut walk, round } = step;
+        if let Err(e) = walk
+            .step(&via, SWEEP_STEP, |base| {
+                self.lock().queues.get(base).map(|e| e.queue.clone())
+            })
+            .await
+        {
+            warn!(error = %e, "consistency sweep walk step failed; will retry");
+        }
+        let mut st = self.lock();
+        st.stepping = false;
+        // Unless `sweep_all_now` started a new walk meanwhile.
+        if st.walk_round == round {
+            let now = Instant::now();
+            if walk.is_done() {
+                tracing::debug!(rewalk = st.rewalk, "consistency sweep walk done");
+            }
+            st.next_walk = match (walk.is_done(), st.rewalk) {
+                (false, _) => now + SWEEP_PACE,
+                (true, true) => now,
+                (true, false) => now + SWEEP_INTERVAL,
+            };
+            st.walk = walk;
+        }
+    }
+
+    /// Upkeep of one due queue: its sets' sweep step, a reap when its look
+    /// found work (and no clock step holds reaping), a scheduling pass when
+    /// its schedules are due; then when each is due again.
+    async fn tend(&self, due: Due, look: Option<look::Look>, held: Option<Duration>) {
+        let Due {
+            queue,
+            interval,
+            reap,
+            sweep,
+            schedules,
+        } = due;
+        // The sets' sweep step first, as the walk's above.
+        let swept = match sweep {
+            Some(cursor) => step(&queue, &cursor).await,
+            None => None,
+        };
+        let next = match (reap, look, held) {
+            (false, _, _) => None,
+            // Nothing to reap: no script call.
+            (true, Some(l), _) if !l.reap_due() => Some(after_look(&l, interval)),
+            (true, _, None) => Some(pass(&queue, interval).await),
+            // Held after a clock step: look again when the hold ends.
+            (true, _, Some(hold)) => Some(Instant::now() + hold),
+        };
+        let next_schedules = match (schedules, look) {
+            (None, _) => None,
+            (Some(due_at), Some(l)) if !l.schedules_due() => Some((due_at, schedules_after_look(&l))),
+            (Some(due_at), _) => Some((due_at, schedule_pass(&queue).await)),
+        };
+        let mut st = self.lock();
+        let Some(e) = st.queues.get_mut(queue.base()) else {
+            return;
+        };
+        if let Some(next) = next {
+            e.next = next;
+        }
+        if let Some((due_at, at)) = next_schedules {
+            // A nudge during the pass (a schedule stored here meanwhile)
+            // keeps its earlier time.
+            e.next_schedules = if e.next_schedules == due_at {
+                at
+            } else {
+                at.min(e.next_schedules)
+            };
+        }
+        if let Some(cursor) = swept {
+            if cursor.sets_done() {
+                e.sweep = SweepCursor::sets();
+                e.next_sweep = Instant::now() + SWEEP_INTERVAL;
+            } else {
+                e.sweep = cursor;
+                e.next_sweep = Instant::now() + SWEEP_PACE;
+            }
+        }
+    }
+}
+
+/// One round of the maintenance task (see [`Maintenance::next_round`]).
+struct Round {
+    due: Vec<Due>,
+    walk: Option<WalkStep>,
+    wake_at: Instant,
+}
+
+/// A step of the sweep's walk: a copy of the walk, the queue whose
+/// connection it goes through, and the walk's round (a new walk started
+/// meanwhile makes the step's result stale).
+struct WalkStep {
+    via: Queue,
+    walk: Walk,
+    round: u64,
+}
+
+/// Looks at the due queues in one round trip (per slot on a cluster):
+/// only those with work get their scripts. Its `TIME` is the look at the
+/// server's clock right before reaping: a step since the last look holds
+/// lease reaping (see `clock`), and the longest hold is returned.
+async fn look_at(
+    due: &[Due],
+    clocks: &mut HashMap<Option<String>, clock::ClockWatch>,
+) -> (HashMap<Arc<str>, look::Look>, Option<Duration>) {
+    let queues: Vec<Queue> = due.iter().map(|d| d.queue.clone()).collect();
+    let (looks, trips) = look::look(&queues).await;
+    for t in &trips {
+        clocks
+            .entry(t.node.clone())
+            .or_default()
+            .observe(t.server_ms, t.sent, t.got);
+    }
+    if trips.is_empty() && due.iter().any(|d| d.reap) {
+        // No look answered: read the clock as before the scripts.
+        let q = &due[0].queue;
+        let node = q.conn().slot_group(q.base());
+        if let Err(e) = clocks.entry(node).or_default().look(q).await {
+            tracing::debug!(error = %e, "TIME failed; the reap will fail too and be retried");
+        }
+    }
+    // A step seen on any node holds reaping everywhere: holding only
+    // delays a reap, which is the safe side.
+    let now = Instant::now();
+    let held = clocks.values().filter_map(|c| c.held_for(now)).max();
+    (looks, held)
 }
 
 /// How often the maintenance task asks the server (`CLIENT ID`) whether

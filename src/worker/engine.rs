@@ -236,37 +236,7 @@ impl Worker {
             Vec::new()
         };
         let (settle_tx, settle_rx) = mpsc::unbounded_channel();
-        let name = settings.name.clone().unwrap_or_else(|| {
-            static N: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
-            let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            format!("{}/{n}", crate::queue::process_name())
-        });
-        let weights: Vec<u32> = entries.iter().map(|e| e.weight).collect();
-        let mut queues = Vec::with_capacity(entries.len());
-        for e in entries {
-            queues.push(Served {
-                queue: e.queue.with_holder(&name)?,
-                handler: e.handler,
-            });
-        }
-        let (wakes, wake_of) = wake_groups(&queues);
-        let ctx = Arc::new(Ctx {
-            turns: std::sync::Mutex::new(Turns::new(order, &weights, settings.poll_interval, Instant::now())),
-            work: tokio::sync::Notify::new(),
-            wakes,
-            wake_of,
-            queues,
-            // Automatic prefetch adds its slots while it leases ahead.
-            slots: Slots::new(settings.concurrency + settings.prefetch.unwrap_or(0)),
-            running: Arc::new(Semaphore::new(settings.concurrency)),
-            auto: settings.prefetch.is_none().then(AutoPrefetch::default),
-            settings,
-            stop: CancellationToken::new(),
-            hard_stop: CancellationToken::new(),
-            tasks: TaskTracker::new(),
-            settle_tx,
-            keeper: Arc::default(),
-        });
+        let ctx = Ctx::new(entries, order, settings, settle_tx)?;
         let all_settled = CancellationToken::new();
         // Should this future be dropped before it finishes (a `select!` or a
         // timeout around `run`), the worker's tasks stop too: no new
@@ -291,39 +261,7 @@ impl Worker {
             settle_rx,
             all_settled.clone(),
         )));
-        let mut failure = None;
-        {
-            let claiming = claim::claim_loop(ctx.clone());
-            tokio::pin!(claiming);
-            tokio::pin!(shutdown);
-            let settler_ended = async {
-                match settling.as_mut() {
-                    Some(h) => h.await,
-                    None => std::future::pending().await,
-                }
-            };
-            tokio::select! {
-                _ = &mut claiming => {}
-                _ = &mut shutdown => {
-                    ctx.stop.cancel();
-                    claiming.await;
-                }
-                r = settler_ended => {
-                    // Library code, but a bug there must not leave the
-                    // worker claiming jobs it can never settle.
-                    let detail = match r {
-                        Err(e) if e.is_panic() => format!("panicked: {}", panic_text(e.into_panic())),
-                        Err(e) => e.to_string(),
-                        Ok(()) => "stopped early".into(),
-                    };
-                    error!(queues = ctx.names(), %detail, "the settler died; stopping the consumer");
-                    failure = Some(Error::Internal { task: "settler", detail });
-                    settling = None;
-                    ctx.stop.cancel();
-                    claiming.await;
-                }
-            }
-        }
+        let mut failure = claim_until(&ctx, shutdown, &mut settling).await;
         // Claiming has stopped (and so has the wake-up, on `stop`).
         for w in waking {
             let _ = w.await;
@@ -344,6 +282,89 @@ impl Worker {
         drop(maintained);
         debug!(queues = ctx.names(), "worker stopped");
         failure.map_or(Ok(()), Err)
+    }
+}
+
+impl Ctx {
+    /// What the worker's tasks share: its queues (each claiming under the
+    /// worker's name), their wake-up groups, the slots and permits.
+    fn new(
+        entries: Vec<Entry>,
+        order: Order,
+        settings: Settings,
+        settle_tx: mpsc::UnboundedSender<settler::Pending>,
+    ) -> Result<Arc<Ctx>> {
+        let name = settings.name.clone().unwrap_or_else(|| {
+            static N: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+            let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            format!("{}/{n}", crate::queue::process_name())
+        });
+        let weights: Vec<u32> = entries.iter().map(|e| e.weight).collect();
+        let mut queues = Vec::with_capacity(entries.len());
+        for e in entries {
+            queues.push(Served {
+                queue: e.queue.with_holder(&name)?,
+                handler: e.handler,
+            });
+        }
+        let (wakes, wake_of) = wake_groups(&queues);
+        Ok(Arc::new(Ctx {
+            turns: std::sync::Mutex::new(Turns::new(order, &weights, settings.poll_interval, Instant::now())),
+            work: tokio::sync::Notify::new(),
+            wakes,
+            wake_of,
+            queues,
+            // Automatic prefetch adds its slots while it leases ahead.
+            slots: Slots::new(settings.concurrency + settings.prefetch.unwrap_or(0)),
+            running: Arc::new(Semaphore::new(settings.concurrency)),
+            auto: settings.prefetch.is_none().then(AutoPrefetch::default),
+            settings,
+            stop: CancellationToken::new(),
+            hard_stop: CancellationToken::new(),
+            tasks: TaskTracker::new(),
+            settle_tx,
+            keeper: Arc::default(),
+        }))
+    }
+}
+
+/// Claims until `shutdown` resolves (or the settler dies: library code,
+/// but a bug there must not leave the worker claiming jobs it can never
+/// settle), then stops claiming. Returns the settler's failure, if it died
+/// (and then takes its handle).
+async fn claim_until(
+    ctx: &Arc<Ctx>,
+    shutdown: impl Future<Output = ()> + Send,
+    settling: &mut Option<tokio::task::JoinHandle<()>>,
+) -> Option<Error> {
+    let claiming = claim::claim_loop(ctx.clone());
+    tokio::pin!(claiming);
+    tokio::pin!(shutdown);
+    let settler_ended = async {
+        match settling.as_mut() {
+            Some(h) => h.await,
+            None => std::future::pending().await,
+        }
+    };
+    tokio::select! {
+        _ = &mut claiming => None,
+        _ = &mut shutdown => {
+            ctx.stop.cancel();
+            claiming.await;
+            None
+        }
+        r = settler_ended => {
+            let detail = match r {
+                Err(e) if e.is_panic() => format!("panicked: {}", panic_text(e.into_panic())),
+                Err(e) => e.to_string(),
+                Ok(()) => "stopped early".into(),
+            };
+            error!(queues = ctx.names(), %detail, "the settler died; stopping the consumer");
+            *settling = None;
+            ctx.stop.cancel();
+            claiming.await;
+            Some(Error::Internal { task: "settler", detail })
+        }
     }
 }
 

@@ -7,11 +7,13 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use tokio::sync::OwnedSemaphorePermit;
+use tokio::task::JoinHandle;
 use tokio::time::{Instant, sleep_until, timeout_at};
+use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, debug, info_span, warn};
 
 use super::backoff::RetryBackoff;
-use super::erased::JobParts;
+use super::erased::{JobParts, Outcome, Ready};
 use super::event::{HandlerResult, WorkerEvent};
 use super::handler::{HandlerError, Kind};
 use super::heartbeat::{Beat, Heartbeat, LeaseClock};
@@ -19,7 +21,7 @@ use super::prefetch::{Slot, Turn};
 use super::settler::Pending;
 use super::{Ctx, RECHECK_AFTER_WAIT};
 use crate::lease::Lease;
-use crate::queue::Settle;
+use crate::queue::{Queue, Settle};
 use crate::settings::later;
 
 /// How one attempt ended.
@@ -146,8 +148,9 @@ impl Ctx {
     }
 }
 
-/// Runs one leased job of queue `q`: decode, handle with heartbeats, settle.
-async fn run_job(ctx: Arc<Ctx>, q: usize, lease: Lease, claimed_at: Instant, permit: Slot) {
+/// Runs one leased job of queue `q`: decode, wait for a handler, run it
+/// beside its heartbeat, settle.
+async fn run_job(ctx: Arc<Ctx>, q: usize, lease: Lease, claimed_at: Instant, slot: Slot) {
     let queue = ctx.queue(q).clone();
     let span = info_span!(
         "job",
@@ -163,131 +166,201 @@ async fn run_job(ctx: Arc<Ctx>, q: usize, lease: Lease, claimed_at: Instant, per
     #[cfg(feature = "otel")]
     crate::otel::set_parent(&span, lease.traceparent());
     async move {
-        let s = &ctx.settings;
-        let qn = queue.name();
-        s.observers.emit(WorkerEvent::Claimed {
-            queue: qn,
-            id: &lease.id,
-            token: lease.token,
-            attempt: lease.attempt,
-            deadline_ms: lease.deadline_ms,
-            server_ms: lease.claimed_ms,
-            lane: lease.lane(),
-        });
-        #[cfg(feature = "metrics")]
-        crate::metrics::claimed(qn, lease.created_ms(), lease.claimed_ms);
-        let mut heart = Heartbeat::new(s, claimed_at);
+        announce_claim(&ctx, &queue, &lease);
+        let mut heart = Heartbeat::new(&ctx.settings, claimed_at);
         let ready = match ctx.queues[q].handler.decode(&lease) {
             Ok(r) => r,
             Err(e) => {
                 warn!(error = %e, "payload does not decode; failing the job");
                 let reason = format!("undecodable payload: {e}");
-                ctx.settle(
-                    q,
-                    Arc::new(lease),
-                    Settle::Fail { reason },
-                    heart.clock(),
-                    Some(permit),
-                    false,
-                );
+                let op = Settle::Fail { reason };
+                ctx.settle(q, Arc::new(lease), op, heart.clock(), Some(slot), false);
                 return;
             }
         };
         let lease = Arc::new(lease);
-        let running = match ctx.turn(claimed_at).await {
-            Turn::Now(p) => p,
-            // A short wait with heartbeats on: start at once. A renewal per
-            // job here was a second script call for every job leased ahead
-            // (halving a fast consumer's throughput); a cancel request made
-            // in so short a wait reaches the handler at its first
-            // heartbeat, as it does a running job's.
-            Turn::AfterWait(p) if s.heartbeat().is_some() && claimed_at.elapsed() < RECHECK_AFTER_WAIT => p,
-            Turn::AfterWait(p) => {
-                // The job waited: renew its lease before it starts (with
-                // heartbeats off the lease is the handler's whole time
-                // budget, so the wait must not eat into it), and learn of a
-                // cancel request made while it waited, so a job cancelled
-                // before it started never runs.
-                let sent = Instant::now();
-                match timeout_at(later(claimed_at, s.safety_window()), queue.renew(&lease, s.lease)).await {
-                    Ok(Ok((deadline_ms, cancel))) => {
-                        heart.renewed(sent);
-                        s.observers.emit(WorkerEvent::Extended {
-                            queue: qn,
-                            id: &lease.id,
-                            token: lease.token,
-                            deadline_ms,
-                        });
-                        if cancel {
-                            debug!("cancel requested before the job started");
-                            drop(p);
-                            let op = Settle::Cancel { reason: String::new() };
-                            ctx.settle(q, lease, op, heart.clock(), Some(permit), false);
-                            return;
-                        }
-                        p
-                    }
-                    r => {
-                        let error = match r {
-                            Ok(Err(e)) => e.to_string(),
-                            _ => "not confirmed within the safety window".to_owned(),
-                        };
-                        debug!(%error, "could not renew a job leased ahead; releasing it unstarted");
-                        drop(p);
-                        ctx.settle(q, lease, Settle::Release, heart.clock(), Some(permit), false);
-                        return;
-                    }
-                }
-            }
-            Turn::Stopping => {
-                debug!("shutdown: releasing a job leased ahead, unstarted");
-                ctx.settle(q, lease, Settle::Release, heart.clock(), Some(permit), false);
-                return;
-            }
-            Turn::TooLong => {
-                // The handlers are slow: hand the job back for another
-                // consumer, and keep its slot until a handler frees up, so
-                // this consumer does not fill that slot again only to wait
-                // once more.
-                debug!("no handler free in time: releasing a job leased ahead, unstarted");
-                ctx.settle(q, lease, Settle::Release, heart.clock(), None, false);
-                tokio::select! {
-                    _ = ctx.stop.cancelled() => {}
-                    _ = ctx.running.clone().acquire_owned() => {}
-                }
-                drop(permit);
-                return;
-            }
+        let Some((running, slot)) = wait_for_handler(&ctx, q, &lease, claimed_at, &mut heart, slot).await else {
+            return;
         };
+        let mut attempt = Attempt::start(&ctx, &queue, &lease, ready);
+        let ended = attempt.supervise(&ctx, &queue, &lease, &mut heart).await;
+        let s = &ctx.settings;
+        s.observers.emit(WorkerEvent::HandlerDone {
+            queue: queue.name(),
+            id: &lease.id,
+            token: lease.token,
+            result: ended.result(),
+        });
+        #[cfg(feature = "metrics")]
+        crate::metrics::handler_done(queue.name(), ended.result().as_str(), attempt.started.elapsed());
+        let op = attempt.conclude(&ctx, &lease, ended).await;
+        // The handler is done: a prefetched job may start while this settles.
+        ctx.handler_ended(running, attempt.started.elapsed());
+        // A lost lease is not settled: the job is another attempt's now.
+        let Some(op) = op else { return };
+        // The keeper renews the lease until the settlement is answered: a
+        // slow settle call must not let it lapse and the job run again.
+        heart.settling();
+        let clock = heart.clock();
+        ctx.keeper.hold(q, lease.clone(), heart);
+        ctx.settle(q, lease, op, clock, Some(slot), true);
+    }
+    .instrument(span)
+    .await
+}
+
+/// Tells the observers (and the metrics) that the job was claimed.
+fn announce_claim(ctx: &Ctx, queue: &Queue, lease: &Lease) {
+    ctx.settings.observers.emit(WorkerEvent::Claimed {
+        queue: queue.name(),
+        id: &lease.id,
+        token: lease.token,
+        attempt: lease.attempt,
+        deadline_ms: lease.deadline_ms,
+        server_ms: lease.claimed_ms,
+        lane: lease.lane(),
+    });
+    #[cfg(feature = "metrics")]
+    crate::metrics::claimed(queue.name(), lease.created_ms(), lease.claimed_ms);
+}
+
+/// Waits for a free handler for a job claimed at `claimed_at`: its
+/// handler's permit and its slot, or `None` when the job was handed back
+/// instead (shutdown, a wait too long, a renewal that failed, a cancel
+/// request made while it waited).
+async fn wait_for_handler(
+    ctx: &Ctx,
+    q: usize,
+    lease: &Arc<Lease>,
+    claimed_at: Instant,
+    heart: &mut Heartbeat,
+    slot: Slot,
+) -> Option<(OwnedSemaphorePermit, Slot)> {
+    let s = &ctx.settings;
+    let hand_back = |op: Settle, clock: LeaseClock, slot: Option<Slot>| {
+        ctx.settle(q, lease.clone(), op, clock, slot, false);
+    };
+    match ctx.turn(claimed_at).await {
+        Turn::Now(p) => Some((p, slot)),
+        // A short wait with heartbeats on: start at once. A renewal per
+        // job here was a second script call for every job leased ahead
+        // (halving a fast consumer's throughput); a cancel request made
+        // in so short a wait reaches the handler at its first
+        // heartbeat, as it does a running job's.
+        Turn::AfterWait(p) if s.heartbeat().is_some() && claimed_at.elapsed() < RECHECK_AFTER_WAIT => Some((p, slot)),
+        Turn::AfterWait(p) => {
+            // The job waited: renew its lease before it starts (with
+            // heartbeats off the lease is the handler's whole time
+            // budget, so the wait must not eat into it), and learn of a
+            // cancel request made while it waited, so a job cancelled
+            // before it started never runs.
+            let sent = Instant::now();
+            let queue = ctx.queue(q);
+            match timeout_at(later(claimed_at, s.safety_window()), queue.renew(lease, s.lease)).await {
+                Ok(Ok((deadline_ms, cancel))) => {
+                    heart.renewed(sent);
+                    s.observers.emit(WorkerEvent::Extended {
+                        queue: queue.name(),
+                        id: &lease.id,
+                        token: lease.token,
+                        deadline_ms,
+                    });
+                    if cancel {
+                        debug!("cancel requested before the job started");
+                        drop(p);
+                        hand_back(Settle::Cancel { reason: String::new() }, heart.clock(), Some(slot));
+                        return None;
+                    }
+                    Some((p, slot))
+                }
+                r => {
+                    let error = match r {
+                        Ok(Err(e)) => e.to_string(),
+                        _ => "not confirmed within the safety window".to_owned(),
+                    };
+                    debug!(%error, "could not renew a job leased ahead; releasing it unstarted");
+                    drop(p);
+                    hand_back(Settle::Release, heart.clock(), Some(slot));
+                    None
+                }
+            }
+        }
+        Turn::Stopping => {
+            debug!("shutdown: releasing a job leased ahead, unstarted");
+            hand_back(Settle::Release, heart.clock(), Some(slot));
+            None
+        }
+        Turn::TooLong => {
+            // The handlers are slow: hand the job back for another
+            // consumer, and keep its slot until a handler frees up, so
+            // this consumer does not fill that slot again only to wait
+            // once more.
+            debug!("no handler free in time: releasing a job leased ahead, unstarted");
+            hand_back(Settle::Release, heart.clock(), None);
+            tokio::select! {
+                _ = ctx.stop.cancelled() => {}
+                _ = ctx.running.clone().acquire_owned() => {}
+            }
+            drop(slot);
+            None
+        }
+    }
+}
+
+/// One running attempt: the handler's task and how it is told to stop.
+struct Attempt {
+    handler: JoinHandle<Outcome>,
+    /// Set once the handler's task has been joined (its handle must not
+    /// be polled again).
+    joined: bool,
+    /// Fired to ask the handler to stop (lease lost, cancel request,
+    /// shutdown past its grace).
+    cancel: CancellationToken,
+    /// Set when a renewal finds an operator's cancel request.
+    requested: Arc<AtomicBool>,
+    /// How long a handler asked to cancel gets to stop by itself.
+    cancel_by: Option<Instant>,
+    started: Instant,
+}
+
+impl Attempt {
+    /// Starts the handler on its own task. `call` itself runs inside that
+    /// task, so a handler that panics before returning its future is a
+    /// panicked attempt too.
+    fn start(ctx: &Ctx, queue: &Queue, lease: &Arc<Lease>, ready: Ready) -> Attempt {
         let cancel = ctx.hard_stop.child_token();
-        // Set when a renewal finds an operator's cancel request.
         let requested = Arc::new(AtomicBool::new(false));
-        // How long a handler asked to cancel gets to stop by itself.
-        let mut cancel_by = None;
         let parts = JobParts {
             queue: queue.clone(),
             lease: lease.clone(),
             cancel: cancel.clone(),
             requested: requested.clone(),
         };
-        let handler_started = Instant::now();
-        // `call` itself runs inside the spawned task, so a handler that
-        // panics before returning its future is a panicked attempt too.
-        let mut handler = tokio::spawn(async move { ready(parts).await }.in_current_span());
-        // Set once the handler's task has been joined (its handle must not
-        // be polled again).
-        let mut joined = false;
+        Attempt {
+            handler: tokio::spawn(async move { ready(parts).await }.in_current_span()),
+            joined: false,
+            cancel,
+            requested,
+            cancel_by: None,
+            started: Instant::now(),
+        }
+    }
+
+    /// Runs the handler beside its heartbeats, its timeout, a cancel
+    /// request and shutdown, until one of them ends the attempt.
+    async fn supervise(&mut self, ctx: &Ctx, queue: &Queue, lease: &Lease, heart: &mut Heartbeat) -> Ended {
+        let s = &ctx.settings;
         // The job's timeout, if it has one (a beat that never comes otherwise).
         let timeout = lease.limits.timeout;
-        let times_out = later(handler_started, timeout.unwrap_or_default());
-        let ended = loop {
+        let times_out = later(self.started, timeout.unwrap_or_default());
+        loop {
             tokio::select! {
-                r = &mut handler => {
-                    joined = true;
-                    break match r {
+                r = &mut self.handler => {
+                    self.joined = true;
+                    return match r {
                         // Completed, even after a cancel request: the work was done.
                         Ok(Ok(result)) => Ended::Ok(result),
-                        Ok(Err(_)) | Err(_) if cancel_by.is_some() => Ended::Cancelled,
+                        Ok(Err(_)) | Err(_) if self.cancel_by.is_some() => Ended::Cancelled,
                         // It stopped because shutdown cancelled it: hand the job back.
                         Ok(Err(_)) if ctx.hard_stop.is_cancelled() => Ended::Stopped,
                         Ok(Err(e)) => Ended::Err(e),
@@ -296,101 +369,88 @@ async fn run_job(ctx: Arc<Ctx>, q: usize, lease: Lease, claimed_at: Instant, per
                     };
                 }
                 _ = sleep_until(heart.next()) => {
-                    match heart.beat(&queue, &lease, Some(&s.observers)).await {
-                        Beat::Lost => break Ended::LeaseLost,
-                        Beat::Alive { cancel: true } if cancel_by.is_none() => {
+                    match heart.beat(queue, lease, Some(&s.observers)).await {
+                        Beat::Lost => return Ended::LeaseLost,
+                        Beat::Alive { cancel: true } if self.cancel_by.is_none() => {
                             debug!("cancel requested; cancelling the handler");
-                            requested.store(true, Ordering::Relaxed);
-                            cancel_by = Some(later(Instant::now(), s.shutdown_timeout));
+                            self.requested.store(true, Ordering::Relaxed);
+                            self.cancel_by = Some(later(Instant::now(), s.shutdown_timeout));
                             s.observers.emit(WorkerEvent::CancelRequested {
-                                queue: qn,
+                                queue: queue.name(),
                                 id: &lease.id,
                                 token: lease.token,
                             });
-                            cancel.cancel();
+                            self.cancel.cancel();
                         }
                         Beat::Alive { .. } => {}
                     }
                 }
-                _ = sleep_until(cancel_by.unwrap_or(times_out)), if cancel_by.is_some() => break Ended::Cancelled,
+                _ = sleep_until(self.cancel_by.unwrap_or(times_out)), if self.cancel_by.is_some() => return Ended::Cancelled,
                 _ = sleep_until(times_out), if timeout.is_some() => {
-                    break if cancel_by.is_some() { Ended::Cancelled } else { Ended::TimedOut };
+                    return if self.cancel_by.is_some() { Ended::Cancelled } else { Ended::TimedOut };
                 }
                 _ = ctx.hard_stop.cancelled() => {
-                    break if cancel_by.is_some() { Ended::Cancelled } else { Ended::Stopped };
+                    return if self.cancel_by.is_some() { Ended::Cancelled } else { Ended::Stopped };
                 }
             }
-        };
-        s.observers.emit(WorkerEvent::HandlerDone {
-            queue: qn,
-            id: &lease.id,
-            token: lease.token,
-            result: ended.result(),
-        });
-        #[cfg(feature = "metrics")]
-        crate::metrics::handler_done(qn, ended.result().as_str(), handler_started.elapsed());
-        let op = match ended {
+        }
+    }
+
+    /// Stops what is left of the handler and says how to settle the job:
+    /// `None` after a lost lease (the job is not this attempt's to settle).
+    async fn conclude(&mut self, ctx: &Ctx, lease: &Lease, ended: Ended) -> Option<Settle> {
+        let backoff = &ctx.settings.backoff;
+        Some(match ended {
             Ended::Ok(None) => Settle::Complete,
             Ended::Ok(Some(result)) => Settle::Return { result },
             Ended::Err(e) => {
                 debug!(error = %e, "handler failed");
-                settlement(e, &s.backoff, &lease)
+                settlement(e, backoff, lease)
             }
             Ended::Panicked => {
                 warn!("handler panicked");
                 Settle::Retry {
-                    delay: s.backoff.delay(&lease, "panicked"),
+                    delay: backoff.delay(lease, "panicked"),
                     error: "panicked".to_owned(),
                 }
             }
             Ended::LeaseLost => {
-                cancel.cancel();
+                self.cancel.cancel();
                 tokio::select! {
-                    _ = &mut handler => {}
-                    _ = ctx.hard_stop.cancelled() => {
-                        handler.abort();
-                        let _ = (&mut handler).await;
-                    }
+                    _ = &mut self.handler => {}
+                    _ = ctx.hard_stop.cancelled() => self.abort().await,
                 }
-                ctx.handler_ended(running, handler_started.elapsed());
-                return;
+                return None;
             }
             Ended::Cancelled => {
-                if !joined {
-                    handler.abort();
-                    let _ = (&mut handler).await;
+                if !self.joined {
+                    self.abort().await;
                 }
                 Settle::Cancel { reason: String::new() }
             }
             Ended::Stopped => {
-                cancel.cancel();
-                if !joined {
-                    handler.abort();
+                self.cancel.cancel();
+                if !self.joined {
                     // Counted as running until it has really stopped.
-                    let _ = (&mut handler).await;
+                    self.abort().await;
                 }
                 Settle::Release
             }
             Ended::TimedOut => {
                 debug!("handler timed out");
-                cancel.cancel();
-                handler.abort();
-                let _ = (&mut handler).await;
+                self.cancel.cancel();
+                self.abort().await;
                 Settle::Retry {
-                    delay: s.backoff.delay(&lease, "timeout"),
+                    delay: backoff.delay(lease, "timeout"),
                     error: "timeout".to_owned(),
                 }
             }
-        };
-        // The handler is done: a prefetched job may start while this settles.
-        ctx.handler_ended(running, handler_started.elapsed());
-        // The keeper renews the lease until the settlement is answered: a
-        // slow settle call must not let it lapse and the job run again.
-        heart.settling();
-        let clock = heart.clock();
-        ctx.keeper.hold(q, lease.clone(), heart);
-        ctx.settle(q, lease, op, clock, Some(permit), true);
+        })
     }
-    .instrument(span)
-    .await
+
+    /// Aborts the handler's task and waits until it has stopped.
+    async fn abort(&mut self) {
+        self.handler.abort();
+        let _ = (&mut self.handler).await;
+    }
 }
