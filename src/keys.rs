@@ -15,11 +15,7 @@ pub const DEFAULT_PREFIX: &str = "emq";
 /// knows its length.
 pub(crate) const RESHARD_GUARD: &str = "reshard-guard";
 
-/// Longest queue name accepted, in bytes.
-pub const MAX_QUEUE_NAME_BYTES: usize = 200;
-
-/// Longest job id or dedup id accepted, in bytes.
-pub const MAX_ID_BYTES: usize = 256;
+pub use crate::validate::{MAX_ID_BYTES, MAX_QUEUE_NAME_BYTES};
 
 /// The keys of one queue.
 #[derive(Debug, Clone)]
@@ -185,47 +181,8 @@ pub(crate) fn worker_wake(prefix: &str, id: &str, slot_of: Option<&str>) -> Stri
     }
 }
 
-/// Checks a queue name: non-empty, at most [`MAX_QUEUE_NAME_BYTES`], no
-/// braces (they would break the hash tag) and no control characters.
-///
-/// # Errors
-/// [`Error::InvalidQueueName`] saying what is wrong.
-pub fn validate_queue_name(name: &str) -> Result<()> {
-    let reason = if name.is_empty() {
-        "must not be empty"
-    } else if name.len() > MAX_QUEUE_NAME_BYTES {
-        "must be at most 200 bytes"
-    } else if name.contains(['{', '}']) {
-        "must not contain '{' or '}' (they delimit the hash tag)"
-    } else if name.chars().any(char::is_control) {
-        "must not contain control characters"
-    } else {
-        return Ok(());
-    };
-    Err(Error::InvalidQueueName {
-        name: crate::error::excerpt(name),
-        reason,
-    })
-}
-
-/// Checks a caller-chosen id: non-empty, at most [`MAX_ID_BYTES`], no
-/// control characters.
-pub(crate) fn validate_id(what: &'static str, value: &str) -> Result<()> {
-    let reason = if value.is_empty() {
-        "must not be empty"
-    } else if value.len() > MAX_ID_BYTES {
-        "must be at most 256 bytes"
-    } else if value.chars().any(char::is_control) {
-        "must not contain control characters"
-    } else {
-        return Ok(());
-    };
-    Err(Error::InvalidId {
-        what,
-        value: crate::error::excerpt(value),
-        reason,
-    })
-}
+pub(crate) use crate::validate::id as validate_id;
+pub use crate::validate::queue_name as validate_queue_name;
 
 #[cfg(test)]
 mod tests {

@@ -311,7 +311,7 @@ impl Queue {
     /// # Errors
     /// [`Error::InvalidOption`] for `limit` out of range; server errors.
     pub async fn lanes(&self, after: Option<&LaneCursor>, limit: usize) -> Result<LanePage> {
-        crate::settings::count("lane list limit", limit, 1, MAX_BATCH)?;
+        crate::validate::count("lane list limit", limit, 1, MAX_BATCH)?;
         let cursor = after.map_or("0", |c| c.0.as_str());
         let mut r = self.lanes_call(cursor, limit, &[]).await?;
         let (next, defaults, lanes) = read_lanes(&mut r)?;

@@ -119,10 +119,10 @@ pub mod queue;
 pub mod schedule;
 #[cfg(feature = "local-server")]
 pub mod server;
-mod settings;
 mod store;
 pub mod testing;
 pub mod throttle;
+mod validate;
 pub mod worker;
 
 pub use client::{Client, ClientOptions};

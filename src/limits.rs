@@ -351,7 +351,7 @@ impl Limits {
         Self::check_attempts(self.max_attempts)?;
         Self::check_stalls(self.max_stalls)?;
         if let Some(t) = self.timeout {
-            crate::settings::duration("timeout", t, Duration::from_millis(1), MAX_DELAY)?;
+            crate::validate::duration("timeout", t, Duration::from_millis(1), MAX_DELAY)?;
         }
         self.backoff.check()
     }

@@ -2,7 +2,6 @@
 
 use super::MAX_IDS;
 use crate::error::{Error, Result};
-use crate::keys::validate_id;
 use crate::queue::{MAX_BATCH, Queue};
 use crate::store::{Code, Reply, SCRIPTS};
 
@@ -60,8 +59,7 @@ where
 }
 
 pub(super) fn check_ids(ids: &[&str]) -> Result<()> {
-    crate::settings::count("ids per call", ids.len(), 1, MAX_IDS)?;
-    ids.iter().try_for_each(|id| validate_id("job id", id))
+    crate::validate::ids(ids, MAX_IDS)
 }
 
 impl Queue {

@@ -122,7 +122,7 @@ impl Queue {
         after: Option<&ListCursor>,
         limit: usize,
     ) -> Result<Page> {
-        crate::settings::count("list limit", limit, 1, MAX_BATCH)?;
+        crate::validate::count("list limit", limit, 1, MAX_BATCH)?;
         let k = self.keys();
         let mut call = SCRIPTS.list.call();
         call.key(set).arg(order).arg(limit);

@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use crate::error::Result;
-use crate::settings;
+use crate::validate;
 
 /// Default time a server call may take before it fails with a timeout.
 pub const DEFAULT_RESPONSE_TIMEOUT: Duration = Duration::from_secs(5);
@@ -161,8 +161,8 @@ impl ClientOptions {
 
     pub(crate) fn check(&self) -> Result<()> {
         let min = Duration::from_millis(1);
-        settings::duration("response_timeout", self.response_timeout, min, MAX_TIMEOUT)?;
-        settings::duration("connection_timeout", self.connection_timeout, min, MAX_TIMEOUT)?;
+        validate::duration("response_timeout", self.response_timeout, min, MAX_TIMEOUT)?;
+        validate::duration("connection_timeout", self.connection_timeout, min, MAX_TIMEOUT)?;
         Ok(())
     }
 }

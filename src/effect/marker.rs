@@ -4,7 +4,7 @@
 use std::fmt;
 use std::time::Duration;
 
-use super::{DEFAULT_MARKER_TTL, MAX_EFFECT_NAME_BYTES, MAX_MARKER_TTL};
+use super::{DEFAULT_MARKER_TTL, MAX_MARKER_TTL};
 use crate::error::{Error, Result};
 use crate::job::millis;
 use crate::keys::validate_id;
@@ -206,7 +206,7 @@ impl EffectMarker {
     }
 
     fn ttl_ms(&self) -> Result<u64> {
-        let ttl = crate::settings::duration("marker ttl", self.ttl, Duration::from_millis(1), MAX_MARKER_TTL)?;
+        let ttl = crate::validate::duration("marker ttl", self.ttl, Duration::from_millis(1), MAX_MARKER_TTL)?;
         millis("marker ttl", ttl)
     }
 
@@ -350,27 +350,7 @@ where
     }
 }
 
-/// Checks an effect name: 1 to 64 ASCII letters, digits, `-`, `_`, `.`
-/// (no `:`, so marker keys and idempotency keys stay unambiguous).
-fn validate_effect_name(name: &str) -> Result<()> {
-    let reason = if name.is_empty() {
-        "must not be empty"
-    } else if name.len() > MAX_EFFECT_NAME_BYTES {
-        "must be at most 64 bytes"
-    } else if !name
-        .bytes()
-        .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
-    {
-        "may hold only ASCII letters, digits, '-', '_' and '.'"
-    } else {
-        return Ok(());
-    };
-    Err(Error::InvalidId {
-        what: "effect name",
-        value: crate::error::excerpt(name),
-        reason,
-    })
-}
+use crate::validate::effect_name as validate_effect_name;
 
 #[cfg(test)]
 mod tests {

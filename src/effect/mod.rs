@@ -171,8 +171,7 @@ pub const DEFAULT_MARKER_TTL: Duration = Duration::from_secs(7 * 24 * 3600);
 /// The longest marker lifetime accepted: 10 years.
 pub const MAX_MARKER_TTL: Duration = Duration::from_secs(10 * 365 * 24 * 3600);
 
-/// Longest effect name, in bytes.
-pub const MAX_EFFECT_NAME_BYTES: usize = 64;
+pub use crate::validate::MAX_EFFECT_NAME_BYTES;
 
 /// Most effects one [`Queue::complete_with`](crate::Queue::complete_with) call applies.
 pub const MAX_EFFECTS: usize = 64;

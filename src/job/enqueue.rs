@@ -426,20 +426,4 @@ pub struct Enqueued {
     pub status: EnqueueStatus,
 }
 
-/// Checks a W3C traceparent: version `00`, a trace id and a parent id that
-/// are not all zeros, and flags, in lowercase hex.
-pub(crate) fn validate_traceparent(tp: &str) -> Result<()> {
-    let hex = |s: &str, n: usize| s.len() == n && s.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
-    let parts: Vec<&str> = tp.split('-').collect();
-    let ok = matches!(parts.as_slice(), [v, t, p, f]
-        if *v == "00" && hex(t, 32) && hex(p, 16) && hex(f, 2)
-            && t.bytes().any(|b| b != b'0') && p.bytes().any(|b| b != b'0'));
-    if ok {
-        return Ok(());
-    }
-    Err(Error::InvalidId {
-        what: "traceparent",
-        value: crate::error::excerpt(tp),
-        reason: "must be a W3C traceparent: 00-<32 hex>-<16 hex>-<2 hex>, lowercase, ids not all zeros",
-    })
-}
+pub(crate) use crate::validate::traceparent as validate_traceparent;

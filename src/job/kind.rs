@@ -6,10 +6,7 @@
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use crate::error::{Error, Result};
-
-/// Longest job kind accepted, in bytes.
-pub const MAX_KIND_BYTES: usize = 128;
+pub use crate::validate::MAX_KIND_BYTES;
 
 /// A typed job: a payload type that names its kind, as River's `Kind()` or
 /// Sidekiq's worker class. [`Queue::enqueue_job`](crate::Queue::enqueue_job)
@@ -35,28 +32,12 @@ pub trait JobKind: Serialize + DeserializeOwned {
     const KIND: &'static str;
 }
 
-/// Refuses an empty kind, one over [`MAX_KIND_BYTES`], or one with
-/// control characters.
-pub(crate) fn validate_kind(kind: &str) -> Result<()> {
-    let reason = if kind.is_empty() {
-        "must not be empty"
-    } else if kind.len() > MAX_KIND_BYTES {
-        "must be at most 128 bytes (MAX_KIND_BYTES)"
-    } else if kind.chars().any(char::is_control) {
-        "must not contain control characters"
-    } else {
-        return Ok(());
-    };
-    Err(Error::InvalidId {
-        what: "job kind",
-        value: crate::error::excerpt(kind),
-        reason,
-    })
-}
+pub(crate) use crate::validate::kind as validate_kind;
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::error::Error;
 
     // Kinds are checked like ids: not empty, at most MAX_KIND_BYTES, no control characters.
     #[test]

@@ -597,7 +597,7 @@ fn schedules_from_now() -> Instant {
     if cfg!(feature = "cron") {
         Instant::now()
     } else {
-        crate::settings::later(Instant::now(), Duration::MAX)
+        crate::validate::later(Instant::now(), Duration::MAX)
     }
 }
 

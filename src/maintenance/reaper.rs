@@ -20,8 +20,8 @@ use tracing::{debug, info, warn};
 
 use crate::error::Result;
 use crate::queue::{MAX_BATCH, Queue};
-use crate::settings;
 use crate::store::{Code, SCRIPTS};
+use crate::validate;
 
 /// Default time between reaper passes.
 pub const DEFAULT_REAP_INTERVAL: Duration = Duration::from_millis(500);
@@ -67,7 +67,7 @@ impl Queue {
     /// [`Error::InvalidOption`](crate::Error::InvalidOption) for `limit`
     /// outside 1..=[`MAX_BATCH`]; server errors.
     pub async fn reap(&self, limit: usize) -> Result<ReapReport> {
-        settings::count("reap batch size", limit, 1, MAX_BATCH)?;
+        validate::count("reap batch size", limit, 1, MAX_BATCH)?;
         #[cfg(echomq_faults)]
         if crate::faults::active("two-step-reaper") {
             return self.reap_in_two_steps(limit).await;
@@ -192,13 +192,13 @@ impl Reaper {
     }
 
     fn check(&self) -> Result<()> {
-        settings::duration(
+        validate::duration(
             "reap interval",
             self.interval,
             Duration::from_millis(1),
             MAX_REAP_INTERVAL,
         )?;
-        settings::count("reap batch", self.batch, 1, MAX_BATCH)?;
+        validate::count("reap batch", self.batch, 1, MAX_BATCH)?;
         Ok(())
     }
 

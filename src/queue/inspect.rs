@@ -165,7 +165,7 @@ impl Queue {
     /// [`Error::Timeout`]; [`Error::JobNotFound`] (never enqueued, or its
     /// record deleted by retention as it finished); server errors.
     pub async fn wait(&self, id: &str, timeout: std::time::Duration) -> Result<JobInfo> {
-        let until = crate::settings::later(tokio::time::Instant::now(), timeout);
+        let until = crate::validate::later(tokio::time::Instant::now(), timeout);
         let mut pause = std::time::Duration::from_millis(5);
         loop {
             let info = self.job(id).await?;

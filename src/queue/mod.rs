@@ -58,8 +58,7 @@ pub struct Queue {
     holder: Arc<str>,
 }
 
-/// Longest holder name accepted ([`Queue::with_holder`], [`Worker::name`](crate::Worker::name)), in bytes.
-pub const MAX_HOLDER_BYTES: usize = 200;
+pub use crate::validate::MAX_HOLDER_BYTES;
 
 /// This process's default holder name: `HOST:PID`.
 pub(crate) fn process_name() -> &'static str {
@@ -78,19 +77,7 @@ pub(crate) fn process_name() -> &'static str {
     &NAME
 }
 
-/// Checks a holder name: 1 to [`MAX_HOLDER_BYTES`] bytes, no control characters.
-pub(crate) fn check_holder(name: &'static str, value: &str) -> Result<()> {
-    let reason = if value.is_empty() {
-        "must not be empty".to_owned()
-    } else if value.len() > MAX_HOLDER_BYTES {
-        format!("is {} bytes; at most {MAX_HOLDER_BYTES}", value.len())
-    } else if value.chars().any(char::is_control) {
-        "must not contain control characters".to_owned()
-    } else {
-        return Ok(());
-    };
-    Err(Error::InvalidOption { name, reason })
-}
+pub(crate) use crate::validate::holder as check_holder;
 
 struct Inner {
     name: String,

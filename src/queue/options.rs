@@ -56,7 +56,7 @@ impl Retention {
                 reason: "keeping the newest 0 keeps nothing: say Retention::None".into(),
             }),
             Retention::Within(d) | Retention::NewestWithin(_, d) => {
-                crate::settings::duration(name, d, Duration::from_millis(1), crate::limits::MAX_DELAY).map(drop)
+                crate::validate::duration(name, d, Duration::from_millis(1), crate::limits::MAX_DELAY).map(drop)
             }
             _ => Ok(()),
         }

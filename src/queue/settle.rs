@@ -321,7 +321,7 @@ impl Queue {
     /// # Errors
     /// As [`claim`](Self::claim).
     pub async fn claim_or_wait(&self, max: usize, lease: Duration) -> Result<(Vec<Lease>, Option<Duration>)> {
-        crate::settings::count("claim batch size", max, 1, MAX_BATCH)?;
+        crate::validate::count("claim batch size", max, 1, MAX_BATCH)?;
         let lease_ms = lease_ms(lease)?;
         let k = self.keys();
         let mut call = SCRIPTS.claim.call();
@@ -396,8 +396,8 @@ impl Queue {
         claim: usize,
         lease: Duration,
     ) -> Result<(Vec<Result<Settled>>, Vec<Lease>, Option<Duration>)> {
-        crate::settings::count("settle batch size", items.len(), 0, MAX_BATCH)?;
-        crate::settings::count("claim batch size", claim, 0, MAX_BATCH)?;
+        crate::validate::count("settle batch size", items.len(), 0, MAX_BATCH)?;
+        crate::validate::count("claim batch size", claim, 0, MAX_BATCH)?;
         let lease_ms = if claim > 0 { lease_ms(lease)? } else { 0 };
         // Items that cannot be sent answer for themselves; the rest go.
         let encoded: Vec<Result<(&'static str, String, String)>> = items

@@ -4,13 +4,10 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use super::missed::{DEFAULT_GRACE, MIN_GRACE, Missed};
 use super::timing::{DEFAULT_TIME_ZONE, Timing};
-use crate::error::{Error, Result};
-use crate::keys::validate_id;
+use crate::error::Result;
 use crate::limits::{Backoff, Limits, MAX_DELAY};
 
-/// Longest schedule name accepted, in bytes (its jobs' ids,
-/// `cron:NAME@TICK`, stay within [`MAX_ID_BYTES`](crate::keys::MAX_ID_BYTES)).
-pub const MAX_SCHEDULE_NAME_BYTES: usize = 200;
+pub use crate::validate::MAX_SCHEDULE_NAME_BYTES;
 
 /// A cron schedule: its name, its cron expression and time zone, what to
 /// do about missed ticks, and the options of the jobs it makes. Store it
@@ -177,7 +174,7 @@ impl Schedule {
     /// ```
     ///
     /// # Errors
-    /// [`Error::InvalidOption`] for a bad expression or time zone.
+    /// [`Error::InvalidOption`](crate::Error::InvalidOption) for a bad expression or time zone.
     pub fn ticks_after(&self, after: SystemTime, n: usize) -> Result<Vec<SystemTime>> {
         let timing = Timing::parse(&self.cron, &self.time_zone)?;
         let mut at = after.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64);
@@ -195,7 +192,7 @@ impl Schedule {
     pub(crate) fn check(&self) -> Result<Checked> {
         check_name(&self.name)?;
         let timing = Timing::parse(&self.cron, &self.time_zone)?;
-        crate::settings::duration("grace", self.grace, MIN_GRACE, MAX_DELAY)?;
+        crate::validate::duration("grace", self.grace, MIN_GRACE, MAX_DELAY)?;
         if let Some(kind) = &self.kind {
             crate::job::validate_kind(kind)?;
         }
@@ -228,23 +225,12 @@ impl Schedule {
     }
 }
 
-/// Checks a schedule name: 1 to [`MAX_SCHEDULE_NAME_BYTES`] bytes, no
-/// control characters.
-pub(crate) fn check_name(name: &str) -> Result<()> {
-    validate_id("schedule name", name)?;
-    if name.len() > MAX_SCHEDULE_NAME_BYTES {
-        return Err(Error::InvalidId {
-            what: "schedule name",
-            value: crate::error::excerpt(name),
-            reason: "must be at most 200 bytes",
-        });
-    }
-    Ok(())
-}
+pub(crate) use crate::validate::schedule_name as check_name;
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::error::Error;
 
     // Every bad value is a typed error naming the setting, found before anything is sent.
     #[test]

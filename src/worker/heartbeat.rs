@@ -13,7 +13,7 @@ use super::settings::Settings;
 use crate::error::Error;
 use crate::lease::Lease;
 use crate::queue::Queue;
-use crate::settings::later;
+use crate::validate::later;
 
 /// Until when a lease surely holds on the server (the lease counted from
 /// when its claim or last renewal was sent), shared by the job's task,

@@ -22,7 +22,7 @@ use super::settler::Pending;
 use super::{Ctx, RECHECK_AFTER_WAIT};
 use crate::lease::Lease;
 use crate::queue::{Queue, Settle};
-use crate::settings::later;
+use crate::validate::later;
 
 /// How one attempt ended.
 enum Ended {

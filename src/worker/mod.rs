@@ -55,7 +55,7 @@ use self::settler::Pending;
 pub use self::turns::Order;
 use crate::error::{Error, Result};
 use crate::queue::Queue;
-use crate::settings::later;
+use crate::validate::later;
 
 /// Default handlers running at once.
 pub const DEFAULT_CONCURRENCY: usize = 10;

@@ -11,7 +11,7 @@ use super::{
 };
 use crate::error::{Error, Result};
 use crate::maintenance::reaper::MAX_REAP_INTERVAL;
-use crate::settings::{count, duration};
+use crate::validate::{count, duration};
 
 /// When heartbeats renew a running job's lease.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

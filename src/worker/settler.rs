@@ -100,7 +100,7 @@ pub(super) async fn settler(ctx: Arc<Ctx>, mut rx: mpsc::UnboundedReceiver<Pendi
                     // stopped waiting for.
                     Some(slot) if ctx.stop.is_cancelled() => batch.push(Pending {
                         q,
-                        clock: LeaseClock::new(crate::settings::later(sent, ctx.settings.lease)),
+                        clock: LeaseClock::new(crate::validate::later(sent, ctx.settings.lease)),
                         lease: Arc::new(lease),
                         op: Settle::Release,
                         slot: Some(slot),

@@ -24,7 +24,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::MAX_CLAIM_BATCH;
-use crate::settings::later;
+use crate::validate::later;
 
 /// The pass a pick of weight 1 costs; weights divide it (at most
 /// [`MAX_WEIGHT`](super::MAX_WEIGHT), so a stride is never 0).
