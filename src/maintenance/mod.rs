@@ -55,7 +55,7 @@ use tokio::time::{Instant, sleep_until};
 use tracing::warn;
 
 pub use self::clock::{CLOCK_STEP_TOLERANCE, MAX_STEP_HOLD};
-use self::reaper::{DEFAULT_REAP_BATCH, log_report};
+use self::reaper::DEFAULT_REAP_BATCH;
 pub use self::reaper::{ReapReport, Reaper, ReaperHandle};
 use self::sweep::Walk;
 pub use self::sweep::{SweepCursor, SweepReport, sweep_queues};
@@ -633,12 +633,7 @@ fn after_look(look: &look::Look, interval: Duration) -> Instant {
     let until_due = look
         .delayed
         .map(|due| Duration::from_millis(due.saturating_sub(look.server_ms)));
-    let wait = if look.lease.is_some() {
-        interval
-    } else {
-        until_due.map_or(IDLE_INTERVAL, |d| d.min(IDLE_INTERVAL))
-    };
-    look.sent + wait.max(interval)
+    look.sent + reaper::pace(look.lease.is_some(), until_due, interval, IDLE_INTERVAL)
 }
 
 /// When a queue whose look found no schedule due is looked at again: at
@@ -657,28 +652,17 @@ fn schedules_after_look(_look: &look::Look) -> Instant {
     schedules_from_now()
 }
 
-/// One reap of `queue`; returns when it is due again: at once after a
-/// full batch, after `interval` while it holds leases or a delayed job is
-/// due soon, else after [`IDLE_INTERVAL`] (or the next due time, if sooner).
+/// One reap of `queue` ([`reaper::reap_pass`], the pass a [`Reaper`] runs
+/// too); returns when it is due again: at once after a full batch, after
+/// `interval` while it holds leases or a delayed job is due soon, else
+/// after [`IDLE_INTERVAL`] (or the next due time, if sooner).
 async fn pass(queue: &Queue, interval: Duration) -> Instant {
     let started = Instant::now();
-    match queue.reap(DEFAULT_REAP_BATCH).await {
-        Ok(r) if r.is_full(DEFAULT_REAP_BATCH) => {
-            log_report(queue, &r);
-            Instant::now()
-        }
-        Ok(r) => {
-            log_report(queue, &r);
-            let until_due = r
-                .next_due_ms
-                .map(|due| Duration::from_millis(due.saturating_sub(r.server_ms)));
-            let wait = if r.active > 0 {
-                interval
-            } else {
-                until_due.map_or(IDLE_INTERVAL, |d| d.min(IDLE_INTERVAL))
-            };
-            started + wait.max(interval)
-        }
+    match reaper::reap_pass(queue, DEFAULT_REAP_BATCH).await {
+        Ok(r) => match r.due_again(DEFAULT_REAP_BATCH, interval, IDLE_INTERVAL) {
+            None => Instant::now(),
+            Some(wait) => started + wait,
+        },
         Err(e) => {
             warn!(queue = queue.name(), error = %e, "maintenance pass failed; retrying");
             started + interval

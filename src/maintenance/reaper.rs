@@ -56,6 +56,39 @@ impl ReapReport {
     pub fn is_full(&self, batch: usize) -> bool {
         self.requeued.len() + self.failed.len() + self.cancelled.len() >= batch || self.promoted as usize >= batch
     }
+
+    /// How long after this pass (of at most `batch` jobs) the queue is due
+    /// again: `None`, at once, after a full batch; else as [`pace`] says.
+    pub(crate) fn due_again(&self, batch: usize, busy: Duration, idle: Duration) -> Option<Duration> {
+        if self.is_full(batch) {
+            return None;
+        }
+        let until_due = self
+            .next_due_ms
+            .map(|due| Duration::from_millis(due.saturating_sub(self.server_ms)));
+        Some(pace(self.active > 0, until_due, busy, idle))
+    }
+}
+
+/// The one pacing rule of reaping, for the maintenance task and a
+/// [`Reaper`]: a queue holding leases is due again after `busy`; one
+/// without, when its next delayed job is due or after `idle`, whichever is
+/// sooner, and never sooner than `busy`.
+pub(crate) fn pace(holds_leases: bool, until_due: Option<Duration>, busy: Duration, idle: Duration) -> Duration {
+    let wait = if holds_leases {
+        busy
+    } else {
+        until_due.map_or(idle, |d| d.min(idle))
+    };
+    wait.max(busy)
+}
+
+/// One reap pass over `queue`, logged job by job: the pass both the
+/// maintenance task and a [`Reaper`] run.
+pub(crate) async fn reap_pass(queue: &Queue, batch: usize) -> Result<ReapReport> {
+    let report = queue.reap(batch).await?;
+    log_report(queue, &report);
+    Ok(report)
 }
 
 impl Queue {
@@ -209,9 +242,7 @@ impl Reaper {
     /// setting; server errors.
     pub async fn run_once(&self) -> Result<ReapReport> {
         self.check()?;
-        let report = self.queue.reap(self.batch).await?;
-        log_report(&self.queue, &report);
-        Ok(report)
+        reap_pass(&self.queue, self.batch).await
     }
 
     /// Runs passes until `shutdown` resolves. A full batch is followed by
@@ -246,11 +277,14 @@ impl Reaper {
         Ok(())
     }
 
-    /// One pass; returns the pause before the next (none after a full batch).
+    /// One pass; returns the pause before the next: none after a full
+    /// batch, else `interval` (a standalone reaper has no consumer of its
+    /// own to tell it of new leases, so it never slows to an idle pace).
     async fn pass_pause(&self) -> Duration {
         match self.run_once().await {
-            Ok(r) if r.is_full(self.batch) => Duration::ZERO,
-            Ok(_) => self.interval,
+            Ok(r) => r
+                .due_again(self.batch, self.interval, self.interval)
+                .unwrap_or_default(),
             Err(e) => {
                 warn!(queue = self.queue.name(), error = %e, "reaper pass failed; retrying");
                 self.interval
@@ -274,7 +308,7 @@ impl Reaper {
 }
 
 /// Logs what a pass did, per job.
-pub(crate) fn log_report(queue: &Queue, report: &ReapReport) {
+fn log_report(queue: &Queue, report: &ReapReport) {
     for (id, stalls) in &report.requeued {
         warn!(queue = queue.name(), job_id = %id, stalls, "lease expired; job returned to pending");
     }

@@ -246,7 +246,9 @@ pub(crate) fn next_pass(report: &SchedulesReport) -> Instant {
     report.looked_at + wait
 }
 
-/// One pass for the maintenance task of a client: returns when the next is due.
+/// One scheduling pass, as the maintenance task of a client and a
+/// [`Scheduler`](super::Scheduler) run it: returns when the next is due
+/// (after a failure, logged, [`RETRY_PAUSE`] from now).
 pub(crate) async fn maintain(queue: &Queue) -> Instant {
     match queue.run_schedules().await {
         Ok(report) => next_pass(&report),

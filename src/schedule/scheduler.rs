@@ -5,9 +5,9 @@
 use tokio::task::JoinHandle;
 use tokio::time::sleep_until;
 use tokio_util::sync::CancellationToken;
-use tracing::{debug, warn};
+use tracing::debug;
 
-use super::pass::{RETRY_PAUSE, SchedulesReport, next_pass};
+use super::pass::{SchedulesReport, maintain};
 use crate::error::Result;
 use crate::queue::Queue;
 
@@ -45,17 +45,12 @@ impl Scheduler {
     }
 
     /// Runs passes until `shutdown` resolves; a failed pass is logged and
-    /// tried again after [`RETRY_PAUSE`].
+    /// tried again after [`RETRY_PAUSE`](super::RETRY_PAUSE)(super::RETRY_PAUSE). Each pass is the one a client's
+    /// maintenance task runs ([`maintain`]), paced alike.
     pub async fn run(self, shutdown: impl Future<Output = ()>) {
         tokio::pin!(shutdown);
         loop {
-            let next = match self.run_once().await {
-                Ok(report) => next_pass(&report),
-                Err(e) => {
-                    warn!(queue = self.queue.name(), error = %e, "scheduling pass failed; retrying");
-                    tokio::time::Instant::now() + RETRY_PAUSE
-                }
-            };
+            let next = maintain(&self.queue).await;
             tokio::select! {
                 _ = &mut shutdown => break,
                 _ = sleep_until(next) => {}
