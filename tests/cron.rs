@@ -342,17 +342,9 @@ async fn a_week_down_is_bounded_work() {
 // The script's own guards, as a late or stale scheduler meets them
 // ---------------------------------------------------------------------------
 
-/// `lua/schedule_fire.lua` as echomq runs it, to call it the way a
-/// scheduler that read the schedule long ago would.
-fn fire_script() -> redis::Script {
-    // As the library's function runs it: common.lua, its per-call start, the script.
-    redis::Script::new(concat!(
-        include_str!("../lua/common.lua"),
-        "\nnew_call(ARGV)\n",
-        include_str!("../lua/schedule_fire.lua")
-    ))
-}
-
+/// Calls `lua/schedule_fire.lua` as echomq runs it (its function in this
+/// build's library, which opening the queue loaded), the way a scheduler
+/// that read the schedule long ago would.
 async fn raw_fire(
     c: &mut redis::aio::MultiplexedConnection,
     q: &Queue,
@@ -362,18 +354,20 @@ async fn raw_fire(
     ticks: &[u64],
 ) -> Vec<redis::Value> {
     let base = format!("emq:{{{}}}:", q.name());
-    let script = fire_script();
-    let mut inv = script.prepare_invoke();
-    inv.key(format!("{base}schedules"))
-        .key(format!("{base}schedule:{name}"))
-        .key(format!("{base}seq"))
-        .key(format!("{base}pending"))
-        .key(format!("{base}wake"));
-    inv.arg(&base).arg(name).arg(cron).arg("UTC").arg(next);
+    let library = q.client().script_libraries().await.unwrap().current;
+    let hash = library.strip_prefix("echomq_").unwrap();
+    let mut call = redis::cmd("FCALL");
+    call.arg(format!("emq_{hash}_schedule_fire")).arg(5);
+    call.arg(format!("{base}schedules"))
+        .arg(format!("{base}schedule:{name}"))
+        .arg(format!("{base}seq"))
+        .arg(format!("{base}pending"))
+        .arg(format!("{base}wake"));
+    call.arg(&base).arg(name).arg(cron).arg("UTC").arg(next);
     for t in ticks {
-        inv.arg(*t);
+        call.arg(*t);
     }
-    inv.invoke_async(c).await.unwrap()
+    call.query_async(c).await.unwrap()
 }
 
 fn int(v: &redis::Value) -> i64 {
