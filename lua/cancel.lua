@@ -10,11 +10,12 @@
 -- ARGV[2] keep_failed  retention of cancelled jobs, as of failed ones (settle.lua)
 -- ARGV[3..] ids        the jobs to cancel
 --
--- Returns {now, id_1, code_1, state_1, ...}: CANCELLED (state "cancelled");
--- REQUESTED (state "active"; asking again changes nothing); FINISHED
--- (the state it finished in: nothing changed); NOT_FOUND (state "").
+-- REPLY: {now:int, (id:str, code:code, state:str)*}
+-- One group per id: CANCELLED (state "cancelled"); REQUESTED (state
+-- "active"; asking again changes nothing); FINISHED (the state it
+-- finished in: nothing changed); NOT_FOUND (state "").
 --
--- Events (common.lua emit, unless the queue turned them off): cancelled (a
+-- Events (lib/events.lua, unless the queue turned them off): cancelled (a
 -- waiting job), cancel_requested (a running one, the first time).
 local pending_key, delayed_key, cancelled_key = KEYS[1], KEYS[2], KEYS[3]
 local prefix, keep = ARGV[1], retention(ARGV[2])

@@ -12,14 +12,19 @@
 -- for a reaper. Each leased job gets attempts += 1 and a fencing token
 -- minted from the queue-wide counter (never repeated for the queue). While
 -- lanes are in use, lanes take turns and a lane at its cap gives no job
--- (common.lua claim_turns). The queue's global cap, its rate limit and
--- its lanes' rate limits lease fewer jobs, or none (common.lua "Limits").
--- Returns {now, deadline, wait, id_1, token_1, attempt_1, failures_1,
--- limits_1, payload_1, lane_1, kind_1, created_1, traceparent_1, ...} (lane,
--- kind, traceparent "" for a job without one); `wait` is 0, or the ms until a rate limit that stopped the
--- claim (or a lane it left out) lets it lease again.
+-- (lib/claim.lua claim_turns). The queue's global cap, its rate limit and
+-- its lanes' rate limits lease fewer jobs, or none (lib/throttle.lua).
 --
--- Events (common.lua emit, unless the queue turned them off): promoted (due
+-- REPLY: {now:int, deadline:int, wait:int, (id:str, token:int, attempt:int,
+--   failures:int, limits:str, payload:str, lane:str, kind:str, created:int,
+--   traceparent:str)*}
+-- One group per job leased: limits its `lm` field; lane, kind,
+-- traceparent "" for a job without one; created its record's `ct`
+-- (server ms, 0 if it has none). `wait` is 0, or the ms until a rate
+-- limit that stopped the claim (or a lane it left out) lets it lease
+-- again.
+--
+-- Events (lib/events.lua, unless the queue turned them off): promoted (due
 -- delayed jobs), claimed (each job leased).
 local k = {pending = KEYS[1], active = KEYS[2], delayed = KEYS[3], wake = KEYS[4], token = KEYS[5],
   meta = KEYS[6]}

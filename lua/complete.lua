@@ -22,13 +22,14 @@
 -- writes: there is no rollback): a target of another type, or a counter
 -- that is not an integer or would leave +-(2^53 - 1), refuses the call.
 --
--- Returns {code, now}: OK completed (effects applied); ALREADY completed
--- with this token (a retried settle whose first reply was lost; nothing
--- applied again); NOT_FOUND; LEASE_LOST (not active, or a newer token owns
--- it): nothing changed. {REFUSED, now, i, reason}: effect i (1-based)
+-- REPLY: {code:code, now:int, [effect:int, reason:str]}
+-- code OK completed (effects applied); ALREADY completed with this token
+-- (a retried settle whose first reply was lost; nothing applied again);
+-- NOT_FOUND; LEASE_LOST (not active, or a newer token owns it): nothing
+-- changed; REFUSED, with `effect` and `reason`: effect i (1-based) was
 -- refused: nothing changed, the job is still leased to the caller.
 --
--- Events (common.lua emit, unless the queue turned them off): completed.
+-- Events (lib/events.lua, unless the queue turned them off): completed.
 local jk, active_key, completed_key = KEYS[1], KEYS[2], KEYS[3]
 local prefix, id, token, keep = ARGV[1], ARGV[2], ARGV[3], retention(ARGV[4])
 local n_effects = tonumber(ARGV[5] or '0')

@@ -11,20 +11,21 @@
 --   delay       milliseconds, 0 for none (due = TIME + delay); or "@MS": due at
 --               MS, ms since the Unix epoch on the server's clock (a time
 --               already past is now)
---   limits      the job's `lm` field ("" for the defaults; see common.lua)
+--   limits      the job's `lm` field ("" for the defaults; see lib/budget.lua)
 --   dedup       "" for none, else the dedup id
 --   dedup_ttl   milliseconds the dedup marker stands; 0 = until the job finishes
 --   replace     "1": when the dedup marker's holder is waiting (pending or
 --               delayed), replace its payload and due time with this job's
 --               (debounce); "0": leave the holder alone
 --   lane        "" for none, else the job's lane (kept as `ln`; a pending
---               laned job waits on its lane, see common.lua "Lanes")
+--               laned job waits on its lane, see lib/lanes.lua)
 --   kind        "" for none, else the job's kind (kept as `kd`; claims
 --               hand it to the worker, which routes the job by it)
 --   traceparent "" for none, else the W3C traceparent of the enqueuing
 --               span (kept as `tp`; claims hand it to the worker)
 --
--- Returns {now, status_1, id_1, ..., status_N, id_N}; status OK created,
+-- REPLY: {now:int, (status:code, id:str)*}
+-- One (status, id) per job, in order: OK created,
 -- EXISTS a job with that id already exists (nothing written), DEDUPED the
 -- dedup marker is held by job id (nothing written), REPLACED the dedup
 -- marker is held by waiting job id, whose payload and due time are now
@@ -32,7 +33,7 @@
 -- place are kept; the marker is set again as this job asks). Jobs are
 -- handled in order, so a later job of the batch may replace an earlier one.
 --
--- Events (common.lua emit, unless the queue turned them off): enqueued (each
+-- Events (lib/events.lua, unless the queue turned them off): enqueued (each
 -- job stored), replaced (a debounce).
 local seq_key, pending_key, delayed_key, wake_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local prefix = ARGV[1]
@@ -41,7 +42,7 @@ local now = server_now()
 local out = {now}
 local woken = 0
 local mint = minter(seq_key)
--- new jobs' set moves, applied in one ZADD per set (common.lua store_job)
+-- new jobs' set moves, applied in one ZADD per set (lib/mint.lua store_job)
 local adds = {pending = {}, delayed = {}}
 
 -- Sets dedup marker `mk` to job `id`: for `ttl` ms, or (ttl 0) until the
@@ -84,6 +85,7 @@ local function replace(id, st, payload, due, mk, ttl, dedup)
 end
 
 for j = 0, n - 1 do
+  -- job j's fields, named here once in the header's order
   local b = 3 + j * 11
   local id, payload = ARGV[b], ARGV[b + 1]
   local priority, when = tonumber(ARGV[b + 2]), ARGV[b + 3]

@@ -5,10 +5,11 @@
 -- ARGV[2] token  fencing token
 -- ARGV[3] lease  milliseconds
 --
--- Returns {code, now, deadline, cancel}: OK, extended to deadline = TIME +
--- lease, with cancel 1 when an operator asked to cancel the job (cancel.lua),
--- else 0; NOT_FOUND; LEASE_LOST (nothing changed). Extending is naturally
--- idempotent, so there is no ALREADY answer.
+-- REPLY: {code:code, now:int, [deadline:int, cancel:int]}
+-- code OK, extended to deadline = TIME + lease, with cancel 1 when an
+-- operator asked to cancel the job (cancel.lua), else 0; NOT_FOUND;
+-- LEASE_LOST (nothing changed; no deadline or cancel follows). Extending
+-- is naturally idempotent, so there is no ALREADY answer.
 local jk, active_key = KEYS[1], KEYS[2]
 local id, token, lease = ARGV[1], ARGV[2], tonumber(ARGV[3])
 local now = server_now()

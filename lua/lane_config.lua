@@ -1,6 +1,6 @@
 -- lane_config: sets a lane's cap or weight, or the queue-wide default of
 -- lanes, and puts the lanes it changes where their counts say in the ring
--- (common.lua lane_settle), so every process's next claim honours it.
+-- (lib/lanes.lua lane_settle), so every process's next claim honours it.
 --
 -- KEYS[1] ring (zset)  KEYS[2] setting (the lanes:cap or lanes:weight hash)
 -- ARGV[1] prefix  key prefix "emq:{Q}:"
@@ -17,7 +17,9 @@
 -- settles the first ZSCAN batch; the caller repeats with the cursor
 -- returned until it is "0" (claims meanwhile find a lane over its new cap
 -- blocked, and block it themselves).
--- Returns {now, next_cursor}: "0" when there is nothing more to settle.
+--
+-- REPLY: {now:int, next_cursor:str}
+-- next_cursor "0" when there is nothing more to settle.
 local ring, setting = KEYS[1], KEYS[2]
 local prefix, lane, value, cursor, count = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
 local now = server_now()

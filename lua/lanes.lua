@@ -9,11 +9,11 @@
 -- ARGV[3] count   ZSCAN COUNT hint
 -- ARGV[4..] lanes the lanes to read when the cursor is ""
 --
--- Returns {next_cursor, default_cap, default_weight, lane_1, pending_1,
--- active_1, cap_1, weight_1, state_1, ...}: caps and weights are the
--- lane's own ("" when it has none, "" defaults when unset); state is
--- "ready", "blocked", "idle" or "" (not in the ring: no jobs). Next cursor
--- "0": the walk is done.
+-- REPLY: {next_cursor:str, default_cap:int?, default_weight:int?, (lane:str,
+--   pending:int, active:int, cap:int?, weight:int?, state:str)*}
+-- One group per lane: caps and weights are the lane's own ("" when it
+-- has none, "" defaults when unset); state is "ready", "blocked", "idle"
+-- or "" (not in the ring: no jobs). Next cursor "0": the walk is done.
 local ring, held, caps, weights = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local prefix = ARGV[1]
 local names, next_cursor = {}, '0'

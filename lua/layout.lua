@@ -6,6 +6,7 @@
 -- KEYS[1] meta (hash)
 -- ARGV[1] version  the layout version this echomq writes
 --
--- Returns the version stored (the caller's, for a new queue).
+-- REPLY: version:str
+-- The version stored (the caller's, for a new queue).
 rcall('HSETNX', KEYS[1], 'v', ARGV[1])
 return rcall('HGET', KEYS[1], 'v')

@@ -1,5 +1,5 @@
 -- limits: reads or sets the queue's global cap, its rate limit and the
--- rate limits of its lanes (common.lua "Limits"), stored in the server so
+-- rate limits of its lanes (lib/throttle.lua), stored in the server so
 -- every process's next claim honours them.
 --
 -- KEYS[1] limits (hash)  KEYS[2] rates (the lanes:rate hash)  KEYS[3] pending (zset)
@@ -17,10 +17,12 @@
 -- wakes consumers waiting for work (as many as jobs are pending, at most
 -- the wake list's cap); a lane its old rate limit stopped gives jobs again
 -- when that window reopens, as before.
--- Returns {now}, or for "get" {now, max, rate, hold, lane_rate,
--- default_lane_rate, lane_reopens}: each "" when unset (hold: server ms,
--- "" when past; lane_reopens: when the lane's window or hold ends, server
--- ms, "" when it is not stopped).
+--
+-- REPLY: {now:int, [max:int?, rate:str, hold:int?, lane_rate:str,
+--   default_lane_rate:str, lane_reopens:int?]}
+-- The rest follows for "get" only, each "" when unset (rates "N:W";
+-- hold: server ms, "" when past; lane_reopens: when the lane's window or
+-- hold ends, server ms, "" when it is not stopped).
 local limits_key, rates_key, pending_key, wake_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local prefix, what, lane, value = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 local now = server_now()

@@ -7,8 +7,10 @@
 -- ARGV[4] id      the cursor's job id (the last one shown)
 --
 -- A page holds the members strictly after (score, id) in the order: by
--- score, then by id as the set orders equal scores. Returns {id_1,
--- score_1, ...}; fewer than `limit` pairs when the set ends.
+-- score, then by id as the set orders equal scores.
+--
+-- REPLY: {(id:str, score:str)*}
+-- At most `limit` pairs; fewer when the set ends.
 local key, order, limit = KEYS[1], ARGV[1], tonumber(ARGV[2])
 local cs, cid = ARGV[3], ARGV[4]
 local asc = order == 'asc'

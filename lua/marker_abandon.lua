@@ -6,7 +6,8 @@
 -- KEYS[1] marker (string)
 -- ARGV[1] token  fencing token of the calling attempt
 --
--- Returns {code, now, token}: OK removed (or already absent); HELD_BY_OTHER
+-- REPLY: {code:code, now:int, token:int}
+-- code OK removed (or already absent); HELD_BY_OTHER
 -- held by the attempt with `token`, which took it over; DONE_BY_OTHER done
 -- by the attempt with `token` (a finished effect is never given back, not
 -- even by its own attempt); FOREIGN a value echomq did not write. Nothing
@@ -17,9 +18,9 @@ local now = server_now()
 
 local v = rcall('GET', mk)
 if not v then return {CODE.OK, now, 0} end
-local kind, t, p = string.match(v, '^(%a+):(%d+):?(%d*)$')
-if kind == 'done' and p == '' then return {CODE.DONE_BY_OTHER, now, t} end
-if kind ~= 'held' or p == '' then return {CODE.FOREIGN, now, 0} end
+local state, t = marker_state(v)
+if state == 'done' then return {CODE.DONE_BY_OTHER, now, t} end
+if state ~= 'held' then return {CODE.FOREIGN, now, 0} end
 if t ~= token then return {CODE.HELD_BY_OTHER, now, t} end
 rcall('DEL', mk)
 return {CODE.OK, now, token}

@@ -13,7 +13,7 @@
 -- claim, so of two deliveries of one job only the newer one gets past
 -- here; tokens never repeat for a queue, so neither does an attempt of an
 -- earlier job with the same id.
--- Returns {code, now, token}:
+-- REPLY: {code:code, now:int, token:int}
 --   OK: no attempt held the marker; the caller holds it now (token 0)
 --   MARKER_DONE: the attempt with `token` finished the effect; skip it
 --   MARKER_ORPHANED: the attempt with `token` claimed the marker and ended
@@ -37,12 +37,12 @@ if not v then
   rcall('SET', mk, 'held:' .. token .. ':0', 'PX', ttl)
   return {CODE.OK, now, 0}
 end
-local kind, t, p = string.match(v, '^(%a+):(%d+):?(%d*)$')
-if kind == 'done' and p == '' then
+local state, t, p = marker_state(v)
+if state == 'done' then
   rcall('PEXPIRE', mk, ttl)
   return {CODE.MARKER_DONE, now, t}
 end
-if kind ~= 'held' or p == '' then return {CODE.FOREIGN, now, 0} end
+if state ~= 'held' then return {CODE.FOREIGN, now, 0} end
 if t == token then
   -- Our own claim, asked again.
   rcall('PEXPIRE', mk, ttl)

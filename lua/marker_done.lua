@@ -9,7 +9,8 @@
 -- after its effect still records the truth, as long as no newer attempt
 -- took the marker over. A missing marker (its TTL ran out) is written as
 -- done too: the caller's effect happened either way.
--- Returns {code, now, token}: OK recorded done by the caller; HELD_BY_OTHER
+-- REPLY: {code:code, now:int, token:int}
+-- code OK recorded done by the caller; HELD_BY_OTHER
 -- held by the attempt with `token`, which took it over; DONE_BY_OTHER done
 -- by the attempt with `token`; FOREIGN a value echomq did not write.
 -- Nothing changed on a negative code. Marking done again answers OK.
@@ -19,12 +20,12 @@ local now = server_now()
 
 local v = rcall('GET', mk)
 if v then
-  local kind, t, p = string.match(v, '^(%a+):(%d+):?(%d*)$')
-  if kind == 'done' and p == '' then
+  local state, t = marker_state(v)
+  if state == 'done' then
     if t == token then return {CODE.OK, now, t} end
     return {CODE.DONE_BY_OTHER, now, t}
   end
-  if kind ~= 'held' or p == '' then return {CODE.FOREIGN, now, 0} end
+  if state ~= 'held' then return {CODE.FOREIGN, now, 0} end
   if t ~= token then return {CODE.HELD_BY_OTHER, now, t} end
 end
 rcall('SET', mk, 'done:' .. token, 'PX', ttl)

@@ -10,7 +10,7 @@
 --
 -- The first step (cursor "0") refuses while jobs are leased unless forced,
 -- and pauses the queue, so no job is leased again while the keys go, and
--- marks it as going (`ob`, see obliterating() in common.lua), so no
+-- marks it as going (`ob`, see lib/keyspace.lua obliterating), so no
 -- promotion, hand retry, sweep or schedule writes meanwhile. Then:
 -- 1. Fence (cursor "f"): the leased jobs' records are deleted, `count` a
 --    step, with their entries in active, until no job is active. From then
@@ -25,9 +25,10 @@
 --    in the last step (the SCAN's end), with UNLINK to free a big set off
 --    the server's main thread, leaves no key behind. Producers must stop
 --    first: a job enqueued while this runs may survive it.
--- Returns {code, next_cursor, deleted, active}: OK ("0" once done), or
--- BUSY (nothing deleted) when `active` jobs are leased and the call is not
--- forced.
+--
+-- REPLY: {code:code, next_cursor:str, deleted:int, active:int}
+-- code OK (next_cursor "0" once done), or BUSY (nothing deleted) when
+-- `active` jobs are leased and the call is not forced.
 local active_key, meta_key = KEYS[1], KEYS[2]
 local prefix, cursor, count, force = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4] == '1'
 if cursor == '0' then
@@ -49,12 +50,9 @@ if cursor == 'f' then
   return {CODE.OK, 's0', deleted, 0}
 end
 
--- The prefix holds the queue name, which may contain glob characters:
--- escape them, and still compare each key's prefix as a plain string.
 local own = {}
 for _, key in ipairs(KEYS) do own[key] = true end
-local pattern = string.gsub(prefix, '[%*%?%[%]\\]', '\\%0') .. '*'
-local r = rcall('SCAN', string.sub(cursor, 2), 'MATCH', pattern, 'COUNT', count)
+local r = rcall('SCAN', string.sub(cursor, 2), 'MATCH', match_prefix(prefix), 'COUNT', count)
 local doomed = {}
 for _, key in ipairs(r[2]) do
   if string.sub(key, 1, #prefix) == prefix and not own[key] then doomed[#doomed + 1] = key end

@@ -7,10 +7,11 @@
 -- KEYS[1] meta (hash)  KEYS[2] wake (list)
 -- ARGV[1] paused  "1" to pause, "0" to resume
 --
--- Returns {now, changed}: changed 1 when the queue was not already in
--- that state. Resuming wakes the waiting consumers.
+-- REPLY: {now:int, changed:int}
+-- changed 1 when the queue was not already in that state. Resuming wakes
+-- the waiting consumers.
 --
--- Events (common.lua emit, unless the queue turned them off): paused, resumed
+-- Events (lib/events.lua, unless the queue turned them off): paused, resumed
 -- (only when the state changed).
 local meta_key, wake_key = KEYS[1], KEYS[2]
 local now = server_now()

@@ -5,9 +5,10 @@
 -- ARGV[1] token  fencing token of the calling attempt
 -- ARGV[2] value  the progress, JSON
 --
--- Returns {code, now}: OK recorded; NOT_FOUND; LEASE_LOST (nothing changed).
+-- REPLY: {code:code, now:int}
+-- code OK recorded; NOT_FOUND; LEASE_LOST (nothing changed).
 --
--- Events (common.lua emit, unless the queue turned them off): progress.
+-- Events (lib/events.lua, unless the queue turned them off): progress.
 local jk = KEYS[1]
 local now = server_now()
 local refused, owner = check_owner(jk, ARGV[1], nil, now)

@@ -10,15 +10,17 @@
 -- An expired lease (deadline < TIME) counts a stall; a job past its own
 -- max_stalls fails for good with reason "stalled"; one whose cancel was
 -- requested ends cancelled instead of running again. A laned job's slot is
--- given back (apply_moves).
--- Returns {now, promoted, active, next_due, id_1, outcome_1, stalls_1, ...};
--- outcome OK back to pending, FAILED failed as stalled, CANCELLED
--- cancelled; `active` is the
--- number of leases still held and `next_due` the earliest due time of a
--- delayed job (server ms, 0 for none): the maintenance task reaps an idle
--- queue less often.
+-- given back (lib/sets.lua apply_moves).
 --
--- Events (common.lua emit, unless the queue turned them off): stalled (each
+-- REPLY: {now:int, promoted:int, active:int, next_due:int, (id:str,
+--   outcome:code, stalls:int)*}
+-- One group per lapsed lease: outcome OK back to pending, FAILED failed
+-- as stalled, CANCELLED cancelled. `promoted` counts the due delayed jobs
+-- moved to pending, `active` the leases still held, and `next_due` is the
+-- earliest due time of a delayed job (server ms, 0 for none): the
+-- maintenance task reaps an idle queue less often.
+--
+-- Events (lib/events.lua, unless the queue turned them off): stalled (each
 -- lapsed lease), then failed or cancelled when the job does not go back;
 -- promoted.
 local active_key, pending_key, delayed_key, failed_key, wake_key, cancelled_key =
@@ -37,7 +39,7 @@ for _, id in ipairs(expired) do
   if job and job[1] then
     local stalls = rcall('HINCRBY', jk, 's', '1')
     emit_job(prefix, 'stalled', id, jk)
-    local _, max = limits(job[2])
+    local _, max = budget(job[2])
     local outcome = CODE.OK
     if job[4] then
       outcome = CODE.CANCELLED

@@ -10,11 +10,12 @@
 --                 delayed jobs per call
 -- ARGV[3..] ids   the jobs to remove
 --
--- Returns {now, removed, left, id_1, code_1, ...}: a code per id given (OK
--- removed; NOT_FOUND no such job; BUSY active, not removed); in drain
--- mode `left` is how many pending and delayed jobs remain.
+-- REPLY: {now:int, removed:int, left:int, (id:str, code:code)*}
+-- A code per id given (OK removed; NOT_FOUND no such job; BUSY active,
+-- not removed); in drain mode `left` is how many pending and delayed jobs
+-- remain.
 --
--- Events (common.lua emit, unless the queue turned them off): removed.
+-- Events (lib/events.lua, unless the queue turned them off): removed.
 local prefix, limit = ARGV[1], tonumber(ARGV[2])
 local now = server_now()
 local sets = {pending = KEYS[1], delayed = KEYS[2], completed = KEYS[3], failed = KEYS[4], cancelled = KEYS[5]}
@@ -25,10 +26,7 @@ local removed = 0
 -- dedup marker if it holds it; a pending job leaves its lane too.
 local function delete(id, st, dd, ln)
   local jk = prefix .. 'job:' .. id
-  if dd then
-    local mk = prefix .. 'de:' .. dd
-    if sget(mk) == id then rcall('DEL', mk) end
-  end
+  release_dedup(prefix, dd, id)
   if st == 'pending' then
     from_pending(sets.pending, id, ln)
   else

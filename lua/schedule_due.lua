@@ -5,12 +5,12 @@
 --                 PREFIX .. "schedule:" .. NAME, in the same slot)
 -- ARGV[2] limit   most schedules returned
 --
--- Returns {now, next, name_1, cron_1, tz_1, lt_1, grace_1, ...}: the
--- schedules whose look time is at or before TIME (earliest first, at most
--- `limit`), each with its expression, zone, last tick done (lt, see
--- schedule_upsert) and grace (ms); next: the earliest look time after TIME
--- of the others (-1: none). A member whose hash is missing, not a hash,
--- or without an expression (a torn write) is removed from the index.
+-- REPLY: {now:int, next:int, (name:str, cron:str, tz:str, lt:int, grace:int)*}
+-- One group per schedule whose look time is at or before TIME (earliest
+-- first, at most `limit`), with its expression, zone, last tick done (lt,
+-- see schedule_upsert) and grace (ms); next: the earliest look time after
+-- TIME of the others (-1: none). A member whose hash is missing, not a
+-- hash, or without an expression (a torn write) is removed from the index.
 local index_key = KEYS[1]
 local prefix, limit = ARGV[1], tonumber(ARGV[2])
 local now = server_now()

@@ -25,14 +25,16 @@
 -- priority, limits and kind, and is pending at once; a job with that id still
 -- there is left as it is (status EXISTS).
 --
--- Returns {code, now, lt, look, missed, tick_1, status_1, id_1, ...}: code
--- OK, NOT_FOUND (no such schedule: its index member is removed) or STALE
--- (its expression or zone is no longer `cron` and `tz`: nothing written);
--- lt after the call; look: the schedule's look time now (9007199254740991
--- when no tick follows); missed: the latest missed tick taken (0: none);
--- then each job made (status OK) or found (EXISTS).
+-- REPLY: {code:code, now:int, lt:int, look:int, missed:int, (tick:int,
+--   status:code, id:str)*}
+-- code OK, NOT_FOUND (no such schedule: its index member is removed) or
+-- STALE (its expression or zone is no longer `cron` and `tz`: nothing
+-- written); lt after the call; look: the schedule's look time now
+-- (9007199254740991 when no tick follows); missed: the latest missed tick
+-- taken (0: none); then one group per job made (status OK) or found
+-- (EXISTS).
 --
--- Events (common.lua emit, unless the queue turned them off): enqueued (each
+-- Events (lib/events.lua, unless the queue turned them off): enqueued (each
 -- job a tick makes).
 local index_key, sched_key, seq_key, pending_key, wake_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local prefix, name, cron, tz = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
@@ -87,11 +89,11 @@ for i, t in ipairs(ticks) do
   end
 end
 
-local h = {'lt', int_s(lt)}
+local sh = {'lt', int_s(lt)}
 if missed > 0 then
-  h[#h + 1] = 'mt'; h[#h + 1] = int_s(missed)
+  sh[#sh + 1] = 'mt'; sh[#sh + 1] = int_s(missed)
 end
-rcall('HSET', sched_key, unpack(h))
+rcall('HSET', sched_key, unpack(sh))
 if made > 0 then
   rcall('HINCRBY', sched_key, 'nj', made)
   wake(wake_key, made)

@@ -6,7 +6,9 @@
 -- The hash goes first, so a torn write leaves at worst an index member
 -- without a hash, which schedule_due drops. Once this returns, no
 -- schedule_fire makes a job for the schedule (it finds no hash).
--- Returns 1 when the schedule existed, else 0.
+--
+-- REPLY: existed:int
+-- 1 when the schedule existed, else 0.
 local existed = rcall('DEL', KEYS[2])
 rcall('ZREM', KEYS[1], ARGV[1])
 return existed

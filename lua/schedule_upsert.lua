@@ -7,7 +7,7 @@
 -- ARGV[3] tz        the IANA time zone (the caller has looked it up)
 -- ARGV[4] payload   JSON bytes each job carries
 -- ARGV[5] priority  integer -128..127
--- ARGV[6] limits    the jobs' `lm` field ("" for the defaults; see common.lua)
+-- ARGV[6] limits    the jobs' `lm` field ("" for the defaults; see lib/budget.lua)
 -- ARGV[7] missed    the missed-tick policy: "skip" or "latest"
 -- ARGV[8] grace     ms: a tick taken more than this after its time is missed
 -- ARGV[9] kind      the jobs' kind ("" for none)
@@ -28,9 +28,10 @@
 -- first), so a torn write leaves at worst a member without a hash, which
 -- schedule_due drops.
 --
--- Returns {now, status}: status "created", "updated", or "unchanged" (every
--- field already as given: nothing written). A schedule key of another type
--- is not echomq's: an error reply, nothing written.
+-- REPLY: {now:int, status:str}
+-- status "created", "updated", or "unchanged" (every field already as
+-- given: nothing written). A schedule key of another type is not
+-- echomq's: an error reply, nothing written.
 local index_key, sched_key = KEYS[1], KEYS[2]
 local name = ARGV[1]
 local fields = {'ex', 'tz', 'p', 'pr', 'lm', 'mi', 'gr', 'kd'}

@@ -14,7 +14,7 @@
 --   op     c complete | r retry | f fail | l release | s snooze | x cancel
 --          | h rate limited (a snooze that also stops the claims of the
 --          job's lane, or of the whole queue for a job without a lane,
---          until the delay has passed: common.lua hold_starts)
+--          until the delay has passed: lib/throttle.lua hold_starts)
 --   id     job id        token  fencing token
 --   delay  milliseconds: retry "" for the job's backoff; snooze and rate
 --          limited the delay; "0" otherwise
@@ -29,18 +29,20 @@
 -- max_attempts; a snooze and a release count neither a failure nor a stall.
 -- A job whose cancel was requested ends cancelled on any settlement but a
 -- complete.
--- Returns {now, code_1, due_1, ..., code_N, due_N} with codes OK, FAILED
--- (a retry failed the job for good), CANCELLED (the job ended cancelled),
--- ALREADY (this settlement already
--- happened with this token), NOT_FOUND, LEASE_LOST (nothing changed);
--- due is the delayed job's due time (server ms), 0 otherwise. When M was
--- sent claim.lua's {deadline, id, token, attempt, failures, limits,
--- payload, lane, kind, created, traceparent, ...} follows, with claim.lua's `wait` after the
--- deadline. Every item that ends a lease gives its lane's slot back
--- (common.lua apply_moves) before the claim; slots freed under the queue's
+--
+-- REPLY: {now:int, (code:code, due:int)*, [deadline:int, wait:int, (id:str,
+--   token:int, attempt:int, failures:int, limits:str, payload:str, lane:str,
+--   kind:str, created:int, traceparent:str)*]}
+-- One (code, due) per item, in order: OK, FAILED (a retry failed the job
+-- for good), CANCELLED (the job ended cancelled), ALREADY (this
+-- settlement already happened with this token), NOT_FOUND, LEASE_LOST
+-- (nothing changed); due is the delayed job's due time (server ms), 0
+-- otherwise. When M was sent, claim.lua's reply after its `now` follows.
+-- Every item that ends a lease gives its lane's slot back
+-- (lib/sets.lua apply_moves) before the claim; slots freed under the queue's
 -- global cap that this call's claim leaves free wake other consumers.
 --
--- Events (common.lua emit, unless the queue turned them off): completed,
+-- Events (lib/events.lua, unless the queue turned them off): completed,
 -- retried, failed, released, snoozed, rate_limited, cancelled (one per item
 -- applied), claimed (each job leased after).
 local k = {active = KEYS[1], pending = KEYS[2], delayed = KEYS[3], completed = KEYS[4], failed = KEYS[5],
@@ -48,15 +50,25 @@ local k = {active = KEYS[1], pending = KEYS[2], delayed = KEYS[3], completed = K
 local prefix = ARGV[1]
 local keep_completed, keep_failed = retention(ARGV[2]), retention(ARGV[3])
 local n = tonumber(ARGV[4])
+
+-- Item i's fields (1-based): op, id, token, delay, text.
+local function item(i)
+  local b = 5 * i
+  return ARGV[b], ARGV[b + 1], ARGV[b + 2], ARGV[b + 3], ARGV[b + 4]
+end
+-- After the items: the claim's lease (ms), its most jobs (nil: no claim)
+-- and the holder.
+local c = 5 * (n + 1)
+local claim_lease, claim_max, claim_holder = ARGV[c], ARGV[c + 1], ARGV[c + 2]
+
 local now = server_now()
 local out = {now}
 local moves = new_moves()
-moves.defer = ARGV[6 + n * 5] ~= nil
--- records this call deletes are not stamped first (common.lua finish)
+moves.defer = claim_max ~= nil
+-- records this call deletes are not stamped first (lib/sets.lua finish)
 moves.gone = {}
-for i = 0, n - 1 do
-  local b = 5 + i * 5
-  local op, id, token = ARGV[b], ARGV[b + 1], ARGV[b + 2]
+for i = 1, n do
+  local op, id, token, delay, text = item(i)
   local jk = prefix .. 'job:' .. id
   local r, owner
   if moves.gone[jk] then
@@ -65,25 +77,23 @@ for i = 0, n - 1 do
     r, owner = check_owner(jk, token, op, now)
   end
   if not r then
-    if op == 'c' then r = settle_complete(moves, prefix, jk, id, token, now, keep_completed, owner, ARGV[b + 4])
+    if op == 'c' then r = settle_complete(moves, prefix, jk, id, token, now, keep_completed, owner, text)
     elseif op == 'x' or owner.cx then
-      r = settle_cancel(moves, prefix, jk, id, token, now, op, ARGV[b + 4], keep_failed, owner)
+      r = settle_cancel(moves, prefix, jk, id, token, now, op, text, keep_failed, owner)
     elseif op == 'r' then
-      r = settle_retry(moves, k, prefix, jk, id, token, now, tonumber(ARGV[b + 3]) or -1, ARGV[b + 4],
-        keep_failed, owner)
-    elseif op == 'f' then r = settle_fail(moves, prefix, jk, id, token, now, ARGV[b + 4], keep_failed, owner)
+      r = settle_retry(moves, k, prefix, jk, id, token, now, tonumber(delay) or -1, text, keep_failed, owner)
+    elseif op == 'f' then r = settle_fail(moves, prefix, jk, id, token, now, text, keep_failed, owner)
     else
-      r = settle_requeue(moves, k, jk, id, token, now, op, tonumber(ARGV[b + 3]) or 0, owner)
-      if op == 'h' then hold_starts(prefix, owner.ln, now + (tonumber(ARGV[b + 3]) or 0)) end
+      r = settle_requeue(moves, k, prefix, jk, id, token, now, op, tonumber(delay) or 0, owner)
+      if op == 'h' then hold_starts(prefix, owner.ln, now + (tonumber(delay) or 0)) end
     end
   end
   out[#out + 1] = r[1]
   out[#out + 1] = r[2] or 0
 end
 apply_moves(moves, k, prefix, keep_completed, keep_failed, now)
-local c = 5 + n * 5
-if ARGV[c + 1] then
-  claim_jobs(k, prefix, now, tonumber(ARGV[c]), tonumber(ARGV[c + 1]), false, ARGV[c + 2], out)
+if claim_max then
+  claim_jobs(k, prefix, now, tonumber(claim_lease), tonumber(claim_max), false, claim_holder, out)
   wake_freed(prefix, moves)
 end
 return out

@@ -25,12 +25,12 @@
 -- its own score; delayed due now; finished at its finish time), and it is
 -- removed from any other set. A hash without a payload is deleted; one
 -- with an unknown state becomes pending; one without a valid score `sc`
--- gets a fresh one (priority 0, the next mint number, as new_job in
--- common.lua computes it), since every later move back to pending ZADDs at `sc`. A
+-- gets a fresh one (priority 0, the next mint number, as lib/mint.lua
+-- new_job computes it), since every later move back to pending ZADDs at `sc`. A
 -- non-numeric finish time `ft` counts as now. Phase 1..6 ZSCANs that set:
 -- members whose job key is missing, or is not a hash, are removed.
 --
--- Lanes (common.lua "Lanes"): in phase "jobs" a laned job is also put on
+-- Lanes (lib/lanes.lua): in phase "jobs" a laned job is also put on
 -- its lane when pending (and in `pending` at score LANED) and taken off it
 -- otherwise, holds its lane's slot (a lanes:active member) exactly while
 -- active, and its lane is settled in the ring. Phase "held" ZSCANs
@@ -38,7 +38,7 @@
 -- lane; phase "ring" ZSCANs lanes:ring and puts each lane where its counts
 -- say (lane_settle: ready, blocked, idle, or out when it has no jobs),
 -- after putting back the lanes a rate limit or a handler's hold stopped
--- whose time has come (lanes:wait, common.lua "Limits"). So a torn write
+-- whose time has come (lanes:wait, lib/throttle.lua). So a torn write
 -- cannot keep a lane's slot, or its place in the ring, lost.
 --
 -- The sweep repairs or skips, and never raises on malformed data (a raise
@@ -51,9 +51,9 @@
 -- what its SCAN finds; a key gone since the walk saw it is passed over
 -- (neither checked nor skipped).
 --
--- Returns {next_cursor, checked, repaired, skipped, phase}: `phase` is the
--- phase the cursor belongs to (the one asked for, or with "chain" the one
--- reached).
+-- REPLY: {next_cursor:str, checked:int, repaired:int, skipped:int, phase:str}
+-- `phase` is the phase the cursor belongs to (the one asked for, or with
+-- "chain" the one reached).
 local prefix, phase, cursor, count = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 local seq_key = KEYS[7]
 local now = server_now()
@@ -230,11 +230,8 @@ end
 
 if phase == 'jobs' then
   local usable = usable_sets()
-  -- The prefix holds the queue name, which may contain glob characters:
-  -- escape them, and still compare each key's prefix as a plain string.
   local mine = prefix .. 'job:'
-  local pattern = string.gsub(mine, '[%*%?%[%]\\]', '\\%0') .. '*'
-  local r = rcall('SCAN', cursor, 'MATCH', pattern, 'COUNT', count)
+  local r = rcall('SCAN', cursor, 'MATCH', match_prefix(mine), 'COUNT', count)
   for _, jk in ipairs(r[2]) do
     if string.sub(jk, 1, #mine) == mine then check_job(jk, usable) end
   end
@@ -346,8 +343,7 @@ end
 -- TTL expire by themselves and are left alone.
 if phase == 'markers' then
   local mine = prefix .. 'de:'
-  local pattern = string.gsub(mine, '[%*%?%[%]\\]', '\\%0') .. '*'
-  local r = rcall('SCAN', cursor, 'MATCH', pattern, 'COUNT', count)
+  local r = rcall('SCAN', cursor, 'MATCH', match_prefix(mine), 'COUNT', count)
   for _, mk in ipairs(r[2]) do
     if string.sub(mk, 1, #mine) == mine then check_marker(mk) end
   end

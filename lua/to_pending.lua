@@ -11,11 +11,12 @@
 -- ARGV[3] state   the state a job must be in: "failed" or "delayed"
 -- ARGV[4..] ids   the jobs to move
 --
--- Returns {now, moved, left, id_1, code_1, ...} with a code per id given
--- (OK moved; NOT_FOUND no such job; REFUSED not in `state`, or the queue
--- is being obliterated); `left` is how many jobs remain in `from`.
+-- REPLY: {now:int, moved:int, left:int, (id:str, code:code)*}
+-- A code per id given (OK moved; NOT_FOUND no such job; REFUSED not in
+-- `state`, or the queue is being obliterated); `left` is how many jobs
+-- remain in `from`.
 --
--- Events (common.lua emit, unless the queue turned them off): promoted (a
+-- Events (lib/events.lua, unless the queue turned them off): promoted (a
 -- delayed job), requeued (a failed one).
 local from_key, pending_key, wake_key = KEYS[1], KEYS[2], KEYS[3]
 local prefix, limit, state = ARGV[1], tonumber(ARGV[2]), ARGV[3]

@@ -149,12 +149,14 @@ pub fn rules(prefix: &str) -> String {
 mod tests {
     use super::*;
 
-    /// Every command a script in `lua/` calls, lowercase.
+    /// Every command a script in `lua/` (or its helpers in `lua/lib/`) calls, lowercase.
     fn script_commands() -> Vec<String> {
-        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/lua");
+        let dir = std::path::Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/lua"));
+        let mut files: Vec<_> = std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().path()).collect();
+        files.extend(std::fs::read_dir(dir.join("lib")).unwrap().map(|e| e.unwrap().path()));
         let mut found = Vec::new();
-        for entry in std::fs::read_dir(dir).unwrap() {
-            let source = std::fs::read_to_string(entry.unwrap().path()).unwrap();
+        for path in files.iter().filter(|p| p.extension().is_some_and(|e| e == "lua")) {
+            let source = std::fs::read_to_string(path).unwrap();
             for call in ["rcall(", "redis.call(", "redis.pcall("] {
                 for rest in source.split(call).skip(1) {
                     let rest = rest.trim_start();

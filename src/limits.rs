@@ -558,7 +558,7 @@ mod tests {
     // The Lua defaults agree with these constants.
     #[test]
     fn lua_defaults_agree() {
-        let lua = include_str!("../lua/common.lua");
+        let lua = include_str!("../lua/lib/defaults.lua");
         assert!(lua.contains(&format!("local DEFAULT_MAX_ATTEMPTS = {DEFAULT_MAX_ATTEMPTS}\n")));
         assert!(lua.contains(&format!("local DEFAULT_MAX_STALLS = {DEFAULT_MAX_STALLS}\n")));
         assert!(lua.contains(&format!("local DEFAULT_BACKOFF = '{}'\n", DEFAULT_BACKOFF.encode().0)));

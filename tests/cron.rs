@@ -342,19 +342,12 @@ async fn a_week_down_is_bounded_work() {
 // The script's own guards, as a late or stale scheduler meets them
 // ---------------------------------------------------------------------------
 
-/// `lua/schedule_fire.lua` as echomq runs it, to call it the way a
-/// scheduler that read the schedule long ago would.
-fn fire_script() -> redis::Script {
-    // As the library's function runs it: common.lua, its per-call start, the script.
-    redis::Script::new(concat!(
-        include_str!("../lua/common.lua"),
-        "\nnew_call(ARGV)\n",
-        include_str!("../lua/schedule_fire.lua")
-    ))
-}
-
+/// Calls `lua/schedule_fire.lua` as echomq runs it (its function in this
+/// build's library, which opening the queue loaded), the way a scheduler
+/// that read the schedule long ago would.
 async fn raw_fire(
     c: &mut redis::aio::MultiplexedConnection,
+    library: &str,
     q: &Queue,
     name: &str,
     cron: &str,
@@ -362,18 +355,19 @@ async fn raw_fire(
     ticks: &[u64],
 ) -> Vec<redis::Value> {
     let base = format!("emq:{{{}}}:", q.name());
-    let script = fire_script();
-    let mut inv = script.prepare_invoke();
-    inv.key(format!("{base}schedules"))
-        .key(format!("{base}schedule:{name}"))
-        .key(format!("{base}seq"))
-        .key(format!("{base}pending"))
-        .key(format!("{base}wake"));
-    inv.arg(&base).arg(name).arg(cron).arg("UTC").arg(next);
+    let hash = library.strip_prefix("echomq_").unwrap();
+    let mut call = redis::cmd("FCALL");
+    call.arg(format!("emq_{hash}_schedule_fire")).arg(5);
+    call.arg(format!("{base}schedules"))
+        .arg(format!("{base}schedule:{name}"))
+        .arg(format!("{base}seq"))
+        .arg(format!("{base}pending"))
+        .arg(format!("{base}wake"));
+    call.arg(&base).arg(name).arg(cron).arg("UTC").arg(next);
     for t in ticks {
-        inv.arg(*t);
+        call.arg(*t);
     }
-    inv.invoke_async(c).await.unwrap()
+    call.query_async(c).await.unwrap()
 }
 
 fn int(v: &redis::Value) -> i64 {
@@ -404,8 +398,24 @@ async fn late_future_and_stale_offers_are_refused() {
     consumer.shutdown().await.unwrap();
 
     let mut c = raw(&s).await;
+    let library = echomq::Client::connect(&s.url())
+        .await
+        .unwrap()
+        .script_libraries()
+        .await
+        .unwrap()
+        .current;
     // A scheduler that read the schedule before `first` was taken offers it again.
-    let r = raw_fire(&mut c, &q, "t", "* * * * * *", (first + 1000) as i64, &[first]).await;
+    let r = raw_fire(
+        &mut c,
+        &library,
+        &q,
+        "t",
+        "* * * * * *",
+        (first + 1000) as i64,
+        &[first],
+    )
+    .await;
     assert_eq!(int(&r[0]), 1, "OK");
     assert_eq!(r.len(), 5, "no job made: {r:?}");
     assert!(q.job(&id).await.is_err(), "the deleted job is not made again");
@@ -414,14 +424,23 @@ async fn late_future_and_stale_offers_are_refused() {
     let now = q.server_time_ms().await.unwrap();
     let future = now / 1000 * 1000 + 5_000;
     let before = q.schedule("t").await.unwrap().unwrap().done_through_ms;
-    let r = raw_fire(&mut c, &q, "t", "* * * * * *", (future + 1000) as i64, &[future]).await;
+    let r = raw_fire(
+        &mut c,
+        &library,
+        &q,
+        "t",
+        "* * * * * *",
+        (future + 1000) as i64,
+        &[future],
+    )
+    .await;
     assert_eq!((r.len(), int(&r[3]) as u64), (5, future), "{r:?}");
     assert!(q.job(&schedule::job_id("t", future)).await.is_err());
     assert_eq!(q.schedule("t").await.unwrap().unwrap().done_through_ms, before);
 
     // Ticks planned from another expression than the stored one: STALE, nothing written.
     let snap = common::snapshot(&s, q.name()).await;
-    let r = raw_fire(&mut c, &q, "t", "*/2 * * * * *", -1, &[before + 1000]).await;
+    let r = raw_fire(&mut c, &library, &q, "t", "*/2 * * * * *", -1, &[before + 1000]).await;
     assert_eq!(int(&r[0]), -7, "STALE");
     assert_eq!(common::snapshot(&s, q.name()).await, snap);
 }

@@ -91,8 +91,8 @@ mod tests {
     // The Lua CODE table and the Rust map hold the same names and numbers, and no number twice.
     #[test]
     fn lua_and_rust_codes_agree() {
-        let lua = include_str!("../../lua/common.lua");
-        let start = lua.find("local CODE = {").expect("CODE table in common.lua");
+        let lua = include_str!("../../lua/lib/codes.lua");
+        let start = lua.find("local CODE = {").expect("CODE table in lib/codes.lua");
         let body = &lua[start..start + lua[start..].find("\n}").unwrap()];
         let mut from_lua: Vec<(String, i64)> = body
             .lines()

@@ -1,10 +1,14 @@
 //! The Lua scripts (one file per script in `lua/`) and how they are run.
 //!
-//! The scripts are loaded as one function library (`FUNCTION LOAD`):
-//! `lua/common.lua` once, then each script's own file as a function of it,
-//! called with `FCALL`. Sent as plain scripts, every call would run
-//! common.lua's top level again (defining its helpers anew, about 20 µs of
-//! server time per call); a library defines them once per load. The
+//! The scripts are loaded as one function library (`FUNCTION LOAD`): the
+//! shared helpers of `lua/lib/` once, in the order [`LIB`] lists them,
+//! then each script's own file as a function of it, called with `FCALL`.
+//! `lua/README.md` is the contract index: every key, every job-hash field,
+//! the reply codes, and each script's KEYS, ARGV and reply shape (the tests
+//! check it against the scripts and the Rust side). Sent as plain scripts,
+//! every call would run the helpers' top level again (defining them anew,
+//! about 20 µs of server time per call); a library defines them once per
+//! load. The
 //! library's name and its functions' names carry a hash of its code, so two
 //! echomq builds with different scripts (a rolling upgrade) each call their
 //! own. A call that finds no function (a restart without persistence,
@@ -16,6 +20,8 @@
 //! exactly those keys, and a test checks every spec against its Lua header.
 
 pub(crate) mod codes;
+#[cfg(test)]
+pub(crate) mod contract;
 
 use std::sync::{LazyLock, OnceLock};
 
@@ -31,8 +37,27 @@ macro_rules! lua {
     };
 }
 
-/// The helpers every script's function shares.
-const COMMON: &str = include_str!("../../lua/common.lua");
+/// The helpers every script's function shares, one concept per file, in
+/// load order: each file uses only what the files before it define, and
+/// names those in its header's `Needs:` line (a test checks both). They
+/// are top-level locals of one chunk, which Lua 5.1 allows 200 of (a test
+/// counts them).
+const LIB: &[(&str, &str)] = &[
+    ("base", include_str!("../../lua/lib/base.lua")),
+    ("codes", include_str!("../../lua/lib/codes.lua")),
+    ("defaults", include_str!("../../lua/lib/defaults.lua")),
+    ("keyspace", include_str!("../../lua/lib/keyspace.lua")),
+    ("events", include_str!("../../lua/lib/events.lua")),
+    ("call", include_str!("../../lua/lib/call.lua")),
+    ("budget", include_str!("../../lua/lib/budget.lua")),
+    ("lanes", include_str!("../../lua/lib/lanes.lua")),
+    ("throttle", include_str!("../../lua/lib/throttle.lua")),
+    ("sets", include_str!("../../lua/lib/sets.lua")),
+    ("mint", include_str!("../../lua/lib/mint.lua")),
+    ("fence", include_str!("../../lua/lib/fence.lua")),
+    ("claim", include_str!("../../lua/lib/claim.lua")),
+    ("settle", include_str!("../../lua/lib/settle.lua")),
+];
 
 /// One script: its name, the KEYS and the fixed leading ARGV its header
 /// documents (variadic keys and arguments may follow), and its code.
@@ -100,17 +125,21 @@ impl Library {
 /// Built once per process from every script of this build.
 pub(crate) static LIBRARY: LazyLock<Library> = LazyLock::new(|| library(&SCRIPTS.list()));
 
-/// Assembles the library: common.lua, then one function per script. Each
-/// function first forgets the per-call caches common.lua keeps in its
-/// top-level locals (which, in a library, live from one call to the next),
-/// runs the script's body as a closure (it may return anywhere), and ends
-/// by writing the call's lifecycle events (common.lua `end_call`).
+/// Assembles the library: the [`LIB`] files in order, then one function
+/// per script. Each function first forgets the per-call caches the
+/// helpers keep in their top-level locals (which, in a library, live from
+/// one call to the next; `lua/lib/call.lua` `new_call`), runs the script's
+/// body as a closure (it may return anywhere), and ends by writing the
+/// call's lifecycle events (`end_call`).
 /// A build with `--cfg echomq_faults` (the fault suite's negative
 /// controls, never a normal build) then breaks the guarantees named in
 /// `ECHOMQ_FAULT` (see [`crate::faults`]).
 fn library(specs: &[&Spec]) -> Library {
-    let mut body = String::with_capacity(COMMON.len() + specs.iter().map(|s| s.body.len() + 128).sum::<usize>());
-    body.push_str(COMMON);
+    let lib_len: usize = LIB.iter().map(|(_, code)| code.len()).sum();
+    let mut body = String::with_capacity(lib_len + specs.iter().map(|s| s.body.len() + 128).sum::<usize>());
+    for (_, code) in LIB {
+        body.push_str(code);
+    }
     for spec in specs {
         body.push_str("\nredis.register_function('emq_@HASH@_");
         body.push_str(spec.name);
@@ -615,24 +644,58 @@ mod tests {
         out
     }
 
-    // Each script's header names the same KEYS and leading ARGV, in the same order, as its Rust spec.
+    // Each script's header names the same KEYS and leading ARGV, in the same order, as its Rust spec, and the reply shape lua/README.md lists for it; the README names the same KEYS and ARGV too.
     #[test]
     fn headers_match_specs() {
+        let docs = contract::script_docs();
+        let shapes = contract::reply_shapes();
         for (spec, source) in SCRIPTS.all() {
             assert_eq!(header(source, "KEYS"), spec.keys, "{}: KEYS", spec.name);
             assert_eq!(header(source, "ARGV"), spec.args, "{}: ARGV", spec.name);
+            let doc = docs
+                .get(spec.name)
+                .unwrap_or_else(|| panic!("{}: no section in lua/README.md", spec.name));
+            assert_eq!(doc.keys, spec.keys, "{}: KEYS in lua/README.md", spec.name);
+            assert_eq!(
+                doc.more_keys, spec.more_keys,
+                "{}: KEYS[n..] in lua/README.md",
+                spec.name
+            );
+            assert_eq!(doc.args, spec.args, "{}: ARGV in lua/README.md", spec.name);
+            let reply =
+                contract::header_reply(source).unwrap_or_else(|| panic!("{}: no `-- REPLY:` header", spec.name));
+            let reply = contract::Shape::parse(&reply).unwrap_or_else(|e| panic!("{}: REPLY: {e}", spec.name));
+            assert_eq!(
+                reply.to_string(),
+                shapes[spec.name].to_string(),
+                "{}: REPLY differs from lua/README.md",
+                spec.name
+            );
         }
+        #[cfg(feature = "cron")]
+        assert_eq!(
+            docs.len(),
+            SCRIPTS.all().len(),
+            "lua/README.md documents a script that is not in the table"
+        );
     }
 
-    // The library holds common.lua once, then every script as a function named with the library's hash.
+    // The library holds each lib file once, in order, then every script as a function named with the library's hash.
     #[test]
-    fn library_holds_common_helpers_and_every_script() {
+    fn library_holds_the_lib_files_and_every_script() {
         let lib = &*LIBRARY;
         assert!(
             lib.code
-                .starts_with(&format!("#!lua name=echomq_{}\n-- common.lua", lib.hash))
+                .starts_with(&format!("#!lua name=echomq_{}\n-- lib/{}.lua:", lib.hash, LIB[0].0))
         );
-        assert_eq!(lib.code.matches("-- common.lua:").count(), 1);
+        let mut at = 0;
+        for (name, _) in LIB {
+            let head = format!("-- lib/{name}.lua:");
+            assert_eq!(lib.code.matches(&head).count(), 1, "{head}");
+            let here = lib.code.find(&head).unwrap();
+            assert!(here >= at, "{head} out of order");
+            at = here;
+        }
         for spec in SCRIPTS.list() {
             let f = format!(
                 "redis.register_function('{}', function(KEYS, ARGV)\nnew_call(KEYS, ARGV)\n",

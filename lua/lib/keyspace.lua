@@ -1,0 +1,59 @@
+-- lib/keyspace.lua: the queue's keys as the scripts see them (lua/README.md
+-- lists every key and every job-hash field; src/keys.rs names the keys on
+-- the Rust side): the job key's parts, the pending score, the wake list,
+-- the obliterating mark, dedup and effect markers, SCAN patterns.
+--
+-- Needs: base (rcall, sget).
+
+-- The queue prefix and job id of job key `jk` (PREFIX:{Q}:job:ID: the
+-- first '}' closes the hash tag, as neither prefix nor queue holds one).
+local function job_parts(jk)
+  return string.match(jk, '^(.-}:)job:(.*)$')
+end
+
+-- Pending scores: (127 - priority) * 2^45 + mint number, so ZPOPMIN takes
+-- the highest priority first, then the oldest; an exact integer in a double.
+local PRIO_STEP = 35184372088832
+
+-- Leaves up to `n` wake tokens for consumers blocked on the wake list
+-- (capped so a busy queue does not grow it without bound).
+local WAKE_CAP = 64
+local function wake(wake_key, n)
+  local room = WAKE_CAP - rcall('LLEN', wake_key)
+  if n > room then n = room end
+  for _ = 1, n do rcall('LPUSH', wake_key, '1') end
+end
+
+-- True while obliterate.lua deletes the queue: its first step marks the
+-- meta hash (deleted last), and the scripts that could make a key the
+-- deletion has already passed (promotion, a retry or promotion by hand,
+-- the sweep, a schedule's tick) write nothing meanwhile.
+local function obliterating(prefix)
+  local r = redis.pcall('HEXISTS', prefix .. 'meta', 'ob')
+  return r == 1
+end
+
+-- Releases dedup marker PREFIX:de:`dd` if job `id` still holds it (a
+-- finished or removed job; nothing when `dd` is nil).
+local function release_dedup(prefix, dd, id)
+  if dd then
+    local mk = prefix .. 'de:' .. dd
+    if sget(mk) == id then rcall('DEL', mk) end
+  end
+end
+
+-- An effect marker's value `v` (marker_claim.lua): 'held', T, P for
+-- "held:T:P", 'done', T for "done:T", nil for a value echomq did not write.
+local function marker_state(v)
+  local kind, t, p = string.match(v, '^(%a+):(%d+):?(%d*)$')
+  if kind == 'done' and p == '' then return 'done', t end
+  if kind == 'held' and p ~= '' then return 'held', t, p end
+  return nil
+end
+
+-- The SCAN MATCH pattern of the keys that start with `text` (the prefix
+-- holds the queue name, which may contain glob characters: they are
+-- escaped; callers still compare each key's start as a plain string).
+local function match_prefix(text)
+  return (string.gsub(text, '[%*%?%[%]\\]', '\\%0')) .. '*'
+end

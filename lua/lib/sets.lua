@@ -1,0 +1,215 @@
+-- lib/sets.lua: a job's moves between the state sets (pending, delayed,
+-- active, completed, failed, cancelled), batched per call, and the
+-- retention of finished jobs.
+--
+-- Needs: base (rcall, hfields, int_s, now_str), keyspace (wake, release_dedup),
+-- events (events_on, ev_text, emit_job), lanes (LANE_BLOCKED, lane_key, held_member,
+-- lane_settle, lane_push), throttle (global_cap).
+
+-- Puts job `id` on pending at its own score (so a returned job keeps its
+-- place: priority first, then mint order), on its lane when it has one. A
+-- job whose hash is gone is skipped (returns false): there is nothing left
+-- to run. The single place that makes a job pending again (requeue, reap,
+-- promotion, retry_failed, the sweep's repairs); `pending_key` is
+-- PREFIX:{Q}:pending, so the lane keys come from it.
+local function to_pending(pending_key, jk, id)
+  local f = rcall('HMGET', jk, 'sc', 'ln')
+  local sc = f[1]
+  if not sc then return false end
+  if f[2] then
+    lane_push(string.sub(pending_key, 1, -8), pending_key, f[2], sc, id)
+  else
+    rcall('ZADD', pending_key, sc, id)
+  end
+  rcall('HSET', jk, 'st', 'pending')
+  return true
+end
+
+-- Takes pending job `id` (of lane `ln`, or nil) off pending, and off its
+-- lane: the one way a waiting job leaves pending other than a claim
+-- (remove, cancel, drain, a debounce that delays it). A lane left without
+-- pending jobs goes idle or leaves the ring. Returns true if it was pending.
+local function from_pending(pending_key, id, ln)
+  if ln then
+    local prefix = string.sub(pending_key, 1, -8)
+    local lk = lane_key(prefix, ln)
+    if rcall('ZREM', lk, id) == 1 and rcall('ZCARD', lk) == 0 then lane_settle(prefix, ln) end
+  end
+  return rcall('ZREM', pending_key, id) == 1
+end
+
+-- Moves due delayed jobs (score <= now) to pending, at most `limit`.
+-- Only a job whose record says delayed moves: a torn write (a restart
+-- replaying part of a script) can leave the id of a job that has since
+-- finished, or runs, on delayed too, and promoting it would run it again.
+-- Such an id just leaves delayed; the sweep puts any job back where its
+-- state says. Returns how many moved.
+local function promote_due(delayed_key, pending_key, wake_key, prefix, now, limit)
+  local due = rcall('ZRANGEBYSCORE', delayed_key, '-inf', now, 'LIMIT', 0, limit)
+  local moved = 0
+  for _, id in ipairs(due) do
+    local jk = prefix .. 'job:' .. id
+    local st = hfields(jk, 'st')
+    if st and st[1] == 'delayed' and to_pending(pending_key, jk, id) then
+      moved = moved + 1
+      emit_job(prefix, 'promoted', id, jk)
+    end
+  end
+  if #due > 0 then
+    rcall('ZREM', delayed_key, unpack(due))
+    if moved > 0 then wake(wake_key, moved) end
+  end
+  return moved
+end
+
+-- Set moves collected while settling and applied by apply_moves with one
+-- variadic command per set, so a batch of N settlements costs about two
+-- commands per job instead of eight. Hash writes are not deferred, so a
+-- later check in the same call sees every earlier settlement.
+local function new_moves()
+  return {unlease = {}, held = {}, lanes = {}, completed = {}, failed = {}, cancelled = {}, delete = {}}
+end
+
+-- Job `id` (of lane `ln`, or nil) leaves the active set: every end of a
+-- lease (settlement, release, snooze, reap) goes through here, and
+-- apply_moves gives its lane's slot back. A slot is given back by removing
+-- the job's lanes:active member, which succeeds once per claim.
+local function unlease(moves, id, ln)
+  moves.unlease[#moves.unlease + 1] = id
+  if ln then
+    moves.held[#moves.held + 1] = held_member(ln, id)
+    if not moves.lanes[ln] then
+      moves.lanes[ln] = true
+      moves.lanes[#moves.lanes + 1] = ln
+    end
+  end
+end
+
+-- A retention setting as the scripts take it: "N" (-1 keep all, 0 delete
+-- the record at once, n keep the newest n) or "N/AGE_MS" (and delete
+-- records finished more than AGE_MS ago).
+local function retention(s)
+  local n, age = string.match(s, '^(%-?%d+)/(%d+)$')
+  if n then return {n = tonumber(n), age = tonumber(age)} end
+  return {n = tonumber(s), age = 0}
+end
+local KEEP_ALL = {n = -1, age = 0}
+
+-- Terminal move into state `state` (completed, failed or cancelled) at `now`: releases
+-- the job's dedup marker `dd` if it still holds it; with retention `keep`
+-- of 0 records the record is deleted, otherwise it is stamped with `fields`.
+-- Its event is named after the state (`owner`: fence.lua check_owner's
+-- fields, when a settlement holds them, so the event reads nothing more).
+local function finish(moves, prefix, jk, id, state, now, keep, dd, fields, owner)
+  release_dedup(prefix, dd, id)
+  local finished = now_str(now)
+  if keep.n == 0 and moves.gone then
+    -- The record is deleted at the end of the call: a later item of the
+    -- same call learns that it was settled from moves.gone (settled_in_call),
+    -- not from the hash (one write less per job).
+    local lo = ''
+    for i = 1, #fields, 2 do
+      if fields[i] == 'lo' then lo = fields[i + 1] end
+    end
+    moves.gone[jk] = lo
+  else
+    -- Written even when the record is about to be deleted, so a later item
+    -- of the same call sees the job settled (check_owner reads the hash).
+    rcall('HSET', jk, 'st', state, 'ft', finished, unpack(fields))
+  end
+  if events_on(prefix) then
+    local err
+    for i = 1, #fields, 2 do
+      if fields[i] == 'err' then err = {'err', ev_text(fields[i + 1])} end
+    end
+    emit_job(prefix, state, id, jk, err, owner)
+  end
+  if keep.n == 0 then
+    moves.delete[#moves.delete + 1] = jk
+    return
+  end
+  local into = moves[state]
+  into[#into + 1] = finished
+  into[#into + 1] = id
+end
+
+-- Deletes the oldest records of `set_key` beyond the newest `keep.n` (-1:
+-- keep all) once they exceed it by TRIM_SLACK, so a steady stream of
+-- completions trims every few dozen calls, not every call, and those that
+-- finished more than `keep.age` ms before `now`; at most 1,000 of each per
+-- call so the work stays bounded.
+local TRIM_SLACK = 64
+local function trim(set_key, prefix, keep, now)
+  local doomed = {}
+  if keep.age > 0 then
+    local old = rcall('ZRANGEBYSCORE', set_key, '-inf', '(' .. int_s(now - keep.age), 'LIMIT', 0, 1000)
+    if #old > 0 then
+      rcall('ZREM', set_key, unpack(old))
+      for _, id in ipairs(old) do doomed[#doomed + 1] = prefix .. 'job:' .. id end
+    end
+  end
+  if keep.n > 0 then
+    local over = rcall('ZCARD', set_key) - keep.n
+    if over >= TRIM_SLACK then
+      if over > 1000 then over = 1000 end
+      local old = rcall('ZPOPMIN', set_key, over)
+      for i = 1, #old, 2 do doomed[#doomed + 1] = prefix .. 'job:' .. old[i] end
+    end
+  end
+  if #doomed > 0 then rcall('DEL', unpack(doomed)) end
+end
+
+-- Wakes up to the slots `moves` freed under the queue's global cap (as
+-- many as are still free, once), when jobs are pending.
+local function wake_freed(prefix, moves)
+  local n = moves.freed or 0
+  moves.freed = 0
+  if n <= 0 then return end
+  local max = global_cap(prefix)
+  if max then
+    local free = max - rcall('ZCARD', prefix .. 'active')
+    if free < n then n = free end
+  end
+  if n > 0 and rcall('ZCARD', prefix .. 'pending') > 0 then wake(prefix .. 'wake', n) end
+end
+
+-- `k` holds active and the finished sets moves may go to (completed,
+-- failed, cancelled); cancelled jobs are kept as failed ones are.
+local function apply_moves(moves, k, prefix, keep_completed, keep_failed, now)
+  if #moves.unlease > 0 then
+    -- Slots freed under a global cap wake consumers that found none
+    -- (wake_freed; settle.lua leaves it until after its own claim).
+    local max = global_cap(prefix)
+    local full = max and rcall('ZCARD', k.active) >= max
+    local gone = rcall('ZREM', k.active, unpack(moves.unlease))
+    if full and gone > 0 then
+      moves.freed = gone
+      if not moves.defer then wake_freed(prefix, moves) end
+    end
+  end
+  if #moves.held > 0 then
+    rcall('ZREM', prefix .. 'lanes:active', unpack(moves.held))
+    -- A ready lane stays ready; a blocked one may have a free slot now, an
+    -- idle one may have no job left.
+    local ring = prefix .. 'lanes:ring'
+    for _, lane in ipairs(moves.lanes) do
+      local s = tonumber(rcall('ZSCORE', ring, lane))
+      if not s or s >= LANE_BLOCKED then lane_settle(prefix, lane) end
+    end
+  end
+  for _, m in ipairs({{'completed', keep_completed}, {'failed', keep_failed}, {'cancelled', keep_failed}}) do
+    local into = moves[m[1]]
+    if #into > 0 then
+      -- A finish is never scored below the newest of its set: after the
+      -- server's clock went back, finishes keep the order they happened
+      -- in, and retention still trims the oldest records first.
+      local newest = rcall('ZRANGE', k[m[1]], -1, -1, 'WITHSCORES')[2]
+      if newest and tonumber(newest) > now then
+        for i = 1, #into, 2 do into[i] = newest end
+      end
+      rcall('ZADD', k[m[1]], unpack(into))
+      trim(k[m[1]], prefix, m[2], now)
+    end
+  end
+  if #moves.delete > 0 then rcall('DEL', unpack(moves.delete)) end
+end

@@ -1,0 +1,110 @@
+-- lib/settle.lua: the settlements of a leased job (complete, retry, fail,
+-- cancel, release, snooze, rate limited), shared by settle.lua and
+-- complete.lua; reap.lua and cancel.lua end jobs through sets.lua finish.
+--
+-- Needs: base (rcall, int_s), codes (CODE), defaults (ERRORS_KEEP), keyspace (wake),
+-- events (ev_text, emit_job), budget (budget, backoff_ms), sets (to_pending, unlease,
+-- finish), fence (remember).
+
+-- Each settlement assumes check_owner has passed (`owner` is what it
+-- returned) and records its set moves in `moves`. `k` holds the queue's
+-- keys: active, pending, delayed, completed, failed, wake. Each returns
+-- {code, due}.
+
+-- `result`: the handler's result (JSON) to keep, or nil / "" for none.
+local function settle_complete(moves, prefix, jk, id, token, now, keep, owner, result)
+  unlease(moves, id, owner.ln)
+  local fields = {'lo', remember(owner, 'c', token)}
+  if result and result ~= '' then
+    fields[3] = 'rs'
+    fields[4] = result
+  end
+  finish(moves, prefix, jk, id, 'completed', now, keep, owner.dd, fields, owner)
+  return {CODE.OK, 0}
+end
+
+-- Back to pending at once (`delay` 0) or delayed until now + delay.
+local function requeue(k, jk, id, now, delay)
+  if delay > 0 then
+    rcall('HSET', jk, 'st', 'delayed')
+    rcall('ZADD', k.delayed, now + delay, id)
+    return now + delay
+  end
+  to_pending(k.pending, jk, id)
+  wake(k.wake, 1)
+  return 0
+end
+
+-- The `eh` field with error `err` at `now` added: the last ERRORS_KEEP.
+local function errors_with(jk, now, err)
+  local list = {}
+  local old = rcall('HGET', jk, 'eh')
+  if old then
+    local ok, decoded = pcall(cjson.decode, old)
+    if ok and type(decoded) == 'table' then list = decoded end
+  end
+  local out = {{at = now, e = err}}
+  for i = 1, ERRORS_KEEP - 1 do
+    if list[i] then out[#out + 1] = list[i] end
+  end
+  return cjson.encode(out)
+end
+
+-- failures += 1; at the job's max_attempts the job fails for good (code
+-- FAILED); else it is due again after `delay` ms, or after the job's
+-- backoff (its jitter drawn for this token) when `delay` is negative.
+local function settle_retry(moves, k, prefix, jk, id, token, now, delay, err, keep, owner)
+  unlease(moves, id, owner.ln)
+  local failures = rcall('HINCRBY', jk, 'f', '1')
+  local max, _, bo, jitter = budget(rcall('HGET', jk, 'lm'))
+  local lo = remember(owner, 'r', token)
+  local eh = errors_with(jk, now, err)
+  if failures >= max then
+    finish(moves, prefix, jk, id, 'failed', now, keep, owner.dd, {'err', err, 'eh', eh, 'lo', lo}, owner)
+    return {CODE.FAILED, 0}
+  end
+  rcall('HSET', jk, 'err', err, 'eh', eh, 'lo', lo)
+  if delay < 0 then delay = backoff_ms(bo, failures, jitter, tonumber(token)) end
+  local due = requeue(k, jk, id, now, delay)
+  emit_job(prefix, 'retried', id, jk, {'err', ev_text(err), 'due', due > 0 and int_s(due)}, owner)
+  return {CODE.OK, due}
+end
+
+-- A handler's failure too, so failures += 1, but whatever attempts remain.
+local function settle_fail(moves, prefix, jk, id, token, now, reason, keep, owner)
+  unlease(moves, id, owner.ln)
+  rcall('HINCRBY', jk, 'f', '1')
+  local eh = errors_with(jk, now, reason)
+  finish(moves, prefix, jk, id, 'failed', now, keep, owner.dd,
+    {'err', reason, 'eh', eh, 'lo', remember(owner, 'f', token)}, owner)
+  return {CODE.OK, 0}
+end
+
+-- Ends the job cancelled (op x, or any settlement but complete of a job
+-- whose cancel was requested: it must not run again). `text` is the
+-- reason (op x; "cancelled" when empty) or the error a retry or fail
+-- carried, kept in the error history.
+local function settle_cancel(moves, prefix, jk, id, token, now, op, text, keep, owner)
+  unlease(moves, id, owner.ln)
+  local fields = {'err', 'cancelled', 'lo', remember(owner, op, token)}
+  if text and text ~= '' then
+    if op == 'x' then fields[2] = text end
+    fields[5] = 'eh'
+    fields[6] = errors_with(jk, now, text)
+  end
+  finish(moves, prefix, jk, id, 'cancelled', now, keep, owner.dd, fields, owner)
+  return {CODE.CANCELLED, 0}
+end
+
+-- Release (op l, graceful shutdown), snooze (op s, run later) and rate
+-- limited (op h, a snooze; settle.lua also stops claims: throttle.lua
+-- hold_starts): back to pending or delayed, counting neither a failure
+-- nor a stall.
+local REQUEUE_EVENT = {l = 'released', s = 'snoozed', h = 'rate_limited'}
+local function settle_requeue(moves, k, prefix, jk, id, token, now, op, delay, owner)
+  unlease(moves, id, owner.ln)
+  rcall('HSET', jk, 'lo', remember(owner, op, token))
+  local due = requeue(k, jk, id, now, delay)
+  emit_job(prefix, REQUEUE_EVENT[op] or 'released', id, jk, {'due', due > 0 and int_s(due)}, owner)
+  return {CODE.OK, due}
+end
