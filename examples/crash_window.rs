@@ -3,7 +3,7 @@
 //!
 //! Run: `cargo run --example crash_window --features local-server`.
 //! Connects to `ECHOMQ_URL` when set; otherwise starts a private server.
-//! The last line, `readout: {json}`, is what `tests/effects.rs` asserts.
+//! The last line, `readout: {json}`, is what `tests/effects/examples.rs` asserts.
 //!
 //! For each crash point a fresh job is leased by a worker that dies right
 //! after that step (it stops sending anything: no settle, no heartbeat);

@@ -3,7 +3,7 @@
 //!
 //! Run: `cargo run --example delivery_modes --features local-server`.
 //! Connects to `ECHOMQ_URL` when set; otherwise starts a private server.
-//! The last line, `readout: {json}`, is what `tests/effects.rs` asserts.
+//! The last line, `readout: {json}`, is what `tests/effects/examples.rs` asserts.
 //!
 //! One job, one worker that dies mid-job, then a healthy worker that takes
 //! whatever the queue still offers. The effect is a counter in Valkey

@@ -6,8 +6,9 @@
 //! Run: `cargo run --example effect_worker --features local-server`
 //! (options: `--jobs N`, `--workers N`, `--seed N`). Connects to
 //! `ECHOMQ_URL` when set; otherwise starts a private server. The last line,
-//! `readout: {json}`, is what `tests/effects.rs` asserts. The same binary
-//! run as `effect_worker worker URL QUEUE MODE FILE` is one worker process.
+//! `readout: {json}`, is what `tests/effects/examples.rs` asserts. The same
+//! binary run as `effect_worker worker URL QUEUE MODE FILE` is one worker
+//! process.
 //!
 //! Two runs, same kills:
 //!

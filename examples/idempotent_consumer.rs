@@ -3,7 +3,7 @@
 //!
 //! Run: `cargo run --example idempotent_consumer --features local-server`.
 //! Connects to `ECHOMQ_URL` when set; otherwise starts a private server.
-//! The last line, `readout: {json}`, is what `tests/effects.rs` asserts.
+//! The last line, `readout: {json}`, is what `tests/effects/examples.rs` asserts.
 //!
 //! The job says "credit 100 cents". Each delivery but the last performs the
 //! effect and then the worker dies before acknowledging (the duplicate

@@ -218,7 +218,7 @@ fn without_a_control_the_faults_build_passes() {
         &scenarios::lane_caps(&c, 600, 3, 2, 400, std::time::Duration::from_secs(120)),
     );
     assert!(
-        lanes_test("a_cap_bounds_active_jobs", None),
+        lanes_test("caps::a_cap_bounds_active_jobs", None),
         "the lane test fails without any control"
     );
     passed(
@@ -232,11 +232,11 @@ fn without_a_control_the_faults_build_passes() {
         );
     }
     for t in [
-        "stale_token_is_fenced",
-        "racing_reapers_reap_each_job_once",
-        "unsettled_lease_is_redelivered",
-        "skewed_server_clock_decides",
-        "reused_id_cannot_be_settled_by_a_stale_token",
+        "fencing::stale_token_is_fenced",
+        "fencing::racing_reapers_reap_each_job_once",
+        "fencing::unsettled_lease_is_redelivered",
+        "clock::skewed_server_clock_decides",
+        "fencing::reused_id_cannot_be_settled_by_a_stale_token",
     ] {
         assert!(core_test(t, None), "core test {t} fails without any control");
     }
@@ -250,7 +250,7 @@ fn no_token_check_is_caught() {
     failed("no-token-check", &out);
     assert!(out.check.violates("I4") || out.check.violates("I5"));
     assert_eq!(out.notes["unchanged"], false, "the stale settle changed nothing");
-    assert!(!core_test("stale_token_is_fenced", Some("no-token-check")));
+    assert!(!core_test("fencing::stale_token_is_fenced", Some("no-token-check")));
 }
 
 // two-step-reaper: racing reapers count stalls twice; the checker (I9) and racing_reapers_reap_each_job_once fail.
@@ -260,7 +260,10 @@ fn two_step_reaper_is_caught() {
     let out = scenarios::racing_reapers(&ctx(Some("two-step-reaper")), 1000, 4);
     failed("two-step-reaper", &out);
     assert!(out.check.violates("I9"));
-    assert!(!core_test("racing_reapers_reap_each_job_once", Some("two-step-reaper")));
+    assert!(!core_test(
+        "fencing::racing_reapers_reap_each_job_once",
+        Some("two-step-reaper")
+    ));
 }
 
 // settler-panic (not a broken guarantee: a fault of the library's own
@@ -270,7 +273,7 @@ fn two_step_reaper_is_caught() {
 fn a_dead_settler_is_survived() {
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     assert!(core_test(
-        "a_dead_settler_stops_the_consumer_and_reports",
+        "consumer::a_dead_settler_stops_the_consumer_and_reports",
         Some("settler-panic")
     ));
 }
@@ -282,7 +285,10 @@ fn no_stall_increment_is_caught() {
     let out = scenarios::kill_point(&ctx(Some("no-stall-increment")), "before_effect");
     failed("no-stall-increment", &out);
     assert!(out.check.violates("I9"));
-    assert!(!core_test("unsettled_lease_is_redelivered", Some("no-stall-increment")));
+    assert!(!core_test(
+        "fencing::unsettled_lease_is_redelivered",
+        Some("no-stall-increment")
+    ));
 }
 
 // client-clock: leases counted from the worker's clock; with the server an hour ahead the checker (I6) and skewed_server_clock_decides fail.
@@ -296,7 +302,7 @@ fn client_clock_is_caught() {
     let out = scenarios::kill_point(&skewed(ctx(Some("client-clock"))), "before_effect");
     failed("client-clock", &out);
     assert!(out.check.violates("I6"));
-    assert!(!core_test("skewed_server_clock_decides", Some("client-clock")));
+    assert!(!core_test("clock::skewed_server_clock_decides", Some("client-clock")));
 }
 
 // no-lane-cap: claims ignore lane caps; the checker (L1) and a_cap_bounds_active_jobs fail.
@@ -313,7 +319,7 @@ fn no_lane_cap_is_caught() {
     );
     failed("no-lane-cap", &out);
     assert!(out.check.violates("L1"));
-    assert!(!lanes_test("a_cap_bounds_active_jobs", Some("no-lane-cap")));
+    assert!(!lanes_test("caps::a_cap_bounds_active_jobs", Some("no-lane-cap")));
 }
 
 // no-global-cap: claims ignore the queue's cap; the checker (G1) fails.
@@ -347,7 +353,7 @@ fn no_rate_limit_is_caught() {
 fn per_job_token_is_caught() {
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     assert!(!core_test(
-        "reused_id_cannot_be_settled_by_a_stale_token",
+        "fencing::reused_id_cannot_be_settled_by_a_stale_token",
         Some("per-job-token")
     ));
 }

@@ -7,7 +7,8 @@ use std::process::{Command, Stdio};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use super::{STDIO_FILE, ServerError, free_port, make_temp_dir};
+use super::error::ServerError;
+use super::process::{STDIO_FILE, free_port, make_temp_dir};
 
 /// Environment variable naming the server binary to use.
 pub(super) const SERVER_BIN_ENV: &str = "ECHOMQ_SERVER_BIN";

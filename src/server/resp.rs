@@ -58,6 +58,19 @@ pub(super) fn roundtrip(port: u16, request: &[u8], timeout: Duration) -> io::Res
     Ok(roundtrips(port, &[request.to_vec()], timeout)?.remove(0))
 }
 
+/// Sends `request` to `server` and returns its reply as text (tests).
+#[cfg(test)]
+pub(super) fn send(server: &super::LocalServer, request: &[u8]) -> String {
+    let reply = roundtrip(server.port(), request, Duration::from_secs(5)).unwrap();
+    String::from_utf8(reply).unwrap()
+}
+
+/// `PING`'s reply from `server` (tests).
+#[cfg(test)]
+pub(super) fn ping(server: &super::LocalServer) -> String {
+    send(server, b"*1\r\n$4\r\nPING\r\n")
+}
+
 pub(super) fn request(stream: &mut TcpStream, request: &[u8]) -> io::Result<Vec<u8>> {
     stream.write_all(request)?;
     let mut reply = Vec::new();

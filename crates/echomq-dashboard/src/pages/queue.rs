@@ -1,0 +1,187 @@
+//! `/queues/{queue}`: one state's jobs a page at a time, and the latest
+//! events.
+
+use std::fmt::Write as _;
+use std::str::FromStr;
+use std::sync::Arc;
+
+use axum::extract::{OriginalUri, Path, Query, State};
+use axum::http::{StatusCode, Uri};
+use axum::response::Response;
+use echomq::JobState;
+use echomq::admin::ListCursor;
+use serde::Deserialize;
+
+use super::{Failure, STATES, base_of, button, count, html, job_buttons, notice, open};
+use crate::Shared;
+use crate::feed::FeedEvent;
+use crate::html::{escape, excerpt, page, segment, time};
+
+/// The query of a queue's page.
+#[derive(Deserialize)]
+pub(crate) struct Listing {
+    state: Option<String>,
+    after: Option<String>,
+    done: Option<String>,
+}
+
+/// `/queues/{queue}`: one state's jobs, a page at a time.
+pub(crate) async fn queue(
+    State(shared): State<Arc<Shared>>,
+    Path(name): Path<String>,
+    uri: Uri,
+    original: OriginalUri,
+    Query(q): Query<Listing>,
+) -> Result<Response, Failure> {
+    let base = base_of(&uri, &original);
+    let up = &base.up;
+    let queue = open(&shared, &name).await?;
+    let state = match q.state.as_deref() {
+        None | Some("") => JobState::Failed,
+        Some(s) => STATES
+            .into_iter()
+            .find(|st| st.as_str() == s)
+            .ok_or_else(|| Failure::BadRequest(format!("no state {s}")))?,
+    };
+    let after = match q.after.as_deref() {
+        None | Some("") => None,
+        Some(a) => Some(ListCursor::from_str(a)?),
+    };
+    let c = queue.counts().await?;
+    let listing = queue.list(state, after.as_ref(), shared.opts.page_size).await?;
+    let qs = segment(&name);
+    let here = format!("{up}queues/{qs}");
+
+    let mut tabs = String::from("<nav class=\"tabs\">");
+    for st in STATES {
+        let _ = write!(
+            tabs,
+            "<a href=\"{here}?state={s}\" data-state=\"{s}\"{cur}>{s} <span class=\"num\" data-count=\"{s}\">{n}</span></a>",
+            s = st.as_str(),
+            n = count(&c, st),
+            cur = if st == state { " aria-current=\"page\"" } else { "" },
+        );
+    }
+    tabs.push_str("</nav>");
+
+    let mut rows = String::new();
+    for job in &listing.jobs {
+        let id = escape(&job.id);
+        let link = format!("{here}/jobs/{}", segment(&job.id));
+        let when = match state {
+            JobState::Delayed | JobState::Active => job.deadline_ms.map(time),
+            JobState::Pending => Some(time(job.created_ms)),
+            _ => job.finished_ms.map(time),
+        }
+        .unwrap_or_default();
+        let _ = write!(
+            rows,
+            "<tr data-job=\"{id}\"><td><a href=\"{link}\">{id}</a></td><td class=\"num\">{}</td>\
+             <td class=\"num\">{}</td><td>{when}</td><td class=\"err\">{}</td><td class=\"actions\">",
+            job.attempts,
+            job.failures,
+            escape(&excerpt(job.last_error.as_deref().unwrap_or(""), 120)),
+        );
+        rows.push_str(&job_buttons(&shared, &link, job.state));
+        rows.push_str("</td></tr>");
+    }
+    if rows.is_empty() {
+        rows = "<tr><td colspan=\"6\" class=\"empty\">No jobs here.</td></tr>".into();
+    }
+    let when_head = match state {
+        JobState::Delayed => "due",
+        JobState::Active => "lease until",
+        JobState::Pending => "enqueued",
+        _ => "finished",
+    };
+    let mut paging = String::from("<p class=\"paging\">");
+    if after.is_some() {
+        let _ = write!(
+            paging,
+            "<a href=\"{here}?state={}\" rel=\"first\">first page</a> ",
+            state.as_str()
+        );
+    }
+    if let Some(next) = &listing.next {
+        let _ = write!(
+            paging,
+            "<a href=\"{here}?state={}&amp;after={}\" rel=\"next\">next page</a>",
+            state.as_str(),
+            segment(&next.to_string())
+        );
+    }
+    paging.push_str("</p>");
+    let feed = match shared.feeds.snapshot(&queue, shared.opts.sample_every).await {
+        Ok(snap) => feed_table(Some(&snap.latest), snap.throughput.events_on, &format!("{here}/jobs/")),
+        Err(e) => {
+            tracing::debug!(queue = %name, error = %e, "dashboard could not read the queue's events");
+            feed_table(None, false, "")
+        }
+    };
+    let control = if c.paused {
+        button(&shared, &format!("{here}/resume"), "resume", "")
+    } else {
+        button(&shared, &format!("{here}/pause"), "pause", "")
+    };
+    let body = format!(
+        "{notice}<h1>{n} <span class=\"badge paused\" data-paused{hidden}>paused</span> {control}</h1>{tabs}\
+         <table id=\"jobs\" data-state=\"{st}\"><thead><tr><th scope=\"col\">id</th><th scope=\"col\" class=\"num\">attempts</th>\
+         <th scope=\"col\" class=\"num\">failures</th><th scope=\"col\">{when_head}</th><th scope=\"col\">last error</th>\
+         <th scope=\"col\"></th></tr></thead><tbody>{rows}</tbody></table>{paging}{feed}",
+        notice = notice(q.done.as_deref()),
+        n = escape(&name),
+        hidden = if c.paused { "" } else { " hidden" },
+        st = state.as_str(),
+    );
+    let crumbs = format!(" / <a href=\"{here}\">{}</a>", escape(&name));
+    let live = format!("{up}events?queue={qs}");
+    Ok(html(
+        StatusCode::OK,
+        page(&shared.opts.title, &base, &crumbs, &live, &body),
+    ))
+}
+
+/// The queue page's feed of latest events; `jobs` is the URL prefix of
+/// the queue's job pages.
+fn feed_table(events: Option<&[FeedEvent]>, events_on: bool, jobs: &str) -> String {
+    let mut rows = String::new();
+    for ev in events.unwrap_or_default() {
+        rows.push_str(&feed_row(ev, jobs));
+    }
+    if rows.is_empty() {
+        let why = if events.is_none() {
+            "The queue's events could not be read."
+        } else if events_on {
+            "No events since the dashboard started watching this queue."
+        } else {
+            "Events are off for this queue (Queue::set_events)."
+        };
+        let _ = write!(
+            rows,
+            "<tr class=\"none\"><td colspan=\"5\" class=\"empty\">{why}</td></tr>"
+        );
+    }
+    format!(
+        "<h2>Latest events</h2><table id=\"feed\" data-jobs=\"{jobs}\"><thead><tr><th scope=\"col\">time</th>\
+         <th scope=\"col\">event</th><th scope=\"col\">job</th><th scope=\"col\" class=\"num\">attempt</th>\
+         <th scope=\"col\">error</th></tr></thead><tbody>{rows}</tbody></table>"
+    )
+}
+
+/// One event of the feed (dashboard.js builds the same row from the live
+/// stream).
+fn feed_row(ev: &FeedEvent, jobs: &str) -> String {
+    let job = match &ev.job_id {
+        Some(id) => format!("<a href=\"{jobs}{}\">{}</a>", segment(id), escape(id)),
+        None => String::new(),
+    };
+    format!(
+        "<tr data-event=\"{id}\"><td><time>{at}</time></td><td class=\"event\" data-kind=\"{kind}\">{kind}</td>\
+         <td>{job}</td><td class=\"num\">{attempt}</td><td class=\"err\">{err}</td></tr>",
+        id = escape(&ev.id),
+        at = time(ev.at_ms),
+        kind = escape(&ev.kind),
+        attempt = ev.attempt.map(|a| a.to_string()).unwrap_or_default(),
+        err = escape(&excerpt(ev.error.as_deref().unwrap_or(""), 120)),
+    )
+}

@@ -1,0 +1,290 @@
+//! The histories of a run indexed per job and attempt (by fencing token),
+//! with the figures the records alone give (faults, enqueues, reaps).
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+use super::Report;
+use crate::history::{Ev, Record};
+
+/// One attempt (token) of one job, as the histories saw it.
+#[derive(Debug, Default, Clone)]
+pub(super) struct Attempt {
+    pub(super) src: Option<String>,
+    /// (server_ms, deadline_ms) of the claim.
+    pub(super) claim: Option<(u64, u64)>,
+    /// The delivery number of the claim (1 for the first), when recorded.
+    pub(super) delivery: Option<u64>,
+    /// The job's lane, when it has one.
+    pub(super) lane: Option<String>,
+    pub(super) extends: Vec<u64>,
+    pub(super) lease_lost: Option<bool>,
+    pub(super) sent: Vec<String>,
+    /// (op, outcome, server_ms) of answered settlements.
+    pub(super) settled: Vec<(String, String, u64)>,
+    /// (op, lease_lost) of failed settlements.
+    pub(super) settle_failed: Vec<(String, bool)>,
+    pub(super) effect_begin: bool,
+    pub(super) effect_done: bool,
+    pub(super) effect_unknown: bool,
+    pub(super) handler: Option<String>,
+}
+
+impl Attempt {
+    pub(super) fn last_deadline(&self) -> Option<u64> {
+        let c = self.claim?.1;
+        Some(self.extends.iter().copied().fold(c, u64::max))
+    }
+    pub(super) fn applied(&self, op: &str) -> bool {
+        self.settled
+            .iter()
+            .any(|(o, out, _)| o == op && out != "already_settled")
+    }
+    /// The attempt handed the job back itself (retry or release), or may have.
+    pub(super) fn settled_back(&self) -> bool {
+        self.sent.iter().any(|o| o == "retry" || o == "release")
+    }
+    pub(super) fn attempts_already_settled_complete(&self) -> bool {
+        self.settled
+            .iter()
+            .any(|(op, out, _)| op == "complete" && out == "already_settled")
+            && !self.applied("complete")
+    }
+}
+
+#[derive(Debug, Default)]
+pub(super) struct JobHist {
+    pub(super) invoked: bool,
+    pub(super) attempts: BTreeMap<u64, Attempt>,
+    /// (server_ms, stalls, failed)
+    pub(super) reaps: Vec<(u64, u64, bool)>,
+}
+
+/// What the histories say, as the checks read it.
+pub(super) struct Histories<'a> {
+    /// Each process's lease (ms), from its start record.
+    pub(super) lease_of: HashMap<&'a str, u64>,
+    /// A worker ran the guarded effect (I8 is checked).
+    pub(super) guarded_on: bool,
+    /// Processes the driver SIGKILLed.
+    pub(super) killed: BTreeSet<&'a str>,
+    /// Processes the driver SIGSTOPped (their wall time stops: not in I11).
+    pub(super) paused: BTreeSet<&'a str>,
+    pub(super) jobs: BTreeMap<&'a str, JobHist>,
+    /// (id, status, job) of every acknowledged enqueue.
+    pub(super) acked: Vec<(&'a str, &'a str, &'a str)>,
+    /// The dedup id each enqueue was invoked with.
+    pub(super) invoked_dedup: HashMap<&'a str, &'a str>,
+    /// Reaper passes whose outcome is unknown.
+    pub(super) reap_unknown: usize,
+    pub(super) reaper_killed: bool,
+    /// (what, ms) of enqueues and reaper passes, for I11.
+    pub(super) call_ms: Vec<(String, u64)>,
+    /// (src, what, ms) of settlements, from the first send to the answer.
+    pub(super) settle_durations: Vec<(&'a str, String, u64)>,
+    /// The shortest lease of any process (0: none).
+    pub(super) min_lease: u64,
+}
+
+impl<'a> Histories<'a> {
+    /// Indexes `records`, counting the faults, enqueues and reaps in `r`.
+    pub(super) fn read(records: &'a [Record], r: &mut Report) -> Histories<'a> {
+        let mut lease_of: HashMap<&str, u64> = HashMap::new();
+        let mut role_of: HashMap<&str, &str> = HashMap::new();
+        let mut guarded_on = false;
+        let mut killed: BTreeSet<&str> = BTreeSet::new();
+        let mut paused: BTreeSet<&str> = BTreeSet::new();
+        let mut jobs: BTreeMap<&str, JobHist> = BTreeMap::new();
+        let mut acked: Vec<(&str, &str, &str)> = Vec::new(); // (id, status, job)
+        let mut invoked_dedup: HashMap<&str, &str> = HashMap::new();
+        let mut reap_unknown = 0usize;
+        let mut reaper_killed = false;
+        let mut call_ms: Vec<(String, u64)> = Vec::new();
+        // (src, id, token, op) → t of the first send, for I11
+        let mut settle_started: HashMap<(&str, &str, u64, &str), u64> = HashMap::new();
+        let mut settle_durations: Vec<(&str, String, u64)> = Vec::new();
+
+        for rec in records {
+            let src = rec.src.as_str();
+            match &rec.ev {
+                Ev::Start {
+                    role,
+                    lease_ms,
+                    guarded,
+                    ..
+                } => {
+                    role_of.insert(src, role);
+                    if *lease_ms > 0 {
+                        lease_of.insert(src, *lease_ms);
+                    }
+                    guarded_on |= *guarded;
+                }
+                Ev::Fault { kind, target, .. } => match kind.as_str() {
+                    "kill_worker" => {
+                        r.worker_kills += 1;
+                        killed.insert(target);
+                    }
+                    "stop_worker" => {
+                        r.worker_pauses += 1;
+                        paused.insert(target);
+                    }
+                    "term_worker" => r.graceful_stops += 1,
+                    "kill_server" => r.server_kills += 1,
+                    "restart_server" => r.server_restarts += 1,
+                    "torn_aof_tail" => r.torn_tails += 1,
+                    "clock_step" => r.clock_steps += 1,
+                    "partition" => r.partitions += 1,
+                    "drop_connections" | "client_kill" | "cut_ack" => r.connection_drops += 1,
+                    "script_flush" => r.script_flushes += 1,
+                    _ => {}
+                },
+                Ev::EnqueueInvoke { id, dedup } => {
+                    jobs.entry(id).or_default().invoked = true;
+                    if let Some(d) = dedup {
+                        invoked_dedup.insert(id, d);
+                    }
+                }
+                Ev::EnqueueOk { id, status, job, ms } => {
+                    r.enqueues_acked += 1;
+                    acked.push((id, status, job));
+                    call_ms.push((format!("enqueue {id}"), *ms));
+                }
+                Ev::EnqueueFail { id, definite, ms, .. } => {
+                    if !definite {
+                        r.enqueues_unknown += 1;
+                    }
+                    call_ms.push((format!("enqueue {id} (failed)"), *ms));
+                }
+                Ev::Claimed {
+                    id,
+                    token,
+                    attempt,
+                    deadline_ms,
+                    server_ms,
+                    lane,
+                } => {
+                    let a = jobs.entry(id).or_default().attempts.entry(*token).or_default();
+                    a.src = Some(src.to_owned());
+                    a.claim = Some((*server_ms, *deadline_ms));
+                    a.delivery = (*attempt > 0).then_some(*attempt);
+                    a.lane = lane.clone();
+                }
+                Ev::Extended { id, token, deadline_ms } => {
+                    let a = jobs.entry(id).or_default().attempts.entry(*token).or_default();
+                    a.extends.push(*deadline_ms);
+                }
+                Ev::LeaseLost { id, token, confirmed } => {
+                    if *confirmed {
+                        r.stale_heartbeats_rejected += 1;
+                    }
+                    let a = jobs.entry(id).or_default().attempts.entry(*token).or_default();
+                    a.lease_lost = Some(*confirmed);
+                }
+                Ev::HandlerDone { id, token, result } => {
+                    let a = jobs.entry(id).or_default().attempts.entry(*token).or_default();
+                    a.handler = Some(result.clone());
+                }
+                Ev::SettleSent { id, token, op } => {
+                    let a = jobs.entry(id).or_default().attempts.entry(*token).or_default();
+                    a.sent.push(op.clone());
+                    settle_started.entry((src, id, *token, op)).or_insert(rec.t);
+                }
+                Ev::Settled {
+                    id,
+                    token,
+                    op,
+                    outcome,
+                    server_ms,
+                } => {
+                    if outcome == "already_settled" {
+                        r.already_settled += 1;
+                    }
+                    let a = jobs.entry(id).or_default().attempts.entry(*token).or_default();
+                    a.settled.push((op.clone(), outcome.clone(), *server_ms));
+                    if let Some(t0) = settle_started.remove(&(src, id, *token, op)) {
+                        settle_durations.push((src, format!("{op} {id}/{token}"), rec.t.saturating_sub(t0)));
+                    }
+                }
+                Ev::SettleFailed {
+                    id,
+                    token,
+                    op,
+                    lease_lost,
+                    ..
+                } => {
+                    if *lease_lost {
+                        r.stale_settles_rejected += 1;
+                    }
+                    let a = jobs.entry(id).or_default().attempts.entry(*token).or_default();
+                    a.settle_failed.push((op.clone(), *lease_lost));
+                    if let Some(t0) = settle_started.remove(&(src, id, *token, op)) {
+                        settle_durations.push((src, format!("{op} {id}/{token} (failed)"), rec.t.saturating_sub(t0)));
+                    }
+                }
+                Ev::EffectBegin { id, token } => {
+                    jobs.entry(id)
+                        .or_default()
+                        .attempts
+                        .entry(*token)
+                        .or_default()
+                        .effect_begin = true;
+                }
+                Ev::EffectDone { id, token, .. } => {
+                    jobs.entry(id)
+                        .or_default()
+                        .attempts
+                        .entry(*token)
+                        .or_default()
+                        .effect_done = true;
+                }
+                Ev::EffectUnknown { id, token, .. } => {
+                    jobs.entry(id)
+                        .or_default()
+                        .attempts
+                        .entry(*token)
+                        .or_default()
+                        .effect_unknown = true;
+                }
+                Ev::Reap {
+                    server_ms,
+                    requeued,
+                    failed,
+                    ms,
+                } => {
+                    r.reaps += 1;
+                    call_ms.push(("reap".into(), *ms));
+                    for (id, stalls) in requeued {
+                        jobs.entry(id).or_default().reaps.push((*server_ms, *stalls, false));
+                    }
+                    for (id, stalls) in failed {
+                        jobs.entry(id).or_default().reaps.push((*server_ms, *stalls, true));
+                    }
+                }
+                Ev::ReapFailed { ms, .. } => {
+                    reap_unknown += 1;
+                    call_ms.push(("reap (failed)".into(), *ms));
+                }
+                Ev::Stop { .. } | Ev::Guarded { .. } | Ev::PausedAt { .. } => {}
+            }
+        }
+        for k in &killed {
+            if role_of.get(k) == Some(&"reaper") {
+                reaper_killed = true;
+            }
+        }
+        let min_lease = lease_of.values().copied().min().unwrap_or(0);
+        Histories {
+            lease_of,
+            guarded_on,
+            killed,
+            paused,
+            jobs,
+            acked,
+            invoked_dedup,
+            reap_unknown,
+            reaper_killed,
+            call_ms,
+            settle_durations,
+            min_lease,
+        }
+    }
+}

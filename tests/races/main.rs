@@ -1,0 +1,10 @@
+//! Operator calls racing live traffic against a real server: pause across
+//! two OS processes, obliterate under load, retention by age over 100,000
+//! jobs, and listing while jobs move.
+
+#[path = "../common/mod.rs"]
+mod common;
+mod obliterate;
+mod pause;
+mod retention;
+mod walks;
