@@ -40,40 +40,69 @@
 //! - **Exactly-once effects, not delivery**: a crash between effect and acknowledgement runs
 //!   the job again; [`effect`] makes the effect happen once.
 //!
+//! # Layers
+//!
+//! Each module sits in one layer and uses only its own layer and those
+//! below (`tests/layers` fails the build on an import that runs up, or on
+//! any cycle between modules):
+//!
+//! ```text
+//!  client                         Client: the link and the maintenance task, wired at the top
+//!  testing  server                test support: inline drains, private servers
+//!  worker  kinds  handlers  effect  Consumer/Worker, Job<T>, handler adapters, exactly-once tools
+//!  maintenance                    services: reaper, sweep, looks, clock watch, scheduling passes
+//!  admin  lanes  throttle  events  schedule  partition  health  metrics    features over Queue
+//!  queue                          Queue: enqueue, claim/settle, inspect (a link + an Upkeep trait)
+//!  store                          one file per script: the only code that knows KEYS, ARGV, codes
+//!  conn  durability  acl          the Link: one server | Sentinel | Cluster, TLS, WAIT
+//!  otel                           trace context carried with a job (a sink, no I/O)
+//!  limits  job  lease             plain data: a job's limits, the job as data, the lease
+//!  error  validate  keys          foundations: the one error, the one place for validation, key naming
+//! ```
+//!
+//! A job's data flows down and back up this stack: `Queue::enqueue` →
+//! `store::enqueue` → `lua/enqueue.lua`; a worker's claim and settle go
+//! through `store::claim` and `store::settle`; the maintenance task reaps,
+//! sweeps and schedules through the store too. `ARCHITECTURE.md` in the
+//! repository walks through it and says how to add a script or a feature.
+//!
 //! # Modules
 //!
-//! - [`acl`]: the least-privilege ACL of an echomq user.
-//! - [`admin`]: operating a queue (pause and resume; the home of the
-//!   operator calls), lanes, and the global cap and rate limits.
 //! - [`client`]: the [`Client`]: connections and maintenance shared by the
 //!   queues of a process.
 //! - [`queue`]: the [`Queue`] handle: enqueue, inspect, and the low-level
 //!   claim/settle calls for people who write their own loop.
-//! - [`worker`]: the [`Consumer`]: claims, runs a handler per job with
-//!   heartbeats, settles with the fencing token; [`HandlerError`] says what
-//!   happens to a job whose handler fails. A [`Worker`] serves many queues
-//!   with one pool and one wake-up (a consumer is a one-queue worker).
+//! - [`worker`]: [`Consumer`] and [`Worker`]: claim, run a handler per job
+//!   with heartbeats, settle with the fencing token; [`HandlerError`] says
+//!   what happens to a job whose handler fails; the handler's [`Job`].
 //! - [`kinds`]: several kinds of job on one queue: [`JobKind`] and the
 //!   [`Kinds`] router that runs each job with its kind's handler.
 //! - [`handlers`]: handlers beyond closures: [`with_state`] (application
 //!   state without globals) and, with feature `tower`, tower services.
+//! - [`job`]: jobs as data: enqueue options, a job's record, counts.
 //! - [`lease`]: the [`Lease`], the handle of a claimed job.
 //! - [`limits`]: a job's limits (attempts, stalls, backoff), fixed at enqueue.
+//! - [`admin`]: operating a queue: pause and resume, list, retry, remove,
+//!   cancel, promote, drain, obliterate; finding the queues on a server.
+//! - [`lanes`]: a queue shared fairly between tenants, with caps and weights per lane.
+//! - [`throttle`]: the global cap and the rate limits of a queue and its lanes.
 //! - [`effect`]: exactly-once effects on at-least-once delivery: idempotency
 //!   keys, effect markers and atomic completion.
 //! - [`maintenance`]: the [`Reaper`], the consistency sweep, and the
 //!   maintenance task that also runs the scheduling passes.
 //! - [`schedule`] (feature `cron`, on by default): leaderless cron
 //!   schedules stored in the server, one job per tick.
+//! - [`partition`]: one logical queue spread over several, for a cluster.
+//! - [`events`]: lifecycle events, one capped stream per queue written by
+//!   the transitions themselves, read from any process with an [`EventReader`].
 //! - `metrics` (feature `metrics`): counters, histograms and gauges through
 //!   the `metrics` facade.
 //! - `otel` (feature `otel`): a job runs in the OpenTelemetry trace of the
 //!   request that enqueued it.
 //! - [`health`]: the server self-check.
-//! - [`job`]: what a job looks like to producers, handlers and inspectors.
+//! - [`durability`]: waiting for replicas or the disk after a write.
+//! - [`acl`]: the least-privilege ACL of an echomq user.
 //! - [`keys`]: key naming (the `{queue}` hash tag).
-//! - [`events`]: lifecycle events, one capped stream per queue written by
-//!   the transitions themselves, read from any process with an [`EventReader`].
 //! - [`error`]: the one [`Error`] type.
 //! - [`testing`]: run a queue's jobs inline in a test, and see what was enqueued.
 //! - `server` (feature `local-server`): a private `valkey-server` for tests.

@@ -45,8 +45,8 @@ impl Scheduler {
     }
 
     /// Runs passes until `shutdown` resolves; a failed pass is logged and
-    /// tried again after [`RETRY_PAUSE`](super::RETRY_PAUSE)(super::RETRY_PAUSE). Each pass is the one a client's
-    /// maintenance task runs ([`maintain`]), paced alike.
+    /// tried again after [`RETRY_PAUSE`](super::RETRY_PAUSE). Each pass is the one a client's
+    /// maintenance task runs, paced alike.
     pub async fn run(self, shutdown: impl Future<Output = ()>) {
         tokio::pin!(shutdown);
         loop {

@@ -26,27 +26,42 @@ use parse::{Arrow, Root, arrows_of};
 
 /// The layers, lowest first: a module may use modules of its own layer or
 /// of a lower one, never of a higher one. Every top-level module of `src/`
-/// must be named. Today's names placed after the 0.3 sketch in
-/// STYLE.md; the lead fills in the real table when the layers land.
+/// must be named. The crate docs (`src/lib.rs`, "Layers") and
+/// ARCHITECTURE.md draw the same table.
 const LAYERS: &[&[&str]] = &[
-    // Leaves: errors, settings, key naming, the negative controls' switch.
-    &["error", "settings", "keys", "faults"],
-    // Plain data, no I/O: the job record, enqueue options, retry budget, lease.
-    &["job", "lease", "limits", "durability"],
-    // The connection.
-    &["conn"],
+    // Foundations: the error type, the validation rules, key naming, the
+    // negative controls' switch, and the guide (text only).
+    &["error", "validate", "keys", "faults", "guide"],
+    // Plain data, no I/O: a job's limits, the job as data, the lease.
+    &["limits", "job", "lease"],
+    // Trace context carried with a job (feature `otel`): a sink, no I/O.
+    &["otel"],
+    // The connection: single server, Sentinel, Cluster, TLS, durability
+    // confirmations, the ACL an echomq user needs.
+    &["conn", "durability", "acl"],
     // The store: the only code that knows KEYS, ARGV and reply codes.
-    &["scripts"],
+    &["store"],
+    // Queue: enqueue, claim/settle, inspect, over a link and an upkeep trait.
     &["queue"],
     // Features over Queue.
-    &["admin", "events", "effect", "schedule", "partition", "health", "acl"],
+    &[
+        "admin",
+        "lanes",
+        "throttle",
+        "events",
+        "schedule",
+        "partition",
+        "health",
+        "metrics",
+    ],
+    // Maintenance services: reaper, sweep, looks, clock watch, scheduling passes.
     &["maintenance"],
-    // The worker.
-    &["consumer", "handlers", "kinds"],
-    // Observability.
-    &["metrics", "otel"],
-    // The top: the client, and the helpers for tests (nothing below uses them).
-    &["client", "testing", "server"],
+    // The worker, handler adapters and kinds, and the handler-side effect tools.
+    &["worker", "handlers", "kinds", "effect"],
+    // Test support: inline drains, private servers.
+    &["testing", "server"],
+    // The top: the client wires the link and maintenance together.
+    &["client"],
 ];
 
 /// The module path of a file below `src/`: `a/b.rs` and `a/b/mod.rs` are
@@ -116,7 +131,6 @@ fn the_crate() -> (Graph, BTreeSet<String>) {
 
 // No cycle between the crate's top-level modules (issue 23's layers).
 #[test]
-#[ignore = "enabled when the 0.3 layers land (issue 23)"]
 fn crate_has_no_import_cycle() {
     let (g, _) = the_crate();
     let report = cycle_report(&g);
@@ -125,7 +139,6 @@ fn crate_has_no_import_cycle() {
 
 // Every top-level module is in LAYERS, and none uses a module of a higher layer.
 #[test]
-#[ignore = "enabled when the 0.3 layers land (issue 23)"]
 fn layers_are_obeyed() {
     let (g, modules) = the_crate();
     let report = layer_report(&g, &modules, LAYERS);
