@@ -1,101 +1,11 @@
-//! Lifecycle events: what happened to a queue's jobs, in order, from any
-//! process.
-//!
-//! Every state transition appends an event to the queue's capped stream
-//! (`PREFIX:{Q}:events`) inside the same script that makes the transition,
-//! so the events never disagree with the state: an event is there exactly
-//! when its transition happened. The stream id is the server's time of the
-//! transition. Consecutive events of one kind made by one script call (a
-//! claim or settlement of many jobs, a bulk enqueue) share one stream
-//! entry of up to 64 events, which costs the server one write instead of
-//! one per job; a reader hands them out one by one, each with an id of its
-//! own ([`QueueEvent::id`]). [`Queue::events`] opens an [`EventReader`] that reads them
-//! from a given point ([`EventCursor`]) on a connection of its own, and
-//! waits for new ones.
-//!
-//! Whether a queue records events, and how many it keeps (the stream is
-//! trimmed to about [`EventSettings::max_len`] entries), are stored on the
-//! server, in the queue's meta hash, so every process honours them:
-//! [`Queue::set_events`]. The cap counts events: each write trims the
-//! stream to about `max_len` divided by the events in that entry. Events are on by default
-//! ([`DEFAULT_EVENTS_MAX_LEN`] kept).
-//!
-//! A reader that falls more than the cap behind loses events; it says so
-//! once with [`Error::EventsTrimmed`] and reads on from the oldest event
-//! left.
+//! What a reader hands out: [`QueueEvent`]s of an [`EventKind`], read from
+//! an [`EventCursor`], and how a stream entry becomes events.
 
-use std::collections::VecDeque;
 use std::fmt;
-use std::time::Duration;
 
 use redis::Value;
 
-use crate::conn::Dedicated;
 use crate::error::{Error, Result};
-use crate::queue::Queue;
-
-/// How many events the stream keeps by default (about: trimming is
-/// approximate, whole blocks at a time, so it stays cheap).
-pub const DEFAULT_EVENTS_MAX_LEN: u64 = 10_000;
-
-/// The largest cap accepted.
-pub const MAX_EVENTS_MAX_LEN: u64 = 100_000_000;
-
-/// The longest error or progress text an event carries, in bytes (the
-/// job's record keeps the whole of it).
-pub const EVENT_TEXT_MAX_BYTES: usize = 512;
-
-/// How many events a reader fetches per round trip.
-const BATCH: usize = 100;
-
-/// How long one blocking wait lasts before it is made again (bounds the
-/// time a silently dead connection goes unnoticed).
-const BLOCK: Duration = Duration::from_secs(5);
-
-/// A queue's event settings, stored on the server ([`Queue::set_events`]).
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct EventSettings {
-    enabled: bool,
-    max_len: u64,
-}
-
-impl Default for EventSettings {
-    fn default() -> Self {
-        EventSettings {
-            enabled: true,
-            max_len: DEFAULT_EVENTS_MAX_LEN,
-        }
-    }
-}
-
-impl EventSettings {
-    /// Whether transitions append events (default true). Off, no script
-    /// writes to the stream; what it holds stays until trimmed or deleted.
-    #[must_use]
-    pub fn enabled(mut self, on: bool) -> Self {
-        self.enabled = on;
-        self
-    }
-
-    /// About how many events the stream keeps (default
-    /// [`DEFAULT_EVENTS_MAX_LEN`], 1 to [`MAX_EVENTS_MAX_LEN`]).
-    #[must_use]
-    pub fn max_len(mut self, n: u64) -> Self {
-        self.max_len = n;
-        self
-    }
-
-    /// Whether events are on.
-    pub fn is_enabled(&self) -> bool {
-        self.enabled
-    }
-
-    /// The stream's cap.
-    pub fn cap(&self) -> u64 {
-        self.max_len
-    }
-}
 
 /// Where an [`EventReader`] starts.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -145,7 +55,7 @@ impl EventCursor {
 /// An event id as numbers: the stream entry's `MS-SEQ` (or `MS`), and for
 /// an event of an entry that holds several, its place in the entry
 /// (`MS-SEQ.I`).
-fn parse_id(s: &str) -> Option<(u64, u64, Option<usize>)> {
+pub(super) fn parse_id(s: &str) -> Option<(u64, u64, Option<usize>)> {
     let (entry, index) = match s.split_once('.') {
         Some((e, i)) => (e, Some(i.parse().ok()?)),
         None => (s, None),
@@ -156,7 +66,7 @@ fn parse_id(s: &str) -> Option<(u64, u64, Option<usize>)> {
 
 /// The stream entry of event id `id` and the event's place in it (`None`:
 /// the whole entry, as for an entry of one event).
-fn split_id(id: &str) -> (&str, Option<usize>) {
+pub(super) fn split_id(id: &str) -> (&str, Option<usize>) {
     match id.split_once('.') {
         Some((entry, i)) => (entry, i.parse().ok()),
         None => (id, None),
@@ -334,139 +244,10 @@ impl QueueEvent {
     }
 }
 
-/// Reads a queue's lifecycle events in order, waiting for new ones, on a
-/// connection of its own ([`Queue::events`]). Any process may open any
-/// number of readers; reading changes nothing on the server.
-pub struct EventReader {
-    queue: Queue,
-    conn: Dedicated,
-    /// The id of the last event handed out ("0-0": none yet).
-    cursor: String,
-    /// Whether the cursor names an event the stream should still hold
-    /// (checked on each read, to notice trimming past it).
-    check: bool,
-    buf: VecDeque<QueueEvent>,
-}
-
-impl fmt::Debug for EventReader {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("EventReader")
-            .field("queue", &self.queue.name())
-            .field("cursor", &self.cursor)
-            .finish_non_exhaustive()
-    }
-}
-
-impl EventReader {
-    /// The id of the last event [`next`](Self::next) returned (or the
-    /// starting point): where a new reader resumes with
-    /// [`EventCursor::After`].
-    pub fn cursor(&self) -> &str {
-        &self.cursor
-    }
-
-    /// The next event, waiting as long as it takes for one.
-    ///
-    /// # Errors
-    /// [`Error::EventsTrimmed`] once when the stream was trimmed past the
-    /// reader (the next call goes on from the oldest event left); server
-    /// errors.
-    pub async fn next(&mut self) -> Result<QueueEvent> {
-        loop {
-            if let Some(ev) = self.next_within(BLOCK).await? {
-                return Ok(ev);
-            }
-        }
-    }
-
-    /// The next event, or `None` when none comes within `wait`.
-    ///
-    /// # Errors
-    /// As [`next`](Self::next).
-    pub async fn next_within(&mut self, wait: Duration) -> Result<Option<QueueEvent>> {
-        if let Some(ev) = self.pop() {
-            return Ok(Some(ev));
-        }
-        self.fetch().await?;
-        if let Some(ev) = self.pop() {
-            return Ok(Some(ev));
-        }
-        if wait.is_zero() {
-            return Ok(None);
-        }
-        // Wait for an entry after the cursor; XREAD's reply is dropped and
-        // the entries are read again with the trim check (fetch).
-        let ms = u64::try_from(wait.as_millis()).unwrap_or(u64::MAX).max(1);
-        let mut cmd = redis::cmd("XREAD");
-        cmd.arg("COUNT")
-            .arg(1)
-            .arg("BLOCK")
-            .arg(ms)
-            .arg("STREAMS")
-            .arg(&self.queue.keys().events)
-            .arg(split_id(&self.cursor).0);
-        let r = tokio::time::timeout(wait + Duration::from_secs(1), cmd.query_async::<Value>(&mut self.conn))
-            .await
-            .map_err(|_| Error::Timeout(wait))?
-            .map_err(Error::from_redis)?;
-        if matches!(r, Value::Nil) {
-            return Ok(None);
-        }
-        self.fetch().await?;
-        Ok(self.pop())
-    }
-
-    fn pop(&mut self) -> Option<QueueEvent> {
-        let ev = self.buf.pop_front()?;
-        self.cursor.clone_from(&ev.id);
-        self.check = true;
-        Some(ev)
-    }
-
-    /// Reads the next batch after the cursor, and (in the same
-    /// transaction) whether the cursor's own entry is still there: the
-    /// stream is trimmed oldest first, so when it is, nothing after it was
-    /// trimmed. After an event that is not its entry's last, the batch
-    /// starts with the rest of that entry.
-    async fn fetch(&mut self) -> Result<()> {
-        let key = &self.queue.keys().events;
-        let (entry, index) = split_id(&self.cursor);
-        let entry = entry.to_owned();
-        let from = match index {
-            Some(_) => entry.clone(),
-            None => format!("({entry}"),
-        };
-        let mut pipe = redis::pipe();
-        pipe.atomic();
-        pipe.cmd("XRANGE").arg(key).arg(&entry).arg(&entry);
-        pipe.cmd("XRANGE").arg(key).arg(from).arg("+").arg("COUNT").arg(BATCH);
-        let (own, batch): (Value, Value) = pipe.query_async(&mut self.conn).await.map_err(Error::from_redis)?;
-        let mut batch = entries(batch)?;
-        if let Some(last) = index {
-            batch.retain(|ev| match split_id(&ev.id) {
-                (e, Some(i)) if e == entry => i > last,
-                _ => true,
-            });
-        }
-        if self.check && entries(own)?.is_empty() {
-            // The cursor's event is gone: anything between it and the
-            // oldest event left may have been trimmed unread.
-            self.check = false;
-            let after = std::mem::replace(&mut self.cursor, "0-0".to_owned());
-            return Err(Error::EventsTrimmed {
-                queue: self.queue.name().to_owned(),
-                after,
-            });
-        }
-        self.buf.extend(batch);
-        Ok(())
-    }
-}
-
 /// The events of an XRANGE reply, in order: one per plain entry, and one
 /// per job of an entry that holds several (fields `e`, `n` and `j`, the
 /// JSON array of each job's flat field list; lua/common.lua `end_call`).
-fn entries(v: Value) -> Result<Vec<QueueEvent>> {
+pub(super) fn entries(v: Value) -> Result<Vec<QueueEvent>> {
     let bad = |detail: &str| Error::Protocol {
         script: "XRANGE",
         detail: detail.to_owned(),
@@ -521,122 +302,6 @@ fn entries(v: Value) -> Result<Vec<QueueEvent>> {
         }
     }
     Ok(out)
-}
-
-impl Queue {
-    /// Opens a reader of the queue's lifecycle events from `from`, on a
-    /// connection of its own (blocking reads must not hold up the shared
-    /// one).
-    ///
-    /// ```no_run
-    /// # async fn demo(queue: echomq::Queue) -> echomq::Result<()> {
-    /// use echomq::{EventCursor, EventKind};
-    /// let mut events = queue.events(EventCursor::Now).await?;
-    /// loop {
-    ///     let ev = events.next().await?;
-    ///     if ev.kind == EventKind::Failed {
-    ///         tracing::warn!(job = ?ev.job_id, error = ?ev.error, "job failed");
-    ///     }
-    /// }
-    /// # }
-    /// ```
-    ///
-    /// # Errors
-    /// Connection and server errors.
-    pub async fn events(&self, from: EventCursor) -> Result<EventReader> {
-        let mut conn = self.link().blocking_connection().await?;
-        let (cursor, check) = match from {
-            EventCursor::Start => ("0-0".to_owned(), false),
-            // Reads go on after the cursor (exclusive): the last id before `ms`.
-            EventCursor::Since(ms) => (format!("{}-{}", ms.saturating_sub(1), u64::MAX), false),
-            EventCursor::After(id) => {
-                if parse_id(&id).is_none() {
-                    return Err(EventCursor::parse(&id).unwrap_err());
-                }
-                (id, true)
-            }
-            EventCursor::Now => {
-                let last: Value = redis::cmd("XREVRANGE")
-                    .arg(&self.keys().events)
-                    .arg("+")
-                    .arg("-")
-                    .arg("COUNT")
-                    .arg(1)
-                    .query_async(&mut conn)
-                    .await
-                    .map_err(Error::from_redis)?;
-                match entries(last)?.pop() {
-                    Some(ev) => (ev.id, true),
-                    None => ("0-0".to_owned(), false),
-                }
-            }
-        };
-        Ok(EventReader {
-            queue: self.clone(),
-            conn,
-            cursor,
-            check,
-            buf: VecDeque::new(),
-        })
-    }
-
-    /// Turns the queue's events on or off and sets the stream's cap, for
-    /// every process (stored in the queue's meta hash; each script reads it
-    /// once per call, so the next transition honours it).
-    ///
-    /// ```no_run
-    /// # async fn demo(queue: echomq::Queue) -> echomq::Result<()> {
-    /// use echomq::EventSettings;
-    /// queue.set_events(&EventSettings::default().max_len(1_000)).await?;
-    /// queue.set_events(&EventSettings::default().enabled(false)).await?;
-    /// # Ok(()) }
-    /// ```
-    ///
-    /// # Errors
-    /// [`Error::InvalidOption`] for a cap of 0 or above
-    /// [`MAX_EVENTS_MAX_LEN`]; server errors.
-    pub async fn set_events(&self, settings: &EventSettings) -> Result<()> {
-        if settings.max_len == 0 || settings.max_len > MAX_EVENTS_MAX_LEN {
-            return Err(Error::InvalidOption {
-                name: "events max_len",
-                reason: format!("{} is not within 1..={MAX_EVENTS_MAX_LEN}", settings.max_len),
-            });
-        }
-        let meta = &self.keys().meta;
-        let mut pipe = redis::pipe();
-        pipe.atomic();
-        if settings.enabled {
-            pipe.cmd("HDEL").arg(meta).arg("evoff").ignore();
-        } else {
-            pipe.cmd("HSET").arg(meta).arg("evoff").arg("1").ignore();
-        }
-        if settings.max_len == DEFAULT_EVENTS_MAX_LEN {
-            pipe.cmd("HDEL").arg(meta).arg("evmax").ignore();
-        } else {
-            pipe.cmd("HSET").arg(meta).arg("evmax").arg(settings.max_len).ignore();
-        }
-        pipe.query_async::<()>(&mut self.conn())
-            .await
-            .map_err(Error::from_redis)
-    }
-
-    /// The queue's event settings, as stored.
-    ///
-    /// # Errors
-    /// Server errors.
-    pub async fn event_settings(&self) -> Result<EventSettings> {
-        let (off, max): (Option<String>, Option<u64>) = redis::cmd("HMGET")
-            .arg(&self.keys().meta)
-            .arg("evoff")
-            .arg("evmax")
-            .query_async(&mut self.conn())
-            .await
-            .map_err(Error::from_redis)?;
-        Ok(EventSettings {
-            enabled: off.is_none(),
-            max_len: max.unwrap_or(DEFAULT_EVENTS_MAX_LEN),
-        })
-    }
 }
 
 #[cfg(test)]
