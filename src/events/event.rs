@@ -7,7 +7,7 @@ use redis::Value;
 
 use crate::error::{Error, Result};
 
-/// Where an [`EventReader`] starts.
+/// Where an [`EventReader`](super::EventReader) starts.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum EventCursor {
@@ -22,7 +22,7 @@ pub enum EventCursor {
     After(String),
     /// The events the stream still holds from this server time on
     /// (milliseconds since the Unix epoch, as event ids carry it; see
-    /// [`Queue::server_time_ms`]). A start by time asks for whatever is
+    /// [`Queue::server_time_ms`](crate::Queue::server_time_ms)). A start by time asks for whatever is
     /// there, so no trimming is reported before the first event.
     Since(u64),
 }
@@ -202,11 +202,11 @@ pub struct QueueEvent {
     /// The job's kind (see [`Kinds`](crate::Kinds)).
     pub job_kind: Option<String>,
     /// The error of a failure, retry or cancel (at most
-    /// [`EVENT_TEXT_MAX_BYTES`]).
+    /// [`EVENT_TEXT_MAX_BYTES`](super::EVENT_TEXT_MAX_BYTES)).
     pub error: Option<String>,
     /// When a delayed job is due (server ms).
     pub due_ms: Option<u64>,
-    /// The progress reported (JSON, at most [`EVENT_TEXT_MAX_BYTES`]).
+    /// The progress reported (JSON, at most [`EVENT_TEXT_MAX_BYTES`](super::EVENT_TEXT_MAX_BYTES)).
     pub progress: Option<String>,
 }
 
