@@ -25,6 +25,7 @@ pub const MAX_KIND_BYTES: usize = 128;
 /// [`Worker::name`](crate::Worker::name)), in bytes.
 pub const MAX_HOLDER_BYTES: usize = 200;
 /// Longest schedule name accepted, in bytes.
+#[cfg(feature = "cron")]
 pub const MAX_SCHEDULE_NAME_BYTES: usize = 200;
 /// Longest effect name accepted ([`EffectMarker`](crate::EffectMarker)), in bytes.
 pub const MAX_EFFECT_NAME_BYTES: usize = 64;
@@ -128,6 +129,7 @@ pub(crate) fn kind(kind: &str) -> Result<()> {
 
 /// Checks a schedule name: 1 to [`MAX_SCHEDULE_NAME_BYTES`] bytes, no
 /// control characters.
+#[cfg(feature = "cron")]
 pub(crate) fn schedule_name(name: &str) -> Result<()> {
     match text(name, MAX_SCHEDULE_NAME_BYTES, "must be at most 200 bytes") {
         Some(reason) => Err(bad_id("schedule name", name, reason)),

@@ -23,6 +23,7 @@ pub(crate) trait Upkeep: Send + Sync + 'static {
     fn nudge(&self, base: &str);
     /// A schedule of the queue with key base `base` changed in this
     /// process: look at its schedules now.
+    #[cfg(feature = "cron")]
     fn nudge_schedules(&self, base: &str);
 }
 
