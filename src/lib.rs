@@ -120,6 +120,7 @@ pub mod schedule;
 #[cfg(feature = "local-server")]
 pub mod server;
 mod settings;
+mod settlement;
 mod store;
 pub mod testing;
 pub mod throttle;

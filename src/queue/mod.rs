@@ -22,12 +22,12 @@ pub(crate) use self::backing::{Backing, Upkeep, UpkeepGuard};
 pub use self::options::{
     DEFAULT_KEEP_COMPLETED, DEFAULT_KEEP_FAILED, DEFAULT_MAX_PAYLOAD_BYTES, MAX_PAYLOAD_LIMIT, QueueOptions, Retention,
 };
-pub(crate) use self::settle::encode_result;
 pub(crate) use self::settle::owned;
-pub use self::settle::{MAX_ERROR_BYTES, MAX_RESULT_BYTES, Outcome, Settle, SettleOp, Settled};
 use crate::conn::Conn;
 use crate::error::{Error, Result};
 use crate::keys::Keys;
+pub(crate) use crate::settlement::encode_result;
+pub use crate::settlement::{MAX_ERROR_BYTES, MAX_RESULT_BYTES, Outcome, Settle, SettleOp, Settled};
 use crate::store::SCRIPTS;
 
 /// The layout version this crate writes into `emq:{Q}:meta`. Version 2

@@ -9,211 +9,47 @@ use crate::error::{Error, Result, truncate};
 use crate::job::{delay_ms, millis};
 use crate::lease::Lease;
 use crate::limits::Limits;
+use crate::settlement::{MAX_ERROR_BYTES, MAX_RESULT_BYTES, Outcome, Settle, Settled, encode_result};
 use crate::store::{Code, Reply, SCRIPTS};
 
-/// Longest error text or failure reason stored with a job, in bytes;
-/// longer ones are cut (at a character boundary) and say how long they were.
-pub const MAX_ERROR_BYTES: usize = 4_096;
-
-/// Largest result kept with a completed job, encoded as JSON: 1 MiB.
-pub const MAX_RESULT_BYTES: usize = 1 << 20;
-
-/// What a settlement did.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum Outcome {
-    /// `complete`: the job is completed.
-    Completed,
-    /// `retry`: the job will run again, at once (`due_ms` `None`) or at `due_ms` (server ms).
-    Retrying {
-        /// When it becomes due, if delayed.
-        due_ms: Option<u64>,
-    },
-    /// `fail`, or `retry` at the job's `max_attempts`: the job failed for good.
-    Failed,
-    /// `release`: the job is pending again.
-    Released,
-    /// `snooze`: the job runs again at `due_ms` (or at once when `None`),
-    /// its failures unchanged.
-    Snoozed {
-        /// When it becomes due, if delayed.
-        due_ms: Option<u64>,
-    },
-    /// The job ended cancelled: [`Settle::Cancel`], or any settlement but
-    /// a complete of a job an operator asked to cancel
-    /// ([`Queue::cancel`]).
-    Cancelled,
-    /// This settlement already happened with this token (the first reply
-    /// was lost and the call was sent again); nothing changed now.
-    AlreadySettled,
-}
-
-/// The kind of a settlement, for events and logs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum SettleOp {
-    /// [`Queue::complete`].
-    Complete,
-    /// [`Queue::retry`].
-    Retry,
-    /// [`Queue::fail`].
-    Fail,
-    /// [`Queue::release`].
-    Release,
-    /// [`Queue::snooze`].
-    Snooze,
-    /// [`Settle::Cancel`].
-    Cancel,
-    /// [`Queue::rate_limited`].
-    RateLimited,
-}
-
-impl SettleOp {
-    /// The operation's name: complete, retry, fail, release, snooze,
-    /// cancel or rate_limited.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            SettleOp::Complete => "complete",
-            SettleOp::Retry => "retry",
-            SettleOp::Fail => "fail",
-            SettleOp::Release => "release",
-            SettleOp::Snooze => "snooze",
-            SettleOp::Cancel => "cancel",
-            SettleOp::RateLimited => "rate_limited",
-        }
-    }
-}
-
-impl std::fmt::Display for SettleOp {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-/// One settlement of a batch sent with [`Queue::settle_many`].
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum Settle {
-    /// As [`Queue::complete`].
-    Complete,
-    /// As [`Queue::complete_with_result`]: completes the job and keeps
-    /// `result` (JSON text, at most [`MAX_RESULT_BYTES`]) with it.
-    Return {
-        /// The result, as JSON text.
-        result: String,
-    },
-    /// As [`Queue::retry`].
-    Retry {
-        /// Delay before the next attempt; `None`: the job's backoff.
-        delay: Option<Duration>,
-        /// The error text to record.
-        error: String,
-    },
-    /// As [`Queue::fail`].
-    Fail {
-        /// The reason to record.
-        reason: String,
-    },
-    /// As [`Queue::release`].
-    Release,
-    /// As [`Queue::snooze`].
-    Snooze {
-        /// How long until the job is due again.
-        delay: Duration,
-    },
-    /// Ends the job cancelled (its attempt gave up on an operator's cancel
-    /// request, say): it does not run again.
-    Cancel {
-        /// The reason to record ("cancelled" when empty).
-        reason: String,
-    },
-    /// As [`Queue::rate_limited`].
-    RateLimited {
-        /// How long until the job is due again, and until its lane (or
-        /// the queue) gives jobs again.
-        retry_after: Duration,
-    },
-}
-
-impl Settle {
-    /// The kind of settlement.
-    pub fn op(&self) -> SettleOp {
-        match self {
-            Settle::Complete | Settle::Return { .. } => SettleOp::Complete,
-            Settle::Retry { .. } => SettleOp::Retry,
-            Settle::Fail { .. } => SettleOp::Fail,
-            Settle::Release => SettleOp::Release,
-            Settle::Snooze { .. } => SettleOp::Snooze,
-            Settle::Cancel { .. } => SettleOp::Cancel,
-            Settle::RateLimited { .. } => SettleOp::RateLimited,
-        }
-    }
-
-    /// The script's op letter, delay and text for this item, or why it
-    /// cannot be sent.
-    fn encode(&self) -> Result<(&'static str, String, String)> {
-        Ok(match self {
-            Settle::Complete => ("c", "0".into(), String::new()),
-            Settle::Return { result } => {
-                if result.len() > MAX_RESULT_BYTES {
-                    return Err(Error::PayloadTooLarge {
-                        size: result.len(),
-                        limit: MAX_RESULT_BYTES,
-                    });
-                }
-                if serde_json::from_str::<serde::de::IgnoredAny>(result).is_err() {
-                    return Err(Error::InvalidOption {
-                        name: "result",
-                        reason: "is not JSON text".into(),
-                    });
-                }
-                ("c", "0".into(), result.clone())
+/// The script's op letter, delay and text for this item, or why it
+/// cannot be sent.
+fn encode(op: &Settle) -> Result<(&'static str, String, String)> {
+    Ok(match op {
+        Settle::Complete => ("c", "0".into(), String::new()),
+        Settle::Return { result } => {
+            if result.len() > MAX_RESULT_BYTES {
+                return Err(Error::PayloadTooLarge {
+                    size: result.len(),
+                    limit: MAX_RESULT_BYTES,
+                });
             }
-            Settle::Retry { delay, error } => (
-                "r",
-                match delay {
-                    Some(d) => delay_ms("retry delay", *d)?.to_string(),
-                    None => String::new(),
-                },
-                truncate(error, MAX_ERROR_BYTES),
-            ),
-            Settle::Fail { reason } => ("f", "0".into(), truncate(reason, MAX_ERROR_BYTES)),
-            Settle::Release => ("l", "0".into(), String::new()),
-            Settle::Snooze { delay } => ("s", delay_ms("snooze delay", *delay)?.to_string(), String::new()),
-            Settle::Cancel { reason } => ("x", "0".into(), truncate(reason, MAX_ERROR_BYTES)),
-            Settle::RateLimited { retry_after } => (
-                "h",
-                delay_ms("rate limited retry_after", *retry_after)?.to_string(),
-                String::new(),
-            ),
-        })
-    }
-}
-
-/// The answer to a settlement: what happened and the server's clock then.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct Settled {
-    /// What happened.
-    pub outcome: Outcome,
-    /// The server's clock when the script ran (ms since the Unix epoch).
-    pub server_ms: u64,
-}
-
-/// A handler's result as JSON text to keep with its job: `None` for a
-/// value that encodes as `null` (such as `()`).
-pub(crate) fn encode_result<R: serde::Serialize + ?Sized>(result: &R) -> Result<Option<String>> {
-    let text = serde_json::to_string(result).map_err(Error::Encode)?;
-    if text == "null" {
-        return Ok(None);
-    }
-    if text.len() > MAX_RESULT_BYTES {
-        return Err(Error::PayloadTooLarge {
-            size: text.len(),
-            limit: MAX_RESULT_BYTES,
-        });
-    }
-    Ok(Some(text))
+            if serde_json::from_str::<serde::de::IgnoredAny>(result).is_err() {
+                return Err(Error::InvalidOption {
+                    name: "result",
+                    reason: "is not JSON text".into(),
+                });
+            }
+            ("c", "0".into(), result.clone())
+        }
+        Settle::Retry { delay, error } => (
+            "r",
+            match delay {
+                Some(d) => delay_ms("retry delay", *d)?.to_string(),
+                None => String::new(),
+            },
+            truncate(error, MAX_ERROR_BYTES),
+        ),
+        Settle::Fail { reason } => ("f", "0".into(), truncate(reason, MAX_ERROR_BYTES)),
+        Settle::Release => ("l", "0".into(), String::new()),
+        Settle::Snooze { delay } => ("s", delay_ms("snooze delay", *delay)?.to_string(), String::new()),
+        Settle::Cancel { reason } => ("x", "0".into(), truncate(reason, MAX_ERROR_BYTES)),
+        Settle::RateLimited { retry_after } => (
+            "h",
+            delay_ms("rate limited retry_after", *retry_after)?.to_string(),
+            String::new(),
+        ),
+    })
 }
 
 /// Reads claim's `deadline, wait, id, token, attempt, failures, limits, payload, lane, kind, created, traceparent, ...`
@@ -360,7 +196,7 @@ impl Queue {
     /// # Errors
     /// The outer error is a server or transport failure for the whole
     /// batch (safe to resend: applied items answer
-    /// [`Outcome::AlreadySettled`]). Inner errors are per item, and an
+    /// [`Outcome::AlreadySettled`](crate::Outcome::AlreadySettled)). Inner errors are per item, and an
     /// item that cannot be sent does not hold back the others:
     /// [`Error::LeaseLost`], [`Error::JobNotFound`], [`Error::WrongQueue`],
     /// [`Error::InvalidOption`] (a delay over
@@ -404,7 +240,7 @@ impl Queue {
             .iter()
             .map(|(l, op)| {
                 l.check_queue(self.base())?;
-                op.encode()
+                encode(op)
             })
             .collect();
         let sent = encoded.iter().filter(|e| e.is_ok()).count();
@@ -518,7 +354,7 @@ impl Queue {
     /// [`Error::LeaseLost`] if the lease expired and was reaped or a newer
     /// claim owns the job (nothing changes); [`Error::JobNotFound`];
     /// [`Error::WrongQueue`] for a lease of another queue; server errors
-    /// (safe to retry: a repeat answers [`Outcome::AlreadySettled`], even
+    /// (safe to retry: a repeat answers [`Outcome::AlreadySettled`](crate::Outcome::AlreadySettled), even
     /// after a later attempt has settled the job).
     pub async fn complete(&self, lease: &Lease) -> Result<Settled> {
         self.settle_one(lease, Settle::Complete).await
@@ -532,7 +368,7 @@ impl Queue {
     ///
     /// # Errors
     /// As [`complete`](Self::complete), and [`Error::Encode`] or
-    /// [`Error::PayloadTooLarge`] (over [`MAX_RESULT_BYTES`]) for a result
+    /// [`Error::PayloadTooLarge`] (over [`MAX_RESULT_BYTES`](super::MAX_RESULT_BYTES)) for a result
     /// that cannot be kept (nothing is settled then).
     pub async fn complete_with_result<R: serde::Serialize + ?Sized>(
         &self,
@@ -549,7 +385,7 @@ impl Queue {
     /// Settles a leased job whose attempt failed: counts a failure and
     /// schedules the job again after `delay` (`None`: after the job's
     /// backoff), or fails it for good once its failures reach its
-    /// `max_attempts`. `error` is stored, cut to [`MAX_ERROR_BYTES`].
+    /// `max_attempts`. `error` is stored, cut to [`MAX_ERROR_BYTES`](super::MAX_ERROR_BYTES).
     ///
     /// # Errors
     /// As [`complete`](Self::complete), and [`Error::InvalidOption`] for a
@@ -566,7 +402,7 @@ impl Queue {
     }
 
     /// Settles a leased job as failed for good, with `reason` (cut to
-    /// [`MAX_ERROR_BYTES`]).
+    /// [`MAX_ERROR_BYTES`](super::MAX_ERROR_BYTES)).
     ///
     /// # Errors
     /// As [`complete`](Self::complete).
@@ -605,7 +441,7 @@ impl Queue {
     /// until `retry_after` has passed on the server's clock: across every
     /// consumer in every process, as a remote API that answered "429, retry
     /// after X" would want. A later stop never shortens an earlier one.
-    /// The outcome reads [`Outcome::Snoozed`].
+    /// The outcome reads [`Outcome::Snoozed`](crate::Outcome::Snoozed).
     ///
     /// ```no_run
     /// # async fn demo(queue: echomq::Queue) -> echomq::Result<()> {
