@@ -12,7 +12,7 @@ use std::str::FromStr;
 use crate::error::{Error, Result};
 use crate::keys::validate_id;
 use crate::queue::{MAX_BATCH, Queue};
-use crate::store::{Reply, SCRIPTS};
+use crate::store::Reply;
 
 /// The largest weight a lane may have: the most jobs one turn gives.
 pub const MAX_LANE_WEIGHT: u32 = 1_000;
@@ -230,7 +230,7 @@ impl Queue {
         let k = self.keys();
         let mut cursor = String::new();
         loop {
-            let mut call = SCRIPTS.lane_config.call();
+            let mut call = crate::store::lane_config::SPEC.call();
             call.key(&k.lane_ring).key(key);
             call.arg(&k.base).arg(lane).arg(value).arg(&cursor).arg(LANE_STEP);
             let mut r = call.run(&mut self.conn()).await?;
@@ -244,7 +244,7 @@ impl Queue {
 
     async fn lanes_call(&self, cursor: &str, count: usize, names: &[&str]) -> Result<Reply> {
         let k = self.keys();
-        let mut call = SCRIPTS.lanes.call();
+        let mut call = crate::store::lanes::SPEC.call();
         call.key(&k.lane_ring)
             .key(&k.lane_held)
             .key(&k.lane_caps)

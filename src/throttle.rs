@@ -11,7 +11,7 @@ use std::time::Duration;
 use crate::error::{Error, Result};
 use crate::keys::validate_id;
 use crate::queue::Queue;
-use crate::store::{Reply, SCRIPTS};
+use crate::store::Reply;
 
 /// The largest global cap ([`Queue::set_max_active`]).
 pub const MAX_ACTIVE_CAP: u32 = 1_000_000;
@@ -130,7 +130,7 @@ pub struct LaneRate {
 impl Queue {
     async fn limits_call(&self, what: &str, lane: &str, value: &str) -> Result<Reply> {
         let k = self.keys();
-        let mut call = SCRIPTS.limits.call();
+        let mut call = crate::store::limits::SPEC.call();
         call.key(&k.limits).key(&k.lane_rates).key(&k.pending).key(&k.wake);
         call.arg(&k.base).arg(what).arg(lane).arg(value);
         call.run(&mut self.conn()).await

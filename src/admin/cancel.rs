@@ -5,7 +5,7 @@ use crate::error::{Error, Result};
 use crate::job::JobState;
 use crate::keys::validate_id;
 use crate::queue::Queue;
-use crate::store::{Code, SCRIPTS};
+use crate::store::Code;
 
 /// What [`Queue::cancel`] did to one job.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -67,7 +67,7 @@ impl Queue {
     pub async fn cancel_many(&self, ids: &[&str]) -> Result<Vec<(String, Result<Cancel>)>> {
         check_ids(ids)?;
         let k = self.keys();
-        let mut call = SCRIPTS.cancel.call();
+        let mut call = crate::store::cancel::SPEC.call();
         call.key(&k.pending).key(&k.delayed).key(&k.cancelled);
         call.arg(&k.base).arg(self.options().keep_failed.arg());
         for id in ids {

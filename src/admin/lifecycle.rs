@@ -4,7 +4,7 @@ use super::MAX_IDS;
 use crate::error::{Error, Result};
 use crate::keys::validate_id;
 use crate::queue::{MAX_BATCH, Queue};
-use crate::store::{Code, Reply, SCRIPTS};
+use crate::store::{Code, Reply};
 
 /// What [`Queue::retry_failed`] or [`Queue::remove`] did to one job.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -110,7 +110,7 @@ impl Queue {
     /// of set `from`, each in `state`, back to pending.
     async fn to_pending_call(&self, from: &str, state: &str, ids: &[&str]) -> Result<Reply> {
         let k = self.keys();
-        let mut call = SCRIPTS.to_pending.call();
+        let mut call = crate::store::to_pending::SPEC.call();
         call.key(from).key(&k.pending).key(&k.wake);
         call.arg(&k.base).arg(MAX_BATCH).arg(state);
         for id in ids {
@@ -187,7 +187,7 @@ impl Queue {
 
     async fn remove_call(&self, ids: &[&str]) -> Result<Reply> {
         let k = self.keys();
-        let mut call = SCRIPTS.remove.call();
+        let mut call = crate::store::remove::SPEC.call();
         call.key(&k.pending)
             .key(&k.delayed)
             .key(&k.completed)
@@ -238,7 +238,7 @@ impl Queue {
     /// done) and how many keys it deleted.
     async fn obliterate_step(&self, cursor: &str, count: usize, force: bool) -> Result<(String, u64)> {
         let k = self.keys();
-        let mut call = SCRIPTS.obliterate.call();
+        let mut call = crate::store::obliterate::SPEC.call();
         call.key(&k.active).key(&k.meta);
         for key in k.own() {
             if key != &k.active && key != &k.meta {

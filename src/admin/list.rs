@@ -7,7 +7,6 @@ use crate::error::{Error, Result};
 use crate::job::{JobInfo, JobState};
 use crate::queue::inspect::{HashFields, job_info};
 use crate::queue::{MAX_BATCH, Queue};
-use crate::store::SCRIPTS;
 
 /// Where a listing goes on from: the last job shown and its place in the
 /// state's order. Opaque; its text form (`Display`, `FromStr`) travels in
@@ -124,7 +123,7 @@ impl Queue {
     ) -> Result<Page> {
         crate::settings::count("list limit", limit, 1, MAX_BATCH)?;
         let k = self.keys();
-        let mut call = SCRIPTS.list.call();
+        let mut call = crate::store::list::SPEC.call();
         call.key(set).arg(order).arg(limit);
         match after {
             Some(c) => call.arg(&c.score).arg(&c.id),

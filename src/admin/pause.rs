@@ -2,7 +2,6 @@
 
 use crate::error::Result;
 use crate::queue::Queue;
-use crate::store::SCRIPTS;
 
 impl Queue {
     /// Pauses the queue: once this returns, no consumer in any process
@@ -46,7 +45,7 @@ impl Queue {
 
     async fn set_paused(&self, paused: bool) -> Result<u64> {
         let k = self.keys();
-        let mut call = SCRIPTS.pause.call();
+        let mut call = crate::store::pause::SPEC.call();
         call.key(&k.meta).key(&k.wake).arg(if paused { "1" } else { "0" });
         let mut r = call.run(&mut self.conn()).await?;
         r.uint()

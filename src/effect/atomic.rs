@@ -6,7 +6,7 @@ use crate::error::{Error, Result};
 use crate::keys::validate_id;
 use crate::lease::Lease;
 use crate::queue::{Outcome, Queue, Settled, owned};
-use crate::store::{Code, SCRIPTS};
+use crate::store::Code;
 
 /// One declared effect of atomic completion.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -233,7 +233,7 @@ impl Queue {
         effects.check(self)?;
         let k = self.keys();
         let mut targets: Vec<&str> = Vec::new();
-        let mut call = SCRIPTS.complete.call();
+        let mut call = crate::store::complete::SPEC.call();
         call.key(k.job(&lease.id)).key(&k.active).key(&k.completed);
         call.arg(&k.base)
             .arg(&lease.id)

@@ -10,7 +10,7 @@ use crate::job::millis;
 use crate::keys::validate_id;
 use crate::lease::Lease;
 use crate::queue::Queue;
-use crate::store::{Code, SCRIPTS};
+use crate::store::Code;
 use crate::worker::Job;
 
 /// How often [`EffectMarker::once`] sends a marker call again after a
@@ -220,7 +220,7 @@ impl EffectMarker {
     /// [`Error::JobNotFound`]; [`Error::Protocol`] when the marker key holds
     /// a value echomq did not write; server errors.
     pub async fn claim(&self) -> Result<MarkerState> {
-        let mut call = SCRIPTS.marker_claim.call();
+        let mut call = crate::store::marker_claim::SPEC.call();
         call.key(&self.job_key)
             .key(&self.key)
             .arg(self.token)
@@ -246,7 +246,7 @@ impl EffectMarker {
     /// another attempt finished it (nothing changed: the newer holder was
     /// told the effect may have happened); server errors (safe to retry).
     pub async fn done(&self) -> Result<()> {
-        let mut call = SCRIPTS.marker_done.call();
+        let mut call = crate::store::marker_done::SPEC.call();
         call.key(&self.key).arg(self.token).arg(self.ttl_ms()?);
         self.answer("marker_done", call).await
     }
@@ -261,7 +261,7 @@ impl EffectMarker {
     /// attempt finished the effect (a done marker is never given back);
     /// server errors (safe to retry).
     pub async fn abandon(&self) -> Result<()> {
-        let mut call = SCRIPTS.marker_abandon.call();
+        let mut call = crate::store::marker_abandon::SPEC.call();
         call.key(&self.key).arg(self.token);
         self.answer("marker_abandon", call).await
     }

@@ -21,7 +21,7 @@ use tracing::{debug, info, warn};
 use crate::error::Result;
 use crate::queue::{MAX_BATCH, Queue};
 use crate::settings;
-use crate::store::{Code, SCRIPTS};
+use crate::store::Code;
 
 /// Default time between reaper passes.
 pub const DEFAULT_REAP_INTERVAL: Duration = Duration::from_millis(500);
@@ -73,7 +73,7 @@ impl Queue {
             return self.reap_in_two_steps(limit).await;
         }
         let k = self.keys();
-        let mut call = SCRIPTS.reap.call();
+        let mut call = crate::store::reap::SPEC.call();
         call.key(&k.active)
             .key(&k.pending)
             .key(&k.delayed)

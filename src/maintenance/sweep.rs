@@ -19,7 +19,6 @@ use tracing::warn;
 
 use crate::error::{Error, Result};
 use crate::queue::Queue;
-use crate::store::SCRIPTS;
 
 /// What a consistency sweep found, from [`Queue::sweep`] (the whole sweep)
 /// or [`Queue::sweep_step`] (one step).
@@ -133,7 +132,7 @@ impl Queue {
     /// A call of `lua/sweep.lua` with the queue's keys it always takes.
     fn sweep_script(&self) -> crate::store::Call {
         let k = self.keys();
-        let mut call = SCRIPTS.sweep.call();
+        let mut call = crate::store::sweep::SPEC.call();
         call.key(&k.pending)
             .key(&k.active)
             .key(&k.delayed)

@@ -12,7 +12,7 @@ use crate::durability::{Durability, Shortfall};
 use crate::error::{Error, Result};
 use crate::job::{EnqueueOptions, EnqueueStatus, Enqueued, JobKind};
 use crate::keys::Keys;
-use crate::store::{Code, SCRIPTS};
+use crate::store::Code;
 
 /// Enqueue calls one queue keeps in flight while coalescing: few enough
 /// that concurrent enqueues pile up into batches, enough to hide a round trip.
@@ -142,7 +142,7 @@ async fn confirm(conn: &mut Conn, durability: Durability, stored: &[Enqueued]) -
 
 /// One enqueue script call for a batch of encoded jobs.
 async fn call_script(conn: &mut Conn, k: &Keys, jobs: &[&Encoded]) -> Result<Vec<Enqueued>> {
-    let mut call = SCRIPTS.enqueue.call();
+    let mut call = crate::store::enqueue::SPEC.call();
     call.key(&k.seq).key(&k.pending).key(&k.delayed).key(&k.wake);
     call.arg(&k.base).arg(jobs.len());
     for j in jobs {

@@ -28,7 +28,6 @@ use crate::error::{Error, Result};
 use crate::keys::Keys;
 pub(crate) use crate::settlement::encode_result;
 pub use crate::settlement::{MAX_ERROR_BYTES, MAX_RESULT_BYTES, Outcome, Settle, SettleOp, Settled};
-use crate::store::SCRIPTS;
 
 /// The layout version this crate writes into `emq:{Q}:meta`. Version 2
 /// (echomq 0.2) added queue-wide fencing tokens, per-job limits and the
@@ -144,7 +143,7 @@ impl Queue {
     /// the first script a queue runs, it also tells a user who may not run
     /// scripts ([`Error::NoPermission`]).
     async fn check_layout(&self) -> Result<()> {
-        let mut call = SCRIPTS.layout.call();
+        let mut call = crate::store::layout::SPEC.call();
         call.key(&self.inner.keys.meta).arg(LAYOUT_VERSION);
         let v: Value = call.run_raw(&mut self.conn()).await?;
         let found = match v {

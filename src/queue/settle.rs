@@ -10,7 +10,7 @@ use crate::job::{delay_ms, millis};
 use crate::lease::Lease;
 use crate::limits::Limits;
 use crate::settlement::{MAX_ERROR_BYTES, MAX_RESULT_BYTES, Outcome, Settle, Settled, encode_result};
-use crate::store::{Code, Reply, SCRIPTS};
+use crate::store::{Code, Reply};
 
 /// The script's op letter, delay and text for this item, or why it
 /// cannot be sent.
@@ -160,7 +160,7 @@ impl Queue {
         crate::settings::count("claim batch size", max, 1, MAX_BATCH)?;
         let lease_ms = lease_ms(lease)?;
         let k = self.keys();
-        let mut call = SCRIPTS.claim.call();
+        let mut call = crate::store::claim::SPEC.call();
         call.key(&k.pending)
             .key(&k.active)
             .key(&k.delayed)
@@ -245,7 +245,7 @@ impl Queue {
             .collect();
         let sent = encoded.iter().filter(|e| e.is_ok()).count();
         let k = self.keys();
-        let mut call = SCRIPTS.settle.call();
+        let mut call = crate::store::settle::SPEC.call();
         call.key(&k.active)
             .key(&k.pending)
             .key(&k.delayed)
@@ -480,7 +480,7 @@ impl Queue {
         lease.check_queue(self.base())?;
         let ms = lease_ms(duration)?;
         let k = self.keys();
-        let mut call = SCRIPTS.extend.call();
+        let mut call = crate::store::extend::SPEC.call();
         call.key(k.job(&lease.id))
             .key(&k.active)
             .arg(&lease.id)

@@ -12,7 +12,7 @@ use super::missed::{MAX_TICKS_PER_CALL, plan};
 use super::timing::Timing;
 use crate::error::{Error, Result};
 use crate::queue::Queue;
-use crate::store::{Code, SCRIPTS};
+use crate::store::Code;
 
 /// Most schedules one pass reads (and offers ticks for); a pass that finds
 /// more due is followed by another at once.
@@ -114,7 +114,7 @@ impl Queue {
     /// most once whatever happened to a reply).
     pub async fn run_schedules(&self) -> Result<SchedulesReport> {
         let k = self.keys();
-        let mut call = SCRIPTS.schedule_due.call();
+        let mut call = crate::store::schedule_due::SPEC.call();
         call.key(&k.schedules).arg(&k.base).arg(SCHEDULES_PER_PASS);
         let mut r = call.run(&mut self.conn()).await?;
         let looked_at = Instant::now();
@@ -169,7 +169,7 @@ impl Queue {
     /// Offers `ticks` of schedule `d` (one script call).
     async fn fire(&self, d: &Due, ticks: &[u64], next: Option<u64>) -> Result<FireAnswer> {
         let k = self.keys();
-        let mut call = SCRIPTS.schedule_fire.call();
+        let mut call = crate::store::schedule_fire::SPEC.call();
         call.key(&k.schedules)
             .key(k.schedule(&d.name))
             .key(&k.seq)

@@ -14,7 +14,6 @@ use crate::error::{Error, Result};
 use crate::limits::Limits;
 use crate::queue::Queue;
 use crate::queue::inspect::HashFields;
-use crate::store::SCRIPTS;
 
 /// Schedules read per round trip by [`Queue::schedules`].
 const LIST_CHUNK: usize = 100;
@@ -184,7 +183,7 @@ impl Queue {
             });
         }
         let k = self.keys();
-        let mut call = SCRIPTS.schedule_upsert.call();
+        let mut call = crate::store::schedule_upsert::SPEC.call();
         call.key(&k.schedules).key(k.schedule(&schedule.name));
         call.arg(&schedule.name)
             .arg(&schedule.cron)
@@ -223,7 +222,7 @@ impl Queue {
     pub async fn remove_schedule(&self, name: &str) -> Result<bool> {
         check_name(name)?;
         let k = self.keys();
-        let mut call = SCRIPTS.schedule_remove.call();
+        let mut call = crate::store::schedule_remove::SPEC.call();
         call.key(&k.schedules).key(k.schedule(name)).arg(name);
         let existed: i64 =
             redis::FromRedisValue::from_redis_value(call.run_raw(&mut self.conn()).await?).map_err(|e| {

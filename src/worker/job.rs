@@ -228,7 +228,7 @@ impl<T> Job<T> {
         }
         let q = &self.handle;
         let (id, token) = (self.id(), self.token());
-        let mut call = store::SCRIPTS.progress.call();
+        let mut call = store::progress::SPEC.call();
         call.key(q.keys().job(id)).arg(token).arg(bytes);
         let mut r = call.run(&mut q.conn()).await?;
         match r.code()? {
