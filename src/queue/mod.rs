@@ -22,7 +22,6 @@ pub(crate) use self::backing::{Backing, Upkeep, UpkeepGuard};
 pub use self::options::{
     DEFAULT_KEEP_COMPLETED, DEFAULT_KEEP_FAILED, DEFAULT_MAX_PAYLOAD_BYTES, MAX_PAYLOAD_LIMIT, QueueOptions, Retention,
 };
-pub(crate) use self::settle::owned;
 use crate::conn::Conn;
 use crate::error::{Error, Result};
 use crate::keys::Keys;

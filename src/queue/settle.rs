@@ -5,97 +5,12 @@
 use std::time::Duration;
 
 use super::{MAX_BATCH, Queue};
-use crate::error::{Error, Result, truncate};
-use crate::job::{delay_ms, millis};
+use crate::error::{Error, Result};
+use crate::job::millis;
 use crate::lease::Lease;
-use crate::limits::Limits;
-use crate::settlement::{MAX_ERROR_BYTES, MAX_RESULT_BYTES, Outcome, Settle, Settled, encode_result};
-use crate::store::{Code, Reply};
-
-/// The script's op letter, delay and text for this item, or why it
-/// cannot be sent.
-fn encode(op: &Settle) -> Result<(&'static str, String, String)> {
-    Ok(match op {
-        Settle::Complete => ("c", "0".into(), String::new()),
-        Settle::Return { result } => {
-            if result.len() > MAX_RESULT_BYTES {
-                return Err(Error::PayloadTooLarge {
-                    size: result.len(),
-                    limit: MAX_RESULT_BYTES,
-                });
-            }
-            if serde_json::from_str::<serde::de::IgnoredAny>(result).is_err() {
-                return Err(Error::InvalidOption {
-                    name: "result",
-                    reason: "is not JSON text".into(),
-                });
-            }
-            ("c", "0".into(), result.clone())
-        }
-        Settle::Retry { delay, error } => (
-            "r",
-            match delay {
-                Some(d) => delay_ms("retry delay", *d)?.to_string(),
-                None => String::new(),
-            },
-            truncate(error, MAX_ERROR_BYTES),
-        ),
-        Settle::Fail { reason } => ("f", "0".into(), truncate(reason, MAX_ERROR_BYTES)),
-        Settle::Release => ("l", "0".into(), String::new()),
-        Settle::Snooze { delay } => ("s", delay_ms("snooze delay", *delay)?.to_string(), String::new()),
-        Settle::Cancel { reason } => ("x", "0".into(), truncate(reason, MAX_ERROR_BYTES)),
-        Settle::RateLimited { retry_after } => (
-            "h",
-            delay_ms("rate limited retry_after", *retry_after)?.to_string(),
-            String::new(),
-        ),
-    })
-}
-
-/// Reads claim's `deadline, wait, id, token, attempt, failures, limits, payload, lane, kind, created, traceparent, ...`
-/// tail: the leases, and how long until a rate limit that stopped the claim
-/// lets it lease again (`None`: nothing to wait for).
-fn read_leases(q: &Queue, r: &mut Reply, claimed_ms: u64) -> Result<(Vec<Lease>, Option<Duration>)> {
-    let deadline_ms = r.uint()?;
-    let wait = Some(Duration::from_millis(r.uint()?)).filter(|w| !w.is_zero());
-    let mut leases = Vec::with_capacity(r.remaining() / 10);
-    while r.remaining() > 0 {
-        leases.push(Lease {
-            queue: q.base().clone(),
-            id: r.string()?,
-            token: r.uint()?,
-            attempt: r.uint()?,
-            failures: r.uint()?,
-            limits: Limits::decode(&r.bytes()?),
-            payload: r.bytes()?,
-            lane: Some(r.string()?).filter(|l| !l.is_empty()),
-            kind: Some(r.string()?).filter(|k| !k.is_empty()),
-            created_ms: r.uint()?,
-            traceparent: Some(r.string()?).filter(|t| !t.is_empty()),
-            deadline_ms,
-            claimed_ms,
-            cancel_requested: false,
-        });
-    }
-    Ok((leases, wait))
-}
-
-/// Maps a settling script's code: `Ok` for a move made or already made,
-/// the typed error for a missing job or a lost lease.
-pub(crate) fn owned(script: &'static str, lease: &Lease, code: Code) -> Result<Code> {
-    match code {
-        Code::NotFound => Err(Error::JobNotFound(lease.id.clone())),
-        Code::LeaseLost => Err(Error::LeaseLost {
-            id: lease.id.clone(),
-            token: lease.token,
-        }),
-        c @ (Code::Ok | Code::Already | Code::Failed | Code::Cancelled) => Ok(c),
-        other => Err(Error::Protocol {
-            script,
-            detail: format!("unexpected status {other:?}"),
-        }),
-    }
-}
+use crate::settlement::{Settle, Settled, encode_result};
+use crate::store;
+use crate::store::claim::Claim;
 
 /// The lease length in whole milliseconds, at least 1.
 fn lease_ms(lease: Duration) -> Result<u64> {
@@ -158,21 +73,13 @@ impl Queue {
     /// As [`claim`](Self::claim).
     pub async fn claim_or_wait(&self, max: usize, lease: Duration) -> Result<(Vec<Lease>, Option<Duration>)> {
         crate::settings::count("claim batch size", max, 1, MAX_BATCH)?;
-        let lease_ms = lease_ms(lease)?;
-        let k = self.keys();
-        let mut call = crate::store::claim::SPEC.call();
-        call.key(&k.pending)
-            .key(&k.active)
-            .key(&k.delayed)
-            .key(&k.wake)
-            .key(&k.token)
-            .key(&k.meta);
-        call.arg(&k.base).arg(lease_ms).arg(max).arg(self.holder());
-        #[cfg(echomq_faults)]
-        call.arg(crate::faults::client_now_ms());
-        let mut r = call.run(&mut self.conn()).await?;
-        let claimed_ms = r.uint()?;
-        read_leases(self, &mut r, claimed_ms)
+        let claim = Claim {
+            lease_ms: lease_ms(lease)?,
+            max,
+            holder: self.holder(),
+        };
+        let claimed = store::claim::run(&mut self.conn(), self.keys(), self.base(), &claim).await?;
+        Ok((claimed.leases, claimed.wait))
     }
 
     /// Settles many leased jobs in one script call, each fenced by its own
@@ -236,81 +143,30 @@ impl Queue {
         crate::settings::count("claim batch size", claim, 0, MAX_BATCH)?;
         let lease_ms = if claim > 0 { lease_ms(lease)? } else { 0 };
         // Items that cannot be sent answer for themselves; the rest go.
-        let encoded: Vec<Result<(&'static str, String, String)>> = items
+        let items: Vec<Result<store::settle::Item>> = items
             .iter()
             .map(|(l, op)| {
                 l.check_queue(self.base())?;
-                encode(op)
+                store::settle::Item::new(l, op)
             })
             .collect();
-        let sent = encoded.iter().filter(|e| e.is_ok()).count();
-        let k = self.keys();
-        let mut call = crate::store::settle::SPEC.call();
-        call.key(&k.active)
-            .key(&k.pending)
-            .key(&k.delayed)
-            .key(&k.completed)
-            .key(&k.failed)
-            .key(&k.wake)
-            .key(&k.token)
-            .key(&k.meta)
-            .key(&k.cancelled);
+        let sent = items.iter().filter(|e| e.is_ok()).count();
         let opts = self.options();
-        call.arg(&k.base)
-            .arg(opts.keep_completed.arg())
-            .arg(opts.keep_failed.arg())
-            .arg(sent);
-        for ((l, _), e) in items.iter().zip(&encoded) {
-            if let Ok((code, delay, text)) = e {
-                call.arg(*code).arg(&l.id).arg(l.token).arg(delay).arg(text);
-            }
-        }
-        if claim > 0 {
-            call.arg(lease_ms).arg(claim).arg(self.holder());
-            #[cfg(echomq_faults)]
-            call.arg(crate::faults::client_now_ms());
-        }
-        let mut r = call.run(&mut self.conn()).await?;
+        let batch = store::settle::Batch {
+            keep_completed: &opts.keep_completed.arg(),
+            keep_failed: &opts.keep_failed.arg(),
+            items,
+            claim: (claim > 0).then(|| Claim {
+                lease_ms,
+                max: claim,
+                holder: self.holder(),
+            }),
+        };
+        let answer = store::settle::run(&mut self.conn(), self.keys(), self.base(), batch).await?;
         if sent > 0 {
             self.confirm_settled(sent).await;
         }
-        let now = r.uint()?;
-        let mut out = Vec::with_capacity(items.len());
-        for ((l, op), e) in items.iter().zip(encoded) {
-            if let Err(e) = e {
-                out.push(Err(e));
-                continue;
-            }
-            let (code, due) = (r.code()?, r.uint()?);
-            let due_ms = (due > 0).then_some(due);
-            let outcome = match owned("settle", l, code) {
-                Err(e) => {
-                    out.push(Err(e));
-                    continue;
-                }
-                Ok(Code::Already) => Outcome::AlreadySettled,
-                Ok(Code::Failed) => Outcome::Failed,
-                Ok(Code::Cancelled) => Outcome::Cancelled,
-                Ok(_) => match op {
-                    Settle::Complete | Settle::Return { .. } => Outcome::Completed,
-                    Settle::Retry { .. } => Outcome::Retrying { due_ms },
-                    Settle::Fail { .. } => Outcome::Failed,
-                    Settle::Release => Outcome::Released,
-                    Settle::Snooze { .. } | Settle::RateLimited { .. } => Outcome::Snoozed { due_ms },
-                    Settle::Cancel { .. } => Outcome::Cancelled,
-                },
-            };
-            out.push(Ok(Settled {
-                outcome,
-                server_ms: now,
-            }));
-        }
-        let (leases, wait) = if claim > 0 {
-            read_leases(self, &mut r, now)?
-        } else {
-            (Vec::new(), None)
-        };
-        Ok((out, leases, wait))
+        Ok((answer.settled, answer.claimed.leases, answer.claimed.wait))
     }
 
     /// Waits until settlements just sent are as durable as the queue asks.
@@ -479,18 +335,7 @@ impl Queue {
     pub(crate) async fn renew(&self, lease: &Lease, duration: Duration) -> Result<(u64, bool)> {
         lease.check_queue(self.base())?;
         let ms = lease_ms(duration)?;
-        let k = self.keys();
-        let mut call = crate::store::extend::SPEC.call();
-        call.key(k.job(&lease.id))
-            .key(&k.active)
-            .arg(&lease.id)
-            .arg(lease.token)
-            .arg(ms);
-        #[cfg(echomq_faults)]
-        call.arg(crate::faults::client_now_ms());
-        let mut r = call.run(&mut self.conn()).await?;
-        let (code, _now) = (r.code()?, r.uint()?);
-        owned("extend", lease, code)?;
-        Ok((r.uint()?, r.uint()? == 1))
+        let renewed = store::extend::run(&mut self.conn(), self.keys(), lease, ms).await?;
+        Ok((renewed.deadline_ms, renewed.cancel_requested))
     }
 }

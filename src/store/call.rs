@@ -170,3 +170,27 @@ impl Reply {
         String::from_utf8(b).map_err(|e| self.bad("UTF-8", Some(Value::BulkString(e.into_bytes()))))
     }
 }
+
+/// A reply code that is not among a script's answers: the server runs
+/// other code than this build's.
+pub(crate) fn unexpected(script: &'static str, code: Code) -> Error {
+    Error::Protocol {
+        script,
+        detail: format!("unexpected status {code:?}"),
+    }
+}
+
+/// A settling script's code for the lease of job `id` under `token`: `Ok`
+/// for a move made or already made, the typed error for a missing job or a
+/// lost lease.
+pub(crate) fn fenced(script: &'static str, id: &str, token: u64, code: Code) -> Result<Code> {
+    match code {
+        Code::NotFound => Err(Error::JobNotFound(id.to_owned())),
+        Code::LeaseLost => Err(Error::LeaseLost {
+            id: id.to_owned(),
+            token,
+        }),
+        c @ (Code::Ok | Code::Already | Code::Failed | Code::Cancelled) => Ok(c),
+        other => Err(unexpected(script, other)),
+    }
+}
