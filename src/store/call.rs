@@ -10,14 +10,14 @@ use crate::conn::Conn;
 use crate::error::{Error, Result};
 
 /// One script call being built: keys first, then arguments.
-pub(crate) struct Call {
+pub(super) struct Call {
     spec: &'static Spec,
     keys: Vec<Vec<u8>>,
     args: Vec<Vec<u8>>,
 }
 
 impl Call {
-    pub(crate) fn new(spec: &'static Spec) -> Call {
+    pub(super) fn new(spec: &'static Spec) -> Call {
         Call {
             spec,
             keys: Vec::with_capacity(spec.keys.len()),
@@ -25,24 +25,24 @@ impl Call {
         }
     }
 
-    pub(crate) fn key<T: ToRedisArgs>(&mut self, key: T) -> &mut Self {
+    pub(super) fn key<T: ToRedisArgs>(&mut self, key: T) -> &mut Self {
         key.write_redis_args(&mut self.keys);
         self
     }
 
-    pub(crate) fn arg<T: ToRedisArgs>(&mut self, arg: T) -> &mut Self {
+    pub(super) fn arg<T: ToRedisArgs>(&mut self, arg: T) -> &mut Self {
         arg.write_redis_args(&mut self.args);
         self
     }
 
     /// Runs the call and opens its flat array reply.
-    pub(crate) async fn run(&self, conn: &mut Conn) -> Result<Reply> {
+    pub(super) async fn run(&self, conn: &mut Conn) -> Result<Reply> {
         let v = self.run_raw(conn).await?;
         Reply::new(self.spec.name, v)
     }
 
     /// Runs the call and returns its reply as it is.
-    pub(crate) async fn run_raw(&self, conn: &mut Conn) -> Result<Value> {
+    pub(super) async fn run_raw(&self, conn: &mut Conn) -> Result<Value> {
         let spec = self.spec;
         debug_assert!(
             self.keys.len() == spec.keys.len() || (spec.more_keys && self.keys.len() > spec.keys.len()),
@@ -105,7 +105,7 @@ fn reshard_guard(conn: &Conn, keys: &[Vec<u8>]) -> Option<String> {
 }
 
 /// Reads a script's flat array reply field by field.
-pub(crate) struct Reply {
+pub(super) struct Reply {
     script: &'static str,
     items: std::vec::IntoIter<Value>,
 }
@@ -131,11 +131,11 @@ impl Reply {
         }
     }
 
-    pub(crate) fn remaining(&self) -> usize {
+    pub(super) fn remaining(&self) -> usize {
         self.items.len()
     }
 
-    pub(crate) fn int(&mut self) -> Result<i64> {
+    pub(super) fn int(&mut self) -> Result<i64> {
         match self.items.next() {
             Some(Value::Int(n)) => Ok(n),
             Some(Value::BulkString(b)) => std::str::from_utf8(&b)
@@ -146,18 +146,18 @@ impl Reply {
         }
     }
 
-    pub(crate) fn uint(&mut self) -> Result<u64> {
+    pub(super) fn uint(&mut self) -> Result<u64> {
         let n = self.int()?;
         u64::try_from(n).map_err(|_| self.bad("a non-negative integer", Some(Value::Int(n))))
     }
 
     /// A reply code (see `codes.rs`).
-    pub(crate) fn code(&mut self) -> Result<Code> {
+    pub(super) fn code(&mut self) -> Result<Code> {
         let n = self.int()?;
         Code::of(self.script, n)
     }
 
-    pub(crate) fn bytes(&mut self) -> Result<Vec<u8>> {
+    pub(super) fn bytes(&mut self) -> Result<Vec<u8>> {
         match self.items.next() {
             Some(Value::BulkString(b)) => Ok(b),
             Some(Value::SimpleString(s)) => Ok(s.into_bytes()),
@@ -165,7 +165,7 @@ impl Reply {
         }
     }
 
-    pub(crate) fn string(&mut self) -> Result<String> {
+    pub(super) fn string(&mut self) -> Result<String> {
         let b = self.bytes()?;
         String::from_utf8(b).map_err(|e| self.bad("UTF-8", Some(Value::BulkString(e.into_bytes()))))
     }
@@ -173,7 +173,7 @@ impl Reply {
 
 /// A reply code that is not among a script's answers: the server runs
 /// other code than this build's.
-pub(crate) fn unexpected(script: &'static str, code: Code) -> Error {
+pub(super) fn unexpected(script: &'static str, code: Code) -> Error {
     Error::Protocol {
         script,
         detail: format!("unexpected status {code:?}"),
@@ -183,7 +183,7 @@ pub(crate) fn unexpected(script: &'static str, code: Code) -> Error {
 /// A settling script's code for the lease of job `id` under `token`: `Ok`
 /// for a move made or already made, the typed error for a missing job or a
 /// lost lease.
-pub(crate) fn fenced(script: &'static str, id: &str, token: u64, code: Code) -> Result<Code> {
+pub(super) fn fenced(script: &'static str, id: &str, token: u64, code: Code) -> Result<Code> {
     match code {
         Code::NotFound => Err(Error::JobNotFound(id.to_owned())),
         Code::LeaseLost => Err(Error::LeaseLost {

@@ -26,8 +26,8 @@ use std::sync::{LazyLock, OnceLock};
 
 use redis::Script;
 
-pub(crate) use self::call::{Call, Reply};
-pub(crate) use self::codes::Code;
+use self::call::Call;
+use self::codes::Code;
 use crate::conn::Conn;
 use crate::error::{Error, Result};
 
@@ -36,7 +36,7 @@ const COMMON: &str = include_str!("../../lua/common.lua");
 
 /// One script: its name, the KEYS and the fixed leading ARGV its header
 /// documents (variadic keys and arguments may follow), and its code.
-pub(crate) struct Spec {
+struct Spec {
     pub name: &'static str,
     pub keys: &'static [&'static str],
     /// True when more keys may follow the named ones (effect targets).
@@ -67,7 +67,7 @@ impl Spec {
     }
 
     /// Starts a call of this script.
-    pub(crate) fn call(&'static self) -> Call {
+    fn call(&'static self) -> Call {
         Call::new(self)
     }
 
