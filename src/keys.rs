@@ -11,7 +11,7 @@ pub const DEFAULT_PREFIX: &str = "emq";
 /// The last part of a queue's resharding guard, `PREFIX:{Q}:reshard-guard`:
 /// a key never written, declared by every script call on a cluster so that
 /// none runs while the queue's slot is moved key by key (see
-/// `src/scripts/mod.rs`, `reshard_guard`). `lua/common.lua` `new_call`
+/// `src/store/call.rs`, `reshard_guard`). `lua/common.lua` `new_call`
 /// knows its length.
 pub(crate) const RESHARD_GUARD: &str = "reshard-guard";
 

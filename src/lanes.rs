@@ -12,7 +12,9 @@ use std::str::FromStr;
 use crate::error::{Error, Result};
 use crate::keys::validate_id;
 use crate::queue::{MAX_BATCH, Queue};
-use crate::store::{Reply, SCRIPTS};
+use crate::store;
+use crate::store::lane_config::Setting;
+use crate::store::lanes::{Lanes, Read, State};
 
 /// The largest weight a lane may have: the most jobs one turn gives.
 pub const MAX_LANE_WEIGHT: u32 = 1_000;
@@ -107,10 +109,9 @@ pub struct LanePage {
     pub next: Option<LaneCursor>,
 }
 
-/// A cap or weight as the scripts store it: "" to remove it.
-fn setting(name: &'static str, value: Option<u32>, max: u32) -> Result<String> {
+/// A cap or weight checked: at least 1 and at most `max` (`None` removes it).
+fn setting(name: &'static str, value: Option<u32>, max: u32) -> Result<Option<u32>> {
     match value {
-        None => Ok(String::new()),
         Some(0) => Err(Error::InvalidOption {
             name,
             reason: "must be at least 1 (None removes it)".into(),
@@ -119,45 +120,36 @@ fn setting(name: &'static str, value: Option<u32>, max: u32) -> Result<String> {
             name,
             reason: format!("{v} is over the largest, {max}"),
         }),
-        Some(v) => Ok(v.to_string()),
+        v => Ok(v),
     }
 }
 
-/// A stored cap or weight: `None` for "" (unset) or a value that does not parse.
-fn stored(s: &str) -> Option<u32> {
-    s.parse().ok().filter(|v| *v > 0)
-}
-
-/// Reads the `lanes` script's reply.
-fn read_lanes(r: &mut Reply) -> Result<(String, LaneDefaults, Vec<LaneInfo>)> {
-    let next = r.string()?;
+/// A page of lanes as the store read it, with the defaults applied.
+fn lanes_of(read: Lanes) -> (Option<String>, LaneDefaults, Vec<LaneInfo>) {
     let defaults = LaneDefaults {
-        cap: stored(&r.string()?),
-        weight: stored(&r.string()?).unwrap_or(1),
+        cap: read.default_cap,
+        weight: read.default_weight.unwrap_or(1),
     };
-    let mut lanes = Vec::new();
-    while r.remaining() > 0 {
-        let name = r.string()?;
-        let (pending, active) = (r.uint()?, r.uint()?);
-        let (own_cap, own_weight) = (stored(&r.string()?), stored(&r.string()?));
-        let state = match r.string()?.as_str() {
-            "ready" => LaneState::Ready,
-            "blocked" => LaneState::Blocked,
-            "idle" => LaneState::Idle,
-            _ => LaneState::Empty,
-        };
-        lanes.push(LaneInfo {
-            name,
-            pending,
-            active,
-            cap: own_cap.or(defaults.cap),
-            weight: own_weight.unwrap_or(defaults.weight),
-            own_cap,
-            own_weight,
-            state,
-        });
-    }
-    Ok((next, defaults, lanes))
+    let lanes = read
+        .lanes
+        .into_iter()
+        .map(|l| LaneInfo {
+            name: l.name,
+            pending: l.pending,
+            active: l.active,
+            cap: l.cap.or(defaults.cap),
+            weight: l.weight.unwrap_or(defaults.weight),
+            own_cap: l.cap,
+            own_weight: l.weight,
+            state: match l.state {
+                State::Ready => LaneState::Ready,
+                State::Blocked => LaneState::Blocked,
+                State::Idle => LaneState::Idle,
+                State::Empty => LaneState::Empty,
+            },
+        })
+        .collect();
+    (read.next, defaults, lanes)
 }
 
 impl Queue {
@@ -183,7 +175,7 @@ impl Queue {
     pub async fn set_lane_cap(&self, lane: &str, cap: Option<u32>) -> Result<()> {
         validate_id("lane", lane)?;
         let value = setting("lane cap", cap, u32::MAX)?;
-        self.lane_config(&self.keys().lane_caps, lane, &value).await
+        self.lane_config(Setting::Cap, Some(lane), value).await
     }
 
     /// Sets the cap of every lane that has no cap of its own (`None`: no
@@ -196,7 +188,7 @@ impl Queue {
     /// to finish: the setting is written by the first step).
     pub async fn set_lane_default_cap(&self, cap: Option<u32>) -> Result<()> {
         let value = setting("lane default cap", cap, u32::MAX)?;
-        self.lane_config(&self.keys().lane_caps, "", &value).await
+        self.lane_config(Setting::Cap, None, value).await
     }
 
     /// Sets the weight of `lane`: the most jobs it gives per turn (1 to
@@ -211,7 +203,7 @@ impl Queue {
     pub async fn set_lane_weight(&self, lane: &str, weight: Option<u32>) -> Result<()> {
         validate_id("lane", lane)?;
         let value = setting("lane weight", weight, MAX_LANE_WEIGHT)?;
-        self.lane_config(&self.keys().lane_weights, lane, &value).await
+        self.lane_config(Setting::Weight, Some(lane), value).await
     }
 
     /// Sets the weight of every lane that has no weight of its own, and of
@@ -223,37 +215,24 @@ impl Queue {
     /// [`MAX_LANE_WEIGHT`]; server errors.
     pub async fn set_lane_default_weight(&self, weight: Option<u32>) -> Result<()> {
         let value = setting("lane default weight", weight, MAX_LANE_WEIGHT)?;
-        self.lane_config(&self.keys().lane_weights, "", &value).await
+        self.lane_config(Setting::Weight, None, value).await
     }
 
-    async fn lane_config(&self, key: &str, lane: &str, value: &str) -> Result<()> {
-        let k = self.keys();
-        let mut cursor = String::new();
+    /// Sets `setting` of `lane` (`None`: the default of lanes), settling
+    /// the lanes it changes a step at a time.
+    async fn lane_config(&self, setting: Setting, lane: Option<&str>, value: Option<u32>) -> Result<()> {
+        let (conn, k) = (&mut self.conn(), self.keys());
+        let mut cursor = None;
         loop {
-            let mut call = SCRIPTS.lane_config.call();
-            call.key(&k.lane_ring).key(key);
-            call.arg(&k.base).arg(lane).arg(value).arg(&cursor).arg(LANE_STEP);
-            let mut r = call.run(&mut self.conn()).await?;
-            let (_now, next) = (r.uint()?, r.string()?);
-            if next == "0" {
+            cursor = store::lane_config::run(conn, k, setting, lane, value, cursor.as_deref(), LANE_STEP).await?;
+            if cursor.is_none() {
                 return Ok(());
             }
-            cursor = next;
         }
     }
 
-    async fn lanes_call(&self, cursor: &str, count: usize, names: &[&str]) -> Result<Reply> {
-        let k = self.keys();
-        let mut call = SCRIPTS.lanes.call();
-        call.key(&k.lane_ring)
-            .key(&k.lane_held)
-            .key(&k.lane_caps)
-            .key(&k.lane_weights);
-        call.arg(&k.base).arg(cursor).arg(count);
-        for n in names {
-            call.arg(*n);
-        }
-        call.run(&mut self.conn()).await
+    async fn read_lanes(&self, read: Read<'_>) -> Result<(Option<String>, LaneDefaults, Vec<LaneInfo>)> {
+        Ok(lanes_of(store::lanes::run(&mut self.conn(), self.keys(), read).await?))
     }
 
     /// Reads one lane: its pending and active jobs, its cap and weight,
@@ -271,8 +250,7 @@ impl Queue {
     /// [`Error::InvalidId`] for a bad lane name; server errors.
     pub async fn lane(&self, lane: &str) -> Result<LaneInfo> {
         validate_id("lane", lane)?;
-        let mut r = self.lanes_call("", 1, &[lane]).await?;
-        let (_, _, mut lanes) = read_lanes(&mut r)?;
+        let (_, _, mut lanes) = self.read_lanes(Read::Named(&[lane])).await?;
         lanes.pop().ok_or_else(|| Error::Protocol {
             script: "lanes",
             detail: "no answer for the lane".into(),
@@ -284,8 +262,7 @@ impl Queue {
     /// # Errors
     /// Server errors.
     pub async fn lane_defaults(&self) -> Result<LaneDefaults> {
-        let mut r = self.lanes_call("", 1, &[]).await?;
-        Ok(read_lanes(&mut r)?.1)
+        Ok(self.read_lanes(Read::Named(&[])).await?.1)
     }
 
     /// One page of the lanes that have pending or active jobs, about
@@ -312,13 +289,15 @@ impl Queue {
     /// [`Error::InvalidOption`] for `limit` out of range; server errors.
     pub async fn lanes(&self, after: Option<&LaneCursor>, limit: usize) -> Result<LanePage> {
         crate::validate::count("lane list limit", limit, 1, MAX_BATCH)?;
-        let cursor = after.map_or("0", |c| c.0.as_str());
-        let mut r = self.lanes_call(cursor, limit, &[]).await?;
-        let (next, defaults, lanes) = read_lanes(&mut r)?;
+        let read = Read::Ring {
+            cursor: after.map(|c| c.0.as_str()),
+            count: limit,
+        };
+        let (next, defaults, lanes) = self.read_lanes(read).await?;
         Ok(LanePage {
             lanes,
             defaults,
-            next: (next != "0").then_some(LaneCursor(next)),
+            next: next.map(LaneCursor),
         })
     }
 }
@@ -338,8 +317,8 @@ mod tests {
             setting("lane weight", Some(MAX_LANE_WEIGHT + 1), MAX_LANE_WEIGHT),
             Err(Error::InvalidOption { .. })
         ));
-        assert_eq!(setting("lane cap", None, u32::MAX).unwrap(), "");
-        assert_eq!(setting("lane cap", Some(7), u32::MAX).unwrap(), "7");
+        assert_eq!(setting("lane cap", None, u32::MAX).unwrap(), None);
+        assert_eq!(setting("lane cap", Some(7), u32::MAX).unwrap(), Some(7));
     }
 
     // A lane cursor's text form round-trips; other text is refused.

@@ -56,7 +56,7 @@
 //!  store                          one file per script: the only code that knows KEYS, ARGV, codes
 //!  conn  durability  acl          the Link: one server | Sentinel | Cluster, TLS, WAIT
 //!  otel                           trace context carried with a job (a sink, no I/O)
-//!  limits  job  lease             plain data: a job's limits, the job as data, the lease
+//!  limits  job  lease  settlement plain data: a job's limits, the job as data, the lease, settlements
 //!  error  validate  keys          foundations: the one error, the one place for validation, key naming
 //! ```
 //!
@@ -148,6 +148,8 @@ pub mod queue;
 pub mod schedule;
 #[cfg(feature = "local-server")]
 pub mod server;
+
+mod settlement;
 mod store;
 pub mod testing;
 pub mod throttle;

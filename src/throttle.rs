@@ -11,7 +11,8 @@ use std::time::Duration;
 use crate::error::{Error, Result};
 use crate::keys::validate_id;
 use crate::queue::Queue;
-use crate::store::{Reply, SCRIPTS};
+use crate::store;
+use crate::store::limits::{Change, Rate};
 
 /// The largest global cap ([`Queue::set_max_active`]).
 pub const MAX_ACTIVE_CAP: u32 = 1_000_000;
@@ -79,15 +80,18 @@ impl RateLimit {
         Duration::from_millis(self.per_ms)
     }
 
-    /// As the scripts store it: "N:W_MS".
-    fn arg(limit: Option<RateLimit>) -> String {
-        limit.map_or_else(String::new, |l| format!("{}:{}", l.jobs, l.per_ms))
+    /// As the store takes it.
+    fn rate(limit: Option<RateLimit>) -> Option<Rate> {
+        limit.map(|l| Rate {
+            jobs: l.jobs,
+            per_ms: l.per_ms,
+        })
     }
 
-    /// A stored setting; `None` for "" or a value that does not parse.
-    fn stored(s: &str) -> Option<RateLimit> {
-        let (n, w) = s.split_once(':')?;
-        RateLimit::new(n.parse().ok()?, Duration::from_millis(w.parse().ok()?)).ok()
+    /// A stored setting; `None` for none, or one out of bounds.
+    fn stored(rate: Option<Rate>) -> Option<RateLimit> {
+        let r = rate?;
+        RateLimit::new(r.jobs, Duration::from_millis(r.per_ms)).ok()
     }
 }
 
@@ -128,12 +132,30 @@ pub struct LaneRate {
 }
 
 impl Queue {
-    async fn limits_call(&self, what: &str, lane: &str, value: &str) -> Result<Reply> {
-        let k = self.keys();
-        let mut call = SCRIPTS.limits.call();
-        call.key(&k.limits).key(&k.lane_rates).key(&k.pending).key(&k.wake);
-        call.arg(&k.base).arg(what).arg(lane).arg(value);
-        call.run(&mut self.conn()).await
+    async fn set_limits(&self, change: Change<'_>) -> Result<()> {
+        store::limits::set(&mut self.conn(), self.keys(), change).await
+    }
+
+    /// The queue's limits, and those of `lane`, read in one step.
+    async fn read_limits(&self, lane: Option<&str>) -> Result<(ClaimLimits, LaneRate)> {
+        let read = store::limits::get(&mut self.conn(), self.keys(), lane).await?;
+        let (own, lane_default_rate) = (
+            RateLimit::stored(read.lane_rate),
+            RateLimit::stored(read.lane_default_rate),
+        );
+        Ok((
+            ClaimLimits {
+                max_active: read.max_active,
+                rate: RateLimit::stored(read.rate),
+                lane_default_rate,
+                held_until_ms: read.held_until_ms,
+            },
+            LaneRate {
+                rate: own.or(lane_default_rate),
+                own,
+                reopens_ms: read.reopens_ms,
+            },
+        ))
     }
 
     /// Sets the queue's global cap: at most `max` of its jobs are active
@@ -157,17 +179,15 @@ impl Queue {
     /// [`Error::InvalidOption`] for 0 (pass `None` to remove the cap) or a
     /// cap over [`MAX_ACTIVE_CAP`]; server errors.
     pub async fn set_max_active(&self, max: Option<u32>) -> Result<()> {
-        let value = match max {
-            None => String::new(),
-            Some(m) if m == 0 || m > MAX_ACTIVE_CAP => {
-                return Err(Error::InvalidOption {
-                    name: "max active",
-                    reason: format!("{m} is outside 1 to {MAX_ACTIVE_CAP} (None removes the cap)"),
-                });
-            }
-            Some(m) => m.to_string(),
-        };
-        self.limits_call("max", "", &value).await.map(drop)
+        if let Some(m) = max
+            && (m == 0 || m > MAX_ACTIVE_CAP)
+        {
+            return Err(Error::InvalidOption {
+                name: "max active",
+                reason: format!("{m} is outside 1 to {MAX_ACTIVE_CAP} (None removes the cap)"),
+            });
+        }
+        self.set_limits(Change::MaxActive(max)).await
     }
 
     /// Sets the queue's rate limit: at most `limit.jobs()` claims in every
@@ -187,7 +207,7 @@ impl Queue {
     /// # Errors
     /// Server errors.
     pub async fn set_rate_limit(&self, limit: Option<RateLimit>) -> Result<()> {
-        self.limits_call("rate", "", &RateLimit::arg(limit)).await.map(drop)
+        self.set_limits(Change::Rate(RateLimit::rate(limit))).await
     }
 
     /// Sets the rate limit of `lane` (`None`: the default of lanes
@@ -209,9 +229,11 @@ impl Queue {
     /// [`Error::InvalidId`] for a bad lane name; server errors.
     pub async fn set_lane_rate_limit(&self, lane: &str, limit: Option<RateLimit>) -> Result<()> {
         validate_id("lane", lane)?;
-        self.limits_call("lane_rate", lane, &RateLimit::arg(limit))
-            .await
-            .map(drop)
+        self.set_limits(Change::LaneRate {
+            lane: Some(lane),
+            rate: RateLimit::rate(limit),
+        })
+        .await
     }
 
     /// Sets the rate limit of every lane without its own (`None`: none).
@@ -221,9 +243,11 @@ impl Queue {
     /// # Errors
     /// Server errors.
     pub async fn set_lane_default_rate_limit(&self, limit: Option<RateLimit>) -> Result<()> {
-        self.limits_call("lane_rate", "", &RateLimit::arg(limit))
-            .await
-            .map(drop)
+        self.set_limits(Change::LaneRate {
+            lane: None,
+            rate: RateLimit::rate(limit),
+        })
+        .await
     }
 
     /// Ends a handler's hold of the queue's claims
@@ -233,7 +257,7 @@ impl Queue {
     /// # Errors
     /// Server errors.
     pub async fn clear_rate_hold(&self) -> Result<()> {
-        self.limits_call("unhold", "", "").await.map(drop)
+        self.set_limits(Change::Unhold).await
     }
 
     /// The queue's limits on claims: its global cap, its rate limit, the
@@ -243,8 +267,7 @@ impl Queue {
     /// # Errors
     /// Server errors.
     pub async fn claim_limits(&self) -> Result<ClaimLimits> {
-        let mut r = self.limits_call("get", "", "").await?;
-        let (limits, _) = read_limits(&mut r)?;
+        let (limits, _) = self.read_limits(None).await?;
         Ok(limits)
     }
 
@@ -263,33 +286,8 @@ impl Queue {
     /// [`Error::InvalidId`] for a bad lane name; server errors.
     pub async fn lane_rate_limit(&self, lane: &str) -> Result<LaneRate> {
         validate_id("lane", lane)?;
-        let mut r = self.limits_call("get", lane, "").await?;
-        Ok(read_limits(&mut r)?.1)
+        Ok(self.read_limits(Some(lane)).await?.1)
     }
-}
-
-/// Reads the "get" reply: {now, max, rate, hold, lane_rate, default_lane_rate, reopens}.
-fn read_limits(r: &mut Reply) -> Result<(ClaimLimits, LaneRate)> {
-    let _now = r.uint()?;
-    let max_active = r.string()?.parse().ok().filter(|m| *m > 0);
-    let rate = RateLimit::stored(&r.string()?);
-    let held_until_ms = r.string()?.parse().ok();
-    let own = RateLimit::stored(&r.string()?);
-    let lane_default_rate = RateLimit::stored(&r.string()?);
-    let reopens_ms = r.string()?.parse().ok();
-    Ok((
-        ClaimLimits {
-            max_active,
-            rate,
-            lane_default_rate,
-            held_until_ms,
-        },
-        LaneRate {
-            rate: own.or(lane_default_rate),
-            own,
-            reopens_ms,
-        },
-    ))
 }
 
 #[cfg(test)]
@@ -304,11 +302,12 @@ mod tests {
         assert!(RateLimit::new(1, Duration::from_micros(999)).is_err());
         assert!(RateLimit::new(1, MAX_RATE_WINDOW + Duration::from_millis(1)).is_err());
         let l = RateLimit::new(5, Duration::from_millis(250)).unwrap();
-        assert_eq!(RateLimit::arg(Some(l)), "5:250");
-        assert_eq!(RateLimit::stored("5:250"), Some(l));
-        assert_eq!(RateLimit::arg(None), "");
-        assert_eq!(RateLimit::stored(""), None);
-        assert_eq!(RateLimit::stored("x:1"), None);
+        let stored = Rate { jobs: 5, per_ms: 250 };
+        assert_eq!(RateLimit::rate(Some(l)), Some(stored));
+        assert_eq!(RateLimit::stored(Some(stored)), Some(l));
+        assert_eq!(RateLimit::rate(None), None);
+        assert_eq!(RateLimit::stored(None), None);
+        assert_eq!(RateLimit::stored(Some(Rate { jobs: 0, per_ms: 1 })), None);
         assert_eq!(l.to_string(), "5 per 250ms");
     }
 }

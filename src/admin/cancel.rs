@@ -5,7 +5,8 @@ use crate::error::{Error, Result};
 use crate::job::JobState;
 use crate::keys::validate_id;
 use crate::queue::Queue;
-use crate::store::{Code, SCRIPTS};
+use crate::store;
+use crate::store::cancel::Cancelled;
 
 /// What [`Queue::cancel`] did to one job.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -66,37 +67,19 @@ impl Queue {
     /// server errors.
     pub async fn cancel_many(&self, ids: &[&str]) -> Result<Vec<(String, Result<Cancel>)>> {
         check_ids(ids)?;
-        let k = self.keys();
-        let mut call = SCRIPTS.cancel.call();
-        call.key(&k.pending).key(&k.delayed).key(&k.cancelled);
-        call.arg(&k.base).arg(self.options().keep_failed.arg());
-        for id in ids {
-            call.arg(*id);
-        }
-        let mut r = call.run(&mut self.conn()).await?;
-        let _now = r.uint()?;
-        let mut out = Vec::with_capacity(ids.len());
-        while r.remaining() > 0 {
-            let (id, code, state) = (r.string()?, r.code()?, r.string()?);
-            let answer = match code {
-                Code::Cancelled => Ok(Cancel::Cancelled),
-                Code::Requested => Ok(Cancel::Requested),
-                Code::Finished => Ok(Cancel::Finished(JobState::parse(&state).ok_or_else(|| {
-                    Error::Protocol {
-                        script: "cancel",
-                        detail: format!("unknown state {state:?}"),
-                    }
-                })?)),
-                Code::NotFound => Err(Error::JobNotFound(id.clone())),
-                other => {
-                    return Err(Error::Protocol {
-                        script: "cancel",
-                        detail: format!("unexpected status {other:?}"),
-                    });
-                }
-            };
-            out.push((id, answer));
-        }
+        let keep_failed = self.options().keep_failed.arg();
+        let answers = store::cancel::run(&mut self.conn(), self.keys(), &keep_failed, ids).await?;
+        let out = answers
+            .into_iter()
+            .map(|(id, answer)| {
+                let answer = answer.map(|a| match a {
+                    Cancelled::Now => Cancel::Cancelled,
+                    Cancelled::Requested => Cancel::Requested,
+                    Cancelled::Finished(state) => Cancel::Finished(state),
+                });
+                (id, answer)
+            })
+            .collect();
         Ok(out)
     }
 }

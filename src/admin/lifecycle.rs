@@ -3,7 +3,9 @@
 use super::MAX_IDS;
 use crate::error::{Error, Result};
 use crate::queue::{MAX_BATCH, Queue};
-use crate::store::{Code, Reply, SCRIPTS};
+use crate::store;
+use crate::store::obliterate::Obliterated;
+use crate::store::to_pending::{PerId, Source, Step};
 
 /// What [`Queue::retry_failed`] or [`Queue::remove`] did to one job.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -18,41 +20,33 @@ pub enum Moved {
     WrongState,
 }
 
-/// Reads `id, code` pairs after the `now, count, left` head.
-fn per_id(script: &'static str, r: &mut Reply) -> Result<Vec<(String, Result<Moved>)>> {
-    let mut out = Vec::new();
-    while r.remaining() > 0 {
-        let id = r.string()?;
-        let moved = match r.code()? {
-            Code::Ok => Ok(Moved::Done),
-            Code::NotFound => Ok(Moved::NotFound),
-            Code::Refused => Ok(Moved::WrongState),
-            Code::Busy => Err(Error::JobActive(id.clone())),
-            other => {
-                return Err(Error::Protocol {
-                    script,
-                    detail: format!("unexpected status {other:?}"),
-                });
-            }
-        };
-        out.push((id, moved));
-    }
-    Ok(out)
+/// The per-id answers of a step, as this module's [`Moved`].
+fn per_id(step: Step) -> Vec<(String, Result<Moved>)> {
+    step.ids
+        .into_iter()
+        .map(|(id, answer)| {
+            let moved = answer.map(|a| match a {
+                PerId::Done => Moved::Done,
+                PerId::NotFound => Moved::NotFound,
+                PerId::WrongState => Moved::WrongState,
+            });
+            (id, moved)
+        })
+        .collect()
 }
 
-/// Runs a bounded step (a script answering `now, moved, left`) until it
-/// moves nothing more or nothing is left; returns how many moved in all.
+/// Runs a bounded step until it moves nothing more or nothing is left;
+/// returns how many moved in all.
 async fn in_steps<F, Fut>(mut step: F) -> Result<u64>
 where
     F: FnMut() -> Fut,
-    Fut: Future<Output = Result<Reply>>,
+    Fut: Future<Output = Result<Step>>,
 {
     let mut total = 0;
     loop {
-        let mut r = step().await?;
-        let (_now, n, left) = (r.uint()?, r.uint()?, r.uint()?);
-        total += n;
-        if n == 0 || left == 0 {
+        let Step { moved, left, .. } = step().await?;
+        total += moved;
+        if moved == 0 || left == 0 {
             return Ok(total);
         }
     }
@@ -81,9 +75,7 @@ impl Queue {
     /// than [`MAX_IDS`]; server errors.
     pub async fn retry_failed(&self, ids: &[&str]) -> Result<Vec<(String, Moved)>> {
         check_ids(ids)?;
-        let mut r = self.retry_failed_call(ids).await?;
-        let _ = (r.uint()?, r.uint()?, r.uint()?);
-        per_id("to_pending", &mut r)?
+        per_id(self.retry_failed_call(ids).await?)
             .into_iter()
             .map(|(id, m)| m.map(|m| (id, m)))
             .collect()
@@ -100,21 +92,8 @@ impl Queue {
         in_steps(|| self.retry_failed_call(&[])).await
     }
 
-    async fn retry_failed_call(&self, ids: &[&str]) -> Result<Reply> {
-        self.to_pending_call(&self.keys().failed, "failed", ids).await
-    }
-
-    /// One `to_pending` call: `ids` (or, with none, the first [`MAX_BATCH`])
-    /// of set `from`, each in `state`, back to pending.
-    async fn to_pending_call(&self, from: &str, state: &str, ids: &[&str]) -> Result<Reply> {
-        let k = self.keys();
-        let mut call = SCRIPTS.to_pending.call();
-        call.key(from).key(&k.pending).key(&k.wake);
-        call.arg(&k.base).arg(MAX_BATCH).arg(state);
-        for id in ids {
-            call.arg(*id);
-        }
-        call.run(&mut self.conn()).await
+    async fn retry_failed_call(&self, ids: &[&str]) -> Result<Step> {
+        store::to_pending::run(&mut self.conn(), self.keys(), Source::Failed, MAX_BATCH, ids).await
     }
 
     /// Makes delayed jobs due now ("run now"): each moves to pending at its
@@ -128,9 +107,7 @@ impl Queue {
     /// than [`MAX_IDS`]; server errors.
     pub async fn promote(&self, ids: &[&str]) -> Result<Vec<(String, Moved)>> {
         check_ids(ids)?;
-        let mut r = self.promote_call(ids).await?;
-        let _ = (r.uint()?, r.uint()?, r.uint()?);
-        per_id("to_pending", &mut r)?
+        per_id(self.promote_call(ids).await?)
             .into_iter()
             .map(|(id, m)| m.map(|m| (id, m)))
             .collect()
@@ -145,8 +122,8 @@ impl Queue {
         in_steps(|| self.promote_call(&[])).await
     }
 
-    async fn promote_call(&self, ids: &[&str]) -> Result<Reply> {
-        self.to_pending_call(&self.keys().delayed, "delayed", ids).await
+    async fn promote_call(&self, ids: &[&str]) -> Result<Step> {
+        store::to_pending::run(&mut self.conn(), self.keys(), Source::Delayed, MAX_BATCH, ids).await
     }
 
     /// Removes jobs that are not active (pending, delayed, completed,
@@ -167,9 +144,7 @@ impl Queue {
     /// no ids or more than [`MAX_IDS`], server errors.
     pub async fn remove(&self, ids: &[&str]) -> Result<Vec<(String, Result<Moved>)>> {
         check_ids(ids)?;
-        let mut r = self.remove_call(ids).await?;
-        let _ = (r.uint()?, r.uint()?, r.uint()?);
-        per_id("remove", &mut r)
+        Ok(per_id(self.remove_call(ids).await?))
     }
 
     /// Removes every pending and delayed job (drains the queue), a
@@ -183,19 +158,8 @@ impl Queue {
         in_steps(|| self.remove_call(&[])).await
     }
 
-    async fn remove_call(&self, ids: &[&str]) -> Result<Reply> {
-        let k = self.keys();
-        let mut call = SCRIPTS.remove.call();
-        call.key(&k.pending)
-            .key(&k.delayed)
-            .key(&k.completed)
-            .key(&k.failed)
-            .key(&k.cancelled);
-        call.arg(&k.base).arg(MAX_BATCH);
-        for id in ids {
-            call.arg(*id);
-        }
-        call.run(&mut self.conn()).await
+    async fn remove_call(&self, ids: &[&str]) -> Result<Step> {
+        store::remove::run(&mut self.conn(), self.keys(), MAX_BATCH, ids).await
     }
 }
 
@@ -235,29 +199,13 @@ impl Queue {
     /// records or scanning about `count` keys: the next cursor ("0" once
     /// done) and how many keys it deleted.
     async fn obliterate_step(&self, cursor: &str, count: usize, force: bool) -> Result<(String, u64)> {
-        let k = self.keys();
-        let mut call = SCRIPTS.obliterate.call();
-        call.key(&k.active).key(&k.meta);
-        for key in k.own() {
-            if key != &k.active && key != &k.meta {
-                call.key(key);
-            }
-        }
-        call.arg(&k.base)
-            .arg(cursor)
-            .arg(count)
-            .arg(if force { "1" } else { "0" });
-        let mut r = call.run(&mut self.conn()).await?;
-        let code = r.code()?;
-        let next = r.string()?;
-        let (n, active) = (r.uint()?, r.uint()?);
-        if code == Code::Busy {
-            return Err(Error::QueueActive {
+        match store::obliterate::run(&mut self.conn(), self.keys(), cursor, count, force).await? {
+            Obliterated::Step { next, deleted } => Ok((next, deleted)),
+            Obliterated::Busy { active } => Err(Error::QueueActive {
                 queue: self.name().to_owned(),
                 active,
-            });
+            }),
         }
-        Ok((next, n))
     }
 }
 

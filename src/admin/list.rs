@@ -7,7 +7,8 @@ use crate::error::{Error, Result};
 use crate::job::{JobInfo, JobState};
 use crate::queue::inspect::{HashFields, job_info};
 use crate::queue::{MAX_BATCH, Queue};
-use crate::store::SCRIPTS;
+use crate::store;
+use crate::store::list::Order;
 
 /// Where a listing goes on from: the last job shown and its place in the
 /// state's order. Opaque; its text form (`Display`, `FromStr`) travels in
@@ -90,12 +91,12 @@ impl Queue {
     pub async fn list(&self, state: JobState, after: Option<&ListCursor>, limit: usize) -> Result<Page> {
         let k = self.keys();
         let (set, order) = match state {
-            JobState::Pending => (&k.pending, "asc"),
-            JobState::Delayed => (&k.delayed, "asc"),
-            JobState::Active => (&k.active, "asc"),
-            JobState::Completed => (&k.completed, "desc"),
-            JobState::Failed => (&k.failed, "desc"),
-            JobState::Cancelled => (&k.cancelled, "desc"),
+            JobState::Pending => (&k.pending, Order::Asc),
+            JobState::Delayed => (&k.delayed, Order::Asc),
+            JobState::Active => (&k.active, Order::Asc),
+            JobState::Completed => (&k.completed, Order::Desc),
+            JobState::Failed => (&k.failed, Order::Desc),
+            JobState::Cancelled => (&k.cancelled, Order::Desc),
         };
         self.list_set(set, order, state, after, limit).await
     }
@@ -111,30 +112,21 @@ impl Queue {
     pub async fn list_lane(&self, lane: &str, after: Option<&ListCursor>, limit: usize) -> Result<Page> {
         crate::keys::validate_id("lane", lane)?;
         let key = self.keys().lane(lane);
-        self.list_set(&key, "asc", JobState::Pending, after, limit).await
+        self.list_set(&key, Order::Asc, JobState::Pending, after, limit).await
     }
 
     async fn list_set(
         &self,
         set: &str,
-        order: &str,
+        order: Order,
         state: JobState,
         after: Option<&ListCursor>,
         limit: usize,
     ) -> Result<Page> {
         crate::validate::count("list limit", limit, 1, MAX_BATCH)?;
         let k = self.keys();
-        let mut call = SCRIPTS.list.call();
-        call.key(set).arg(order).arg(limit);
-        match after {
-            Some(c) => call.arg(&c.score).arg(&c.id),
-            None => call.arg("").arg(""),
-        };
-        let mut r = call.run(&mut self.conn()).await?;
-        let mut listed = Vec::new();
-        while r.remaining() > 0 {
-            listed.push((r.string()?, r.string()?));
-        }
+        let after = after.map(|c| (c.score.as_str(), c.id.as_str()));
+        let listed = store::list::run(&mut self.conn(), set, order, limit, after).await?;
         let mut pipe = redis::pipe();
         for (id, _) in &listed {
             pipe.hgetall(k.job(id));

@@ -2,7 +2,7 @@
 
 use crate::error::Result;
 use crate::queue::Queue;
-use crate::store::SCRIPTS;
+use crate::store;
 
 impl Queue {
     /// Pauses the queue: once this returns, no consumer in any process
@@ -45,10 +45,6 @@ impl Queue {
     }
 
     async fn set_paused(&self, paused: bool) -> Result<u64> {
-        let k = self.keys();
-        let mut call = SCRIPTS.pause.call();
-        call.key(&k.meta).key(&k.wake).arg(if paused { "1" } else { "0" });
-        let mut r = call.run(&mut self.conn()).await?;
-        r.uint()
+        store::pause::run(&mut self.conn(), self.keys(), paused).await
     }
 }

@@ -5,81 +5,41 @@ use super::{MAX_EFFECT_COUNTER, MAX_EFFECT_KEY_BYTES, MAX_EFFECT_VALUE_BYTES, MA
 use crate::error::{Error, Result};
 use crate::keys::validate_id;
 use crate::lease::Lease;
-use crate::queue::{Outcome, Queue, Settled, owned};
-use crate::store::{Code, SCRIPTS};
+use crate::queue::{Outcome, Queue, Settled};
+use crate::store;
+use crate::store::complete::{Completed, Effect};
 
-/// One declared effect of atomic completion.
-#[derive(Debug, Clone, PartialEq, Eq)]
-enum Op {
-    IncrBy {
-        key: String,
-        by: i64,
-    },
-    HIncrBy {
-        key: String,
-        field: Vec<u8>,
-        by: i64,
-    },
-    HSet {
-        key: String,
-        field: Vec<u8>,
-        value: Vec<u8>,
-    },
-    SAdd {
-        key: String,
-        member: Vec<u8>,
-    },
+/// The effect as a command, for error messages.
+fn describe(effect: &Effect) -> String {
+    let text = |b: &[u8]| {
+        let s = String::from_utf8_lossy(b);
+        if s.chars().count() > 40 {
+            format!("{:?}…", s.chars().take(40).collect::<String>())
+        } else {
+            format!("{s:?}")
+        }
+    };
+    match effect {
+        Effect::IncrBy { key, by } => format!("INCRBY {key} {by}"),
+        Effect::HIncrBy { key, field, by } => format!("HINCRBY {key} {} {by}", text(field)),
+        Effect::HSet { key, field, value } => format!("HSET {key} {} {}", text(field), text(value)),
+        Effect::SAdd { key, member } => format!("SADD {key} {}", text(member)),
+    }
 }
 
-impl Op {
-    fn key(&self) -> &str {
-        match self {
-            Op::IncrBy { key, .. } | Op::HIncrBy { key, .. } | Op::HSet { key, .. } | Op::SAdd { key, .. } => key,
-        }
+fn counter(effect: &Effect) -> Option<i64> {
+    match effect {
+        Effect::IncrBy { by, .. } | Effect::HIncrBy { by, .. } => Some(*by),
+        _ => None,
     }
+}
 
-    /// The script's name for the operation and its two arguments.
-    fn args(&self) -> (&'static str, Vec<u8>, Vec<u8>) {
-        match self {
-            Op::IncrBy { by, .. } => ("incrby", by.to_string().into_bytes(), Vec::new()),
-            Op::HIncrBy { field, by, .. } => ("hincrby", field.clone(), by.to_string().into_bytes()),
-            Op::HSet { field, value, .. } => ("hset", field.clone(), value.clone()),
-            Op::SAdd { member, .. } => ("sadd", member.clone(), Vec::new()),
-        }
-    }
-
-    /// The effect as a command, for error messages.
-    fn describe(&self) -> String {
-        let text = |b: &[u8]| {
-            let s = String::from_utf8_lossy(b);
-            if s.chars().count() > 40 {
-                format!("{:?}…", s.chars().take(40).collect::<String>())
-            } else {
-                format!("{s:?}")
-            }
-        };
-        match self {
-            Op::IncrBy { key, by } => format!("INCRBY {key} {by}"),
-            Op::HIncrBy { key, field, by } => format!("HINCRBY {key} {} {by}", text(field)),
-            Op::HSet { key, field, value } => format!("HSET {key} {} {}", text(field), text(value)),
-            Op::SAdd { key, member } => format!("SADD {key} {}", text(member)),
-        }
-    }
-
-    fn counter(&self) -> Option<i64> {
-        match self {
-            Op::IncrBy { by, .. } | Op::HIncrBy { by, .. } => Some(*by),
-            _ => None,
-        }
-    }
-
-    fn blobs(&self) -> Vec<&[u8]> {
-        match self {
-            Op::IncrBy { .. } => vec![],
-            Op::HIncrBy { field, .. } => vec![field],
-            Op::HSet { field, value, .. } => vec![field, value],
-            Op::SAdd { member, .. } => vec![member],
-        }
+fn blobs(effect: &Effect) -> Vec<&[u8]> {
+    match effect {
+        Effect::IncrBy { .. } => vec![],
+        Effect::HIncrBy { field, .. } => vec![field],
+        Effect::HSet { field, value, .. } => vec![field, value],
+        Effect::SAdd { member, .. } => vec![member],
     }
 }
 
@@ -104,7 +64,7 @@ impl Op {
 /// ```
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Effects {
-    ops: Vec<Op>,
+    ops: Vec<Effect>,
 }
 
 impl Effects {
@@ -117,14 +77,14 @@ impl Effects {
     /// counts as 0). The value and `by` must stay within ±(2^53 − 1)
     /// ([`MAX_EFFECT_COUNTER`]).
     pub fn incr_by(mut self, key: impl Into<String>, by: i64) -> Self {
-        self.ops.push(Op::IncrBy { key: key.into(), by });
+        self.ops.push(Effect::IncrBy { key: key.into(), by });
         self
     }
 
     /// `HINCRBY key field by`: adds `by` to the integer in a hash field
     /// (limits as [`incr_by`](Self::incr_by)).
     pub fn hincr_by(mut self, key: impl Into<String>, field: impl Into<Vec<u8>>, by: i64) -> Self {
-        self.ops.push(Op::HIncrBy {
+        self.ops.push(Effect::HIncrBy {
             key: key.into(),
             field: field.into(),
             by,
@@ -134,7 +94,7 @@ impl Effects {
 
     /// `HSET key field value`.
     pub fn hset(mut self, key: impl Into<String>, field: impl Into<Vec<u8>>, value: impl Into<Vec<u8>>) -> Self {
-        self.ops.push(Op::HSet {
+        self.ops.push(Effect::HSet {
             key: key.into(),
             field: field.into(),
             value: value.into(),
@@ -144,7 +104,7 @@ impl Effects {
 
     /// `SADD key member`.
     pub fn sadd(mut self, key: impl Into<String>, member: impl Into<Vec<u8>>) -> Self {
-        self.ops.push(Op::SAdd {
+        self.ops.push(Effect::SAdd {
             key: key.into(),
             member: member.into(),
         });
@@ -166,7 +126,7 @@ impl Effects {
         if self.ops.len() > MAX_EFFECTS {
             return Err(Error::EffectRefused {
                 index: MAX_EFFECTS + 1,
-                effect: self.ops[MAX_EFFECTS].describe(),
+                effect: describe(&self.ops[MAX_EFFECTS]),
                 reason: format!("at most {MAX_EFFECTS} effects per completion"),
             });
         }
@@ -179,16 +139,16 @@ impl Effects {
                 format!(
                     "only keys of this queue's user-key space {user}* may be written (name them with Queue::user_key)"
                 )
-            } else if op.counter().is_some_and(|by| by.abs() > MAX_EFFECT_COUNTER) {
+            } else if counter(op).is_some_and(|by| by.abs() > MAX_EFFECT_COUNTER) {
                 "the increment exceeds 2^53 - 1".to_owned()
-            } else if op.blobs().iter().any(|b| b.len() > MAX_EFFECT_VALUE_BYTES) {
+            } else if blobs(op).iter().any(|b| b.len() > MAX_EFFECT_VALUE_BYTES) {
                 format!("a field, value or member is longer than {MAX_EFFECT_VALUE_BYTES} bytes")
             } else {
                 continue;
             };
             return Err(Error::EffectRefused {
                 index: i + 1,
-                effect: op.describe(),
+                effect: describe(op),
                 reason,
             });
         }
@@ -231,50 +191,19 @@ impl Queue {
     pub async fn complete_with(&self, lease: &Lease, effects: &Effects) -> Result<Settled> {
         lease.check_queue(self.base())?;
         effects.check(self)?;
-        let k = self.keys();
-        let mut targets: Vec<&str> = Vec::new();
-        let mut call = SCRIPTS.complete.call();
-        call.key(k.job(&lease.id)).key(&k.active).key(&k.completed);
-        call.arg(&k.base)
-            .arg(&lease.id)
-            .arg(lease.token)
-            .arg(self.options().keep_completed.arg())
-            .arg(effects.ops.len());
-        for op in &effects.ops {
-            let index = match targets.iter().position(|t| *t == op.key()) {
-                Some(i) => i,
-                None => {
-                    targets.push(op.key());
-                    targets.len() - 1
+        let keep = self.options().keep_completed.arg();
+        match store::complete::run(&mut self.conn(), self.keys(), lease, &keep, &effects.ops).await? {
+            Completed::Refused { index, reason } => {
+                let effect = effects.ops.get(index.wrapping_sub(1)).map(describe).unwrap_or_default();
+                Err(Error::EffectRefused { index, effect, reason })
+            }
+            Completed::Settled(settled) => {
+                if settled.outcome == Outcome::Completed {
+                    self.confirm_settled(1).await;
                 }
-            };
-            let (name, a, b) = op.args();
-            // KEYS[1..3] are the job's; effect targets follow.
-            call.arg(name).arg(index + 4).arg(a).arg(b);
+                Ok(settled)
+            }
         }
-        for t in &targets {
-            call.key(*t);
-        }
-        let mut r = call.run(&mut self.conn()).await?;
-        let (code, server_ms) = (r.code()?, r.uint()?);
-        if code == Code::Refused {
-            let index = r.uint()? as usize;
-            let reason = r.string()?;
-            let effect = effects
-                .ops
-                .get(index.wrapping_sub(1))
-                .map(Op::describe)
-                .unwrap_or_default();
-            return Err(Error::EffectRefused { index, effect, reason });
-        }
-        let outcome = match owned("complete", lease, code)? {
-            Code::Already => Outcome::AlreadySettled,
-            _ => Outcome::Completed,
-        };
-        if outcome == Outcome::Completed {
-            self.confirm_settled(1).await;
-        }
-        Ok(Settled { outcome, server_ms })
     }
 }
 
@@ -289,10 +218,9 @@ mod tests {
             .incr_by("k", -3)
             .hset("h", "f", "x".repeat(100))
             .sadd("s", b"m".to_vec());
-        assert_eq!(e.ops[0].describe(), "INCRBY k -3");
-        assert!(e.ops[1].describe().starts_with("HSET h \"f\" \"xxxx"));
-        assert!(e.ops[1].describe().ends_with('…'));
-        assert_eq!(e.ops[2].describe(), "SADD s \"m\"");
-        assert_eq!(e.ops[0].args(), ("incrby", b"-3".to_vec(), Vec::new()));
+        assert_eq!(describe(&e.ops[0]), "INCRBY k -3");
+        assert!(describe(&e.ops[1]).starts_with("HSET h \"f\" \"xxxx"));
+        assert!(describe(&e.ops[1]).ends_with('…'));
+        assert_eq!(describe(&e.ops[2]), "SADD s \"m\"");
     }
 }

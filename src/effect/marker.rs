@@ -10,7 +10,8 @@ use crate::job::millis;
 use crate::keys::validate_id;
 use crate::lease::Lease;
 use crate::queue::Queue;
-use crate::store::{Code, SCRIPTS};
+use crate::store;
+use crate::store::marker_claim::{Found, Marker};
 use crate::worker::Job;
 
 /// How often [`EffectMarker::once`] sends a marker call again after a
@@ -220,19 +221,13 @@ impl EffectMarker {
     /// [`Error::JobNotFound`]; [`Error::Protocol`] when the marker key holds
     /// a value echomq did not write; server errors.
     pub async fn claim(&self) -> Result<MarkerState> {
-        let mut call = SCRIPTS.marker_claim.call();
-        call.key(&self.job_key)
-            .key(&self.key)
-            .arg(self.token)
-            .arg(self.ttl_ms()?);
-        let mut r = call.run(&mut self.queue.conn()).await?;
-        let (code, _now, token) = (r.code()?, r.uint()?, r.uint()?);
-        match code {
-            Code::Ok => Ok(MarkerState::Fresh),
-            Code::MarkerDone => Ok(MarkerState::Done { token }),
-            Code::MarkerOrphaned => Ok(MarkerState::Orphaned { token }),
-            other => Err(self.refusal("marker_claim", other, token)),
-        }
+        let ttl_ms = self.ttl_ms()?;
+        let found = store::marker_claim::run(&mut self.queue.conn(), &self.marker(), ttl_ms).await?;
+        Ok(match found {
+            Found::Fresh => MarkerState::Fresh,
+            Found::Done { token } => MarkerState::Done { token },
+            Found::Orphaned { token } => MarkerState::Orphaned { token },
+        })
     }
 
     /// Records that this attempt's effect finished: every later claim
@@ -246,9 +241,8 @@ impl EffectMarker {
     /// another attempt finished it (nothing changed: the newer holder was
     /// told the effect may have happened); server errors (safe to retry).
     pub async fn done(&self) -> Result<()> {
-        let mut call = SCRIPTS.marker_done.call();
-        call.key(&self.key).arg(self.token).arg(self.ttl_ms()?);
-        self.answer("marker_done", call).await
+        let ttl_ms = self.ttl_ms()?;
+        store::marker_done::run(&mut self.queue.conn(), &self.marker(), ttl_ms).await
     }
 
     /// Gives the marker back because the effect surely did not happen (the
@@ -261,42 +255,17 @@ impl EffectMarker {
     /// attempt finished the effect (a done marker is never given back);
     /// server errors (safe to retry).
     pub async fn abandon(&self) -> Result<()> {
-        let mut call = SCRIPTS.marker_abandon.call();
-        call.key(&self.key).arg(self.token);
-        self.answer("marker_abandon", call).await
+        store::marker_abandon::run(&mut self.queue.conn(), &self.marker()).await
     }
 
-    async fn answer(&self, script: &'static str, call: crate::store::Call) -> Result<()> {
-        let mut r = call.run(&mut self.queue.conn()).await?;
-        let (code, _now, token) = (r.code()?, r.uint()?, r.uint()?);
-        match code {
-            Code::Ok => Ok(()),
-            other => Err(self.refusal(script, other, token)),
-        }
-    }
-
-    fn refusal(&self, script: &'static str, code: Code, holder: u64) -> Error {
-        match code {
-            Code::LeaseLost => Error::LeaseLost {
-                id: self.job_id.clone(),
-                token: self.token,
-            },
-            Code::NotFound => Error::JobNotFound(self.job_id.clone()),
-            Code::HeldByOther | Code::DoneByOther => Error::MarkerLost {
-                id: self.job_id.clone(),
-                effect: self.effect.clone(),
-                token: self.token,
-                holder,
-                done: code == Code::DoneByOther,
-            },
-            Code::Foreign => Error::Protocol {
-                script,
-                detail: format!("marker {} holds a value echomq did not write", self.key),
-            },
-            other => Error::Protocol {
-                script,
-                detail: format!("unexpected status {other:?}"),
-            },
+    /// This handle as the marker scripts take it.
+    fn marker(&self) -> Marker<'_> {
+        Marker {
+            job_id: &self.job_id,
+            job_key: &self.job_key,
+            key: &self.key,
+            effect: &self.effect,
+            token: self.token,
         }
     }
 

@@ -20,7 +20,8 @@ use tracing::{debug, info, warn};
 
 use crate::error::Result;
 use crate::queue::{MAX_BATCH, Queue};
-use crate::store::{Code, SCRIPTS};
+use crate::store;
+use crate::store::reap::{Expired, Fate};
 use crate::validate;
 
 /// Default time between reaper passes.
@@ -105,31 +106,20 @@ impl Queue {
         if crate::faults::active("two-step-reaper") {
             return self.reap_in_two_steps(limit).await;
         }
-        let k = self.keys();
-        let mut call = SCRIPTS.reap.call();
-        call.key(&k.active)
-            .key(&k.pending)
-            .key(&k.delayed)
-            .key(&k.failed)
-            .key(&k.wake)
-            .key(&k.cancelled);
-        call.arg(&k.base).arg(limit).arg(self.options().keep_failed.arg());
-        let mut r = call.run(&mut self.conn()).await?;
+        let keep_failed = self.options().keep_failed.arg();
+        let reaped = store::reap::run(&mut self.conn(), self.keys(), limit, &keep_failed).await?;
         let mut report = ReapReport {
-            server_ms: r.uint()?,
-            promoted: r.uint()?,
-            active: r.uint()?,
-            next_due_ms: Some(r.uint()?).filter(|&d| d > 0),
+            server_ms: reaped.server_ms,
+            promoted: reaped.promoted,
+            active: reaped.active,
+            next_due_ms: reaped.next_due_ms,
             ..ReapReport::default()
         };
-        while r.remaining() > 0 {
-            let id = r.string()?;
-            let outcome = r.code()?;
-            let stalls = r.uint()?;
-            match outcome {
-                Code::Failed => report.failed.push((id, stalls)),
-                Code::Cancelled => report.cancelled.push(id),
-                _ => report.requeued.push((id, stalls)),
+        for Expired { id, stalls, fate } in reaped.expired {
+            match fate {
+                Fate::Failed => report.failed.push((id, stalls)),
+                Fate::Cancelled => report.cancelled.push(id),
+                Fate::Requeued => report.requeued.push((id, stalls)),
             }
         }
         Ok(report)

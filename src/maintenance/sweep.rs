@@ -19,7 +19,8 @@ use tracing::warn;
 
 use crate::error::{Error, Result};
 use crate::queue::Queue;
-use crate::store::SCRIPTS;
+use crate::store;
+use crate::store::sweep::{PHASES, Swept};
 
 /// What a consistency sweep found, from [`Queue::sweep`] (the whole sweep)
 /// or [`Queue::sweep_step`] (one step).
@@ -50,10 +51,6 @@ impl SweepReport {
     }
 }
 
-/// The phases of a sweep, as `lua/sweep.lua` takes them: the job hashes,
-/// then each set (by its index in the script's KEYS), then the lanes' slots
-/// (`held`), the ring of lanes (`ring`) and the dedup markers (`markers`).
-const SWEEP_PHASES: [&str; 10] = ["jobs", "1", "2", "3", "4", "5", "6", "held", "ring", "markers"];
 /// The first and the last of the phases over the queue's own sets (its six
 /// sets, the lanes' slots and their ring), which a walk of the keyspace
 /// does not cover.
@@ -70,7 +67,8 @@ const LAST_SET_PHASE: usize = 8;
 /// pause still checks every key that existed throughout (SCAN's guarantee).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct SweepCursor {
-    /// Index into `SWEEP_PHASES`; its length once the sweep is done.
+    /// Index into the script's `PHASES` (`store/sweep.rs`); their number
+    /// once the sweep is done.
     phase: usize,
     /// The server's SCAN/ZSCAN cursor in the phase; empty at its start (so
     /// the default cursor is the start of a sweep).
@@ -81,7 +79,7 @@ impl SweepCursor {
     /// True once every phase has been scanned to its end: the sweep is
     /// complete, and further steps with this cursor do nothing.
     pub fn is_done(&self) -> bool {
-        self.phase >= SWEEP_PHASES.len()
+        self.phase >= PHASES.len()
     }
 
     /// The start of a sweep of the queue's sets alone (see [`Walk`]).
@@ -130,66 +128,40 @@ impl Queue {
         self.sweep_call(cursor, batch, true).await
     }
 
-    /// A call of `lua/sweep.lua` with the queue's keys it always takes.
-    fn sweep_script(&self) -> crate::store::Call {
-        let k = self.keys();
-        let mut call = SCRIPTS.sweep.call();
-        call.key(&k.pending)
-            .key(&k.active)
-            .key(&k.delayed)
-            .key(&k.completed)
-            .key(&k.failed)
-            .key(&k.cancelled)
-            .key(&k.seq);
-        call
-    }
-
-    /// Runs a sweep call and reads its reply, `{next_cursor, checked,
-    /// repaired, skipped, phase}` (logging what it found).
-    async fn run_sweep(&self, call: crate::store::Call) -> Result<(String, SweepReport, String)> {
-        let mut r = call.run(&mut self.conn()).await?;
-        let next = r.string()?;
+    /// Logs what a sweep call found and reports it.
+    fn swept(&self, swept: &Swept) -> SweepReport {
         let report = SweepReport {
-            checked: r.uint()?,
-            repaired: r.uint()?,
-            skipped: r.uint()?,
+            checked: swept.checked,
+            repaired: swept.repaired,
+            skipped: swept.skipped,
         };
-        let phase = r.string()?;
         self.log_sweep(&report);
-        Ok((next, report, phase))
+        report
     }
 
     async fn sweep_call(&self, cursor: &SweepCursor, batch: usize, chain: bool) -> Result<(SweepCursor, SweepReport)> {
-        let Some(phase) = SWEEP_PHASES.get(cursor.phase) else {
+        if cursor.is_done() {
             return Ok((cursor.clone(), SweepReport::default()));
-        };
-        let k = self.keys();
-        let mut call = self.sweep_script();
-        call.arg(&k.base)
-            .arg(*phase)
-            .arg(if cursor.cursor.is_empty() { "0" } else { &cursor.cursor })
-            .arg(batch.max(1))
-            .arg(if chain { "chain" } else { "" });
-        let (next, report, reached) = self.run_sweep(call).await?;
-        // With "chain" the cursor may belong to a later phase than asked.
-        let at = SWEEP_PHASES
-            .iter()
-            .position(|p| *p == reached)
-            .filter(|&i| i >= cursor.phase)
-            .ok_or_else(|| Error::Protocol {
-                script: "sweep",
-                detail: format!("unexpected phase {reached:?}"),
-            })?;
-        let next = if next == "0" {
-            SweepCursor {
+        }
+        let (swept, at) = store::sweep::phase(
+            &mut self.conn(),
+            self.keys(),
+            cursor.phase,
+            &cursor.cursor,
+            batch.max(1),
+            chain,
+        )
+        .await?;
+        let report = self.swept(&swept);
+        let next = match swept.next {
+            None => SweepCursor {
                 phase: at + 1,
                 cursor: String::new(),
-            }
-        } else {
-            SweepCursor {
+            },
+            Some(next) => SweepCursor {
                 phase: at,
                 cursor: next,
-            }
+            },
         };
         Ok((next, report))
     }
@@ -199,16 +171,10 @@ impl Queue {
     /// per script call: the job phase and the marker phase of a sweep, for
     /// these keys. A key gone since the walk saw it is passed over.
     pub(crate) async fn sweep_keys(&self, keys: &[String]) -> Result<SweepReport> {
-        let k = self.keys();
         let mut report = SweepReport::default();
         for chunk in keys.chunks(MAX_SWEEP_KEYS) {
-            let mut call = self.sweep_script();
-            for key in chunk {
-                call.key(key);
-            }
-            call.arg(&k.base).arg("keys").arg("0").arg(chunk.len()).arg("");
-            let (_, step, _) = self.run_sweep(call).await?;
-            report.add(step);
+            let swept = store::sweep::keys(&mut self.conn(), self.keys(), chunk).await?;
+            report.add(self.swept(&swept));
         }
         Ok(report)
     }

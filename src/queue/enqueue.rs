@@ -10,9 +10,10 @@ use super::{ENQUEUE_CHUNK, Queue};
 use crate::conn::Conn;
 use crate::durability::{Durability, Shortfall};
 use crate::error::{Error, Result};
-use crate::job::{EnqueueOptions, EnqueueStatus, Enqueued, JobKind};
+use crate::job::{EnqueueOptions, Enqueued, JobKind};
 use crate::keys::Keys;
-use crate::store::{Code, SCRIPTS};
+use crate::store;
+use crate::store::enqueue::NewJob;
 
 /// Enqueue calls one queue keeps in flight while coalescing: few enough
 /// that concurrent enqueues pile up into batches, enough to hide a round trip.
@@ -22,29 +23,9 @@ const CALLS_IN_FLIGHT: usize = 4;
 /// stays well inside the response timeout.
 const BATCH_BYTES: usize = 1 << 20;
 
-/// One job, encoded and checked, ready for the script.
-pub(super) struct Encoded {
-    payload: Vec<u8>,
-    id: String,
-    priority: i8,
-    /// A delay in ms, or "@MS" for a run-at time (enqueue.lua).
-    when: String,
-    limits: String,
-    dedup: String,
-    dedup_ttl_ms: u64,
-    /// Debounce: a waiting dedup holder takes this job's payload and due time.
-    replace: bool,
-    /// The lane, "" for none.
-    lane: String,
-    /// The kind, "" for none.
-    kind: String,
-    /// The W3C traceparent, "" for none.
-    traceparent: String,
-}
-
 /// One `enqueue_with` waiting for the coalescer.
 pub(super) struct Request {
-    job: Encoded,
+    job: NewJob,
     reply: oneshot::Sender<Result<Enqueued>>,
 }
 
@@ -77,8 +58,8 @@ pub(super) async fn coalesce(
         }
         let (mut conn, keys) = (conn.clone(), keys.clone());
         tokio::spawn(async move {
-            let jobs: Vec<&Encoded> = batch.iter().map(|r| &r.job).collect();
-            let result = call_script(&mut conn, &keys, &jobs).await;
+            let jobs: Vec<&NewJob> = batch.iter().map(|r| &r.job).collect();
+            let result = store::enqueue::run(&mut conn, &keys, &jobs).await;
             drop(jobs);
             // Stored: as durable as the queue asks? (Each caller hears
             // about its own job.)
@@ -140,48 +121,6 @@ async fn confirm(conn: &mut Conn, durability: Durability, stored: &[Enqueued]) -
     }
 }
 
-/// One enqueue script call for a batch of encoded jobs.
-async fn call_script(conn: &mut Conn, k: &Keys, jobs: &[&Encoded]) -> Result<Vec<Enqueued>> {
-    let mut call = SCRIPTS.enqueue.call();
-    call.key(&k.seq).key(&k.pending).key(&k.delayed).key(&k.wake);
-    call.arg(&k.base).arg(jobs.len());
-    for j in jobs {
-        call.arg(&j.id)
-            .arg(&j.payload)
-            .arg(j.priority)
-            .arg(&j.when)
-            .arg(&j.limits)
-            .arg(&j.dedup)
-            .arg(j.dedup_ttl_ms)
-            .arg(if j.replace { "1" } else { "0" })
-            .arg(&j.lane)
-            .arg(&j.kind)
-            .arg(&j.traceparent);
-    }
-    let mut r = call.run(conn).await?;
-    let _now = r.uint()?;
-    let mut out = Vec::with_capacity(jobs.len());
-    while r.remaining() > 0 {
-        let status = match r.code()? {
-            Code::Ok => EnqueueStatus::Created,
-            Code::Exists => EnqueueStatus::Existing,
-            Code::Deduped => EnqueueStatus::Deduplicated,
-            Code::Replaced => EnqueueStatus::Replaced,
-            other => {
-                return Err(Error::Protocol {
-                    script: "enqueue",
-                    detail: format!("unexpected status {other:?}"),
-                });
-            }
-        };
-        out.push(Enqueued {
-            id: r.string()?,
-            status,
-        });
-    }
-    Ok(out)
-}
-
 /// The traceparent jobs of this enqueue call inherit when their options
 /// give none: with feature `otel`, the current span's OpenTelemetry context
 /// (see [`crate::otel`]); otherwise none. Looked up once per call, in the
@@ -201,24 +140,19 @@ impl Queue {
         payload: &T,
         opts: &EnqueueOptions,
         ambient: Option<&str>,
-    ) -> Result<Encoded> {
+    ) -> Result<NewJob> {
         opts.validate()?;
-        let (dedup, dedup_ttl_ms) = match &opts.dedup {
-            Some((d, ttl)) => (d.clone(), ttl.map_or(0, |t| t.as_millis() as u64)),
-            None => (String::new(), 0),
-        };
-        Ok(Encoded {
+        Ok(NewJob {
             payload: self.encode(payload)?,
-            id: opts.id.clone().unwrap_or_default(),
+            id: opts.id.clone(),
             priority: opts.priority,
             when: opts.when()?,
-            limits: opts.limits(&self.options().limits).encode(),
-            dedup,
-            dedup_ttl_ms,
+            limits: opts.limits(&self.options().limits),
+            dedup: opts.dedup.clone(),
             replace: opts.replace_waiting,
-            lane: opts.lane.clone().unwrap_or_default(),
-            kind: opts.kind.clone().unwrap_or_default(),
-            traceparent: opts.traceparent.as_deref().or(ambient).unwrap_or_default().to_owned(),
+            lane: opts.lane.clone(),
+            kind: opts.kind.clone(),
+            traceparent: opts.traceparent.as_deref().or(ambient).map(str::to_owned),
         })
     }
 
@@ -389,11 +323,11 @@ impl Queue {
     }
 
     /// Sends encoded jobs a chunk per script call.
-    async fn send_bulk(&self, encoded: &[Encoded]) -> Result<Vec<Enqueued>> {
+    async fn send_bulk(&self, encoded: &[NewJob]) -> Result<Vec<Enqueued>> {
         let mut out = Vec::with_capacity(encoded.len());
         for chunk in encoded.chunks(ENQUEUE_CHUNK) {
-            let jobs: Vec<&Encoded> = chunk.iter().collect();
-            out.extend(call_script(&mut self.conn(), self.keys(), &jobs).await?);
+            let jobs: Vec<&NewJob> = chunk.iter().collect();
+            out.extend(store::enqueue::run(&mut self.conn(), self.keys(), &jobs).await?);
         }
         // One confirmation covers every chunk: the connection's writes so far.
         confirm(&mut self.conn(), self.options().durability, &out).await?;

@@ -14,7 +14,6 @@ mod settle;
 
 use std::sync::Arc;
 
-use redis::Value;
 use serde::Serialize;
 use tokio::sync::mpsc;
 
@@ -22,13 +21,12 @@ pub(crate) use self::backing::{Backing, Upkeep, UpkeepGuard};
 pub use self::options::{
     DEFAULT_KEEP_COMPLETED, DEFAULT_KEEP_FAILED, DEFAULT_MAX_PAYLOAD_BYTES, MAX_PAYLOAD_LIMIT, QueueOptions, Retention,
 };
-pub(crate) use self::settle::encode_result;
-pub(crate) use self::settle::owned;
-pub use self::settle::{MAX_ERROR_BYTES, MAX_RESULT_BYTES, Outcome, Settle, SettleOp, Settled};
 use crate::conn::Conn;
 use crate::error::{Error, Result};
 use crate::keys::Keys;
-use crate::store::SCRIPTS;
+pub(crate) use crate::settlement::encode_result;
+pub use crate::settlement::{MAX_ERROR_BYTES, MAX_RESULT_BYTES, Outcome, Settle, SettleOp, Settled};
+use crate::store;
 
 /// The layout version this crate writes into `emq:{Q}:meta`. Version 2
 /// (echomq 0.2) added queue-wide fencing tokens, per-job limits and the
@@ -131,13 +129,7 @@ impl Queue {
     /// the first script a queue runs, it also tells a user who may not run
     /// scripts ([`Error::NoPermission`]).
     async fn check_layout(&self) -> Result<()> {
-        let mut call = SCRIPTS.layout.call();
-        call.key(&self.inner.keys.meta).arg(LAYOUT_VERSION);
-        let v: Value = call.run_raw(&mut self.conn()).await?;
-        let found = match v {
-            Value::BulkString(b) => String::from_utf8_lossy(&b).into_owned(),
-            other => format!("{other:?}"),
-        };
+        let found = store::layout::run(&mut self.conn(), self.keys(), LAYOUT_VERSION).await?;
         match found.parse::<u32>() {
             Ok(LAYOUT_VERSION) => Ok(()),
             _ => Err(Error::LayoutMismatch {

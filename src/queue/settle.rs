@@ -5,261 +5,12 @@
 use std::time::Duration;
 
 use super::{MAX_BATCH, Queue};
-use crate::error::{Error, Result, truncate};
-use crate::job::{delay_ms, millis};
+use crate::error::{Error, Result};
+use crate::job::millis;
 use crate::lease::Lease;
-use crate::limits::Limits;
-use crate::store::{Code, Reply, SCRIPTS};
-
-/// Longest error text or failure reason stored with a job, in bytes;
-/// longer ones are cut (at a character boundary) and say how long they were.
-pub const MAX_ERROR_BYTES: usize = 4_096;
-
-/// Largest result kept with a completed job, encoded as JSON: 1 MiB.
-pub const MAX_RESULT_BYTES: usize = 1 << 20;
-
-/// What a settlement did.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum Outcome {
-    /// `complete`: the job is completed.
-    Completed,
-    /// `retry`: the job will run again, at once (`due_ms` `None`) or at `due_ms` (server ms).
-    Retrying {
-        /// When it becomes due, if delayed.
-        due_ms: Option<u64>,
-    },
-    /// `fail`, or `retry` at the job's `max_attempts`: the job failed for good.
-    Failed,
-    /// `release`: the job is pending again.
-    Released,
-    /// `snooze`: the job runs again at `due_ms` (or at once when `None`),
-    /// its failures unchanged.
-    Snoozed {
-        /// When it becomes due, if delayed.
-        due_ms: Option<u64>,
-    },
-    /// The job ended cancelled: [`Settle::Cancel`], or any settlement but
-    /// a complete of a job an operator asked to cancel
-    /// ([`Queue::cancel`]).
-    Cancelled,
-    /// This settlement already happened with this token (the first reply
-    /// was lost and the call was sent again); nothing changed now.
-    AlreadySettled,
-}
-
-/// The kind of a settlement, for events and logs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum SettleOp {
-    /// [`Queue::complete`].
-    Complete,
-    /// [`Queue::retry`].
-    Retry,
-    /// [`Queue::fail`].
-    Fail,
-    /// [`Queue::release`].
-    Release,
-    /// [`Queue::snooze`].
-    Snooze,
-    /// [`Settle::Cancel`].
-    Cancel,
-    /// [`Queue::rate_limited`].
-    RateLimited,
-}
-
-impl SettleOp {
-    /// The operation's name: complete, retry, fail, release, snooze,
-    /// cancel or rate_limited.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            SettleOp::Complete => "complete",
-            SettleOp::Retry => "retry",
-            SettleOp::Fail => "fail",
-            SettleOp::Release => "release",
-            SettleOp::Snooze => "snooze",
-            SettleOp::Cancel => "cancel",
-            SettleOp::RateLimited => "rate_limited",
-        }
-    }
-}
-
-impl std::fmt::Display for SettleOp {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-/// One settlement of a batch sent with [`Queue::settle_many`].
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum Settle {
-    /// As [`Queue::complete`].
-    Complete,
-    /// As [`Queue::complete_with_result`]: completes the job and keeps
-    /// `result` (JSON text, at most [`MAX_RESULT_BYTES`]) with it.
-    Return {
-        /// The result, as JSON text.
-        result: String,
-    },
-    /// As [`Queue::retry`].
-    Retry {
-        /// Delay before the next attempt; `None`: the job's backoff.
-        delay: Option<Duration>,
-        /// The error text to record.
-        error: String,
-    },
-    /// As [`Queue::fail`].
-    Fail {
-        /// The reason to record.
-        reason: String,
-    },
-    /// As [`Queue::release`].
-    Release,
-    /// As [`Queue::snooze`].
-    Snooze {
-        /// How long until the job is due again.
-        delay: Duration,
-    },
-    /// Ends the job cancelled (its attempt gave up on an operator's cancel
-    /// request, say): it does not run again.
-    Cancel {
-        /// The reason to record ("cancelled" when empty).
-        reason: String,
-    },
-    /// As [`Queue::rate_limited`].
-    RateLimited {
-        /// How long until the job is due again, and until its lane (or
-        /// the queue) gives jobs again.
-        retry_after: Duration,
-    },
-}
-
-impl Settle {
-    /// The kind of settlement.
-    pub fn op(&self) -> SettleOp {
-        match self {
-            Settle::Complete | Settle::Return { .. } => SettleOp::Complete,
-            Settle::Retry { .. } => SettleOp::Retry,
-            Settle::Fail { .. } => SettleOp::Fail,
-            Settle::Release => SettleOp::Release,
-            Settle::Snooze { .. } => SettleOp::Snooze,
-            Settle::Cancel { .. } => SettleOp::Cancel,
-            Settle::RateLimited { .. } => SettleOp::RateLimited,
-        }
-    }
-
-    /// The script's op letter, delay and text for this item, or why it
-    /// cannot be sent.
-    fn encode(&self) -> Result<(&'static str, String, String)> {
-        Ok(match self {
-            Settle::Complete => ("c", "0".into(), String::new()),
-            Settle::Return { result } => {
-                if result.len() > MAX_RESULT_BYTES {
-                    return Err(Error::PayloadTooLarge {
-                        size: result.len(),
-                        limit: MAX_RESULT_BYTES,
-                    });
-                }
-                if serde_json::from_str::<serde::de::IgnoredAny>(result).is_err() {
-                    return Err(Error::InvalidOption {
-                        name: "result",
-                        reason: "is not JSON text".into(),
-                    });
-                }
-                ("c", "0".into(), result.clone())
-            }
-            Settle::Retry { delay, error } => (
-                "r",
-                match delay {
-                    Some(d) => delay_ms("retry delay", *d)?.to_string(),
-                    None => String::new(),
-                },
-                truncate(error, MAX_ERROR_BYTES),
-            ),
-            Settle::Fail { reason } => ("f", "0".into(), truncate(reason, MAX_ERROR_BYTES)),
-            Settle::Release => ("l", "0".into(), String::new()),
-            Settle::Snooze { delay } => ("s", delay_ms("snooze delay", *delay)?.to_string(), String::new()),
-            Settle::Cancel { reason } => ("x", "0".into(), truncate(reason, MAX_ERROR_BYTES)),
-            Settle::RateLimited { retry_after } => (
-                "h",
-                delay_ms("rate limited retry_after", *retry_after)?.to_string(),
-                String::new(),
-            ),
-        })
-    }
-}
-
-/// The answer to a settlement: what happened and the server's clock then.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct Settled {
-    /// What happened.
-    pub outcome: Outcome,
-    /// The server's clock when the script ran (ms since the Unix epoch).
-    pub server_ms: u64,
-}
-
-/// A handler's result as JSON text to keep with its job: `None` for a
-/// value that encodes as `null` (such as `()`).
-pub(crate) fn encode_result<R: serde::Serialize + ?Sized>(result: &R) -> Result<Option<String>> {
-    let text = serde_json::to_string(result).map_err(Error::Encode)?;
-    if text == "null" {
-        return Ok(None);
-    }
-    if text.len() > MAX_RESULT_BYTES {
-        return Err(Error::PayloadTooLarge {
-            size: text.len(),
-            limit: MAX_RESULT_BYTES,
-        });
-    }
-    Ok(Some(text))
-}
-
-/// Reads claim's `deadline, wait, id, token, attempt, failures, limits, payload, lane, kind, created, traceparent, ...`
-/// tail: the leases, and how long until a rate limit that stopped the claim
-/// lets it lease again (`None`: nothing to wait for).
-fn read_leases(q: &Queue, r: &mut Reply, claimed_ms: u64) -> Result<(Vec<Lease>, Option<Duration>)> {
-    let deadline_ms = r.uint()?;
-    let wait = Some(Duration::from_millis(r.uint()?)).filter(|w| !w.is_zero());
-    let mut leases = Vec::with_capacity(r.remaining() / 10);
-    while r.remaining() > 0 {
-        leases.push(Lease {
-            queue: q.base().clone(),
-            id: r.string()?,
-            token: r.uint()?,
-            attempt: r.uint()?,
-            failures: r.uint()?,
-            limits: Limits::decode(&r.bytes()?),
-            payload: r.bytes()?,
-            lane: Some(r.string()?).filter(|l| !l.is_empty()),
-            kind: Some(r.string()?).filter(|k| !k.is_empty()),
-            created_ms: r.uint()?,
-            traceparent: Some(r.string()?).filter(|t| !t.is_empty()),
-            deadline_ms,
-            claimed_ms,
-            cancel_requested: false,
-        });
-    }
-    Ok((leases, wait))
-}
-
-/// Maps a settling script's code: `Ok` for a move made or already made,
-/// the typed error for a missing job or a lost lease.
-pub(crate) fn owned(script: &'static str, lease: &Lease, code: Code) -> Result<Code> {
-    match code {
-        Code::NotFound => Err(Error::JobNotFound(lease.id.clone())),
-        Code::LeaseLost => Err(Error::LeaseLost {
-            id: lease.id.clone(),
-            token: lease.token,
-        }),
-        c @ (Code::Ok | Code::Already | Code::Failed | Code::Cancelled) => Ok(c),
-        other => Err(Error::Protocol {
-            script,
-            detail: format!("unexpected status {other:?}"),
-        }),
-    }
-}
+use crate::settlement::{Settle, Settled, encode_result};
+use crate::store;
+use crate::store::claim::Claim;
 
 /// The lease length in whole milliseconds, at least 1.
 fn lease_ms(lease: Duration) -> Result<u64> {
@@ -322,21 +73,13 @@ impl Queue {
     /// As [`claim`](Self::claim).
     pub async fn claim_or_wait(&self, max: usize, lease: Duration) -> Result<(Vec<Lease>, Option<Duration>)> {
         crate::validate::count("claim batch size", max, 1, MAX_BATCH)?;
-        let lease_ms = lease_ms(lease)?;
-        let k = self.keys();
-        let mut call = SCRIPTS.claim.call();
-        call.key(&k.pending)
-            .key(&k.active)
-            .key(&k.delayed)
-            .key(&k.wake)
-            .key(&k.token)
-            .key(&k.meta);
-        call.arg(&k.base).arg(lease_ms).arg(max).arg(self.holder());
-        #[cfg(echomq_faults)]
-        call.arg(crate::faults::client_now_ms());
-        let mut r = call.run(&mut self.conn()).await?;
-        let claimed_ms = r.uint()?;
-        read_leases(self, &mut r, claimed_ms)
+        let claim = Claim {
+            lease_ms: lease_ms(lease)?,
+            max,
+            holder: self.holder(),
+        };
+        let claimed = store::claim::run(&mut self.conn(), self.keys(), self.base(), &claim).await?;
+        Ok((claimed.leases, claimed.wait))
     }
 
     /// Settles many leased jobs in one script call, each fenced by its own
@@ -360,7 +103,7 @@ impl Queue {
     /// # Errors
     /// The outer error is a server or transport failure for the whole
     /// batch (safe to resend: applied items answer
-    /// [`Outcome::AlreadySettled`]). Inner errors are per item, and an
+    /// [`Outcome::AlreadySettled`](crate::Outcome::AlreadySettled)). Inner errors are per item, and an
     /// item that cannot be sent does not hold back the others:
     /// [`Error::LeaseLost`], [`Error::JobNotFound`], [`Error::WrongQueue`],
     /// [`Error::InvalidOption`] (a delay over
@@ -400,81 +143,30 @@ impl Queue {
         crate::validate::count("claim batch size", claim, 0, MAX_BATCH)?;
         let lease_ms = if claim > 0 { lease_ms(lease)? } else { 0 };
         // Items that cannot be sent answer for themselves; the rest go.
-        let encoded: Vec<Result<(&'static str, String, String)>> = items
+        let items: Vec<Result<store::settle::Item>> = items
             .iter()
             .map(|(l, op)| {
                 l.check_queue(self.base())?;
-                op.encode()
+                store::settle::Item::new(l, op)
             })
             .collect();
-        let sent = encoded.iter().filter(|e| e.is_ok()).count();
-        let k = self.keys();
-        let mut call = SCRIPTS.settle.call();
-        call.key(&k.active)
-            .key(&k.pending)
-            .key(&k.delayed)
-            .key(&k.completed)
-            .key(&k.failed)
-            .key(&k.wake)
-            .key(&k.token)
-            .key(&k.meta)
-            .key(&k.cancelled);
+        let sent = items.iter().filter(|e| e.is_ok()).count();
         let opts = self.options();
-        call.arg(&k.base)
-            .arg(opts.keep_completed.arg())
-            .arg(opts.keep_failed.arg())
-            .arg(sent);
-        for ((l, _), e) in items.iter().zip(&encoded) {
-            if let Ok((code, delay, text)) = e {
-                call.arg(*code).arg(&l.id).arg(l.token).arg(delay).arg(text);
-            }
-        }
-        if claim > 0 {
-            call.arg(lease_ms).arg(claim).arg(self.holder());
-            #[cfg(echomq_faults)]
-            call.arg(crate::faults::client_now_ms());
-        }
-        let mut r = call.run(&mut self.conn()).await?;
+        let batch = store::settle::Batch {
+            keep_completed: &opts.keep_completed.arg(),
+            keep_failed: &opts.keep_failed.arg(),
+            items,
+            claim: (claim > 0).then(|| Claim {
+                lease_ms,
+                max: claim,
+                holder: self.holder(),
+            }),
+        };
+        let answer = store::settle::run(&mut self.conn(), self.keys(), self.base(), batch).await?;
         if sent > 0 {
             self.confirm_settled(sent).await;
         }
-        let now = r.uint()?;
-        let mut out = Vec::with_capacity(items.len());
-        for ((l, op), e) in items.iter().zip(encoded) {
-            if let Err(e) = e {
-                out.push(Err(e));
-                continue;
-            }
-            let (code, due) = (r.code()?, r.uint()?);
-            let due_ms = (due > 0).then_some(due);
-            let outcome = match owned("settle", l, code) {
-                Err(e) => {
-                    out.push(Err(e));
-                    continue;
-                }
-                Ok(Code::Already) => Outcome::AlreadySettled,
-                Ok(Code::Failed) => Outcome::Failed,
-                Ok(Code::Cancelled) => Outcome::Cancelled,
-                Ok(_) => match op {
-                    Settle::Complete | Settle::Return { .. } => Outcome::Completed,
-                    Settle::Retry { .. } => Outcome::Retrying { due_ms },
-                    Settle::Fail { .. } => Outcome::Failed,
-                    Settle::Release => Outcome::Released,
-                    Settle::Snooze { .. } | Settle::RateLimited { .. } => Outcome::Snoozed { due_ms },
-                    Settle::Cancel { .. } => Outcome::Cancelled,
-                },
-            };
-            out.push(Ok(Settled {
-                outcome,
-                server_ms: now,
-            }));
-        }
-        let (leases, wait) = if claim > 0 {
-            read_leases(self, &mut r, now)?
-        } else {
-            (Vec::new(), None)
-        };
-        Ok((out, leases, wait))
+        Ok((answer.settled, answer.claimed.leases, answer.claimed.wait))
     }
 
     /// Waits until settlements just sent are as durable as the queue asks.
@@ -518,7 +210,7 @@ impl Queue {
     /// [`Error::LeaseLost`] if the lease expired and was reaped or a newer
     /// claim owns the job (nothing changes); [`Error::JobNotFound`];
     /// [`Error::WrongQueue`] for a lease of another queue; server errors
-    /// (safe to retry: a repeat answers [`Outcome::AlreadySettled`], even
+    /// (safe to retry: a repeat answers [`Outcome::AlreadySettled`](crate::Outcome::AlreadySettled), even
     /// after a later attempt has settled the job).
     pub async fn complete(&self, lease: &Lease) -> Result<Settled> {
         self.settle_one(lease, Settle::Complete).await
@@ -532,7 +224,7 @@ impl Queue {
     ///
     /// # Errors
     /// As [`complete`](Self::complete), and [`Error::Encode`] or
-    /// [`Error::PayloadTooLarge`] (over [`MAX_RESULT_BYTES`]) for a result
+    /// [`Error::PayloadTooLarge`] (over [`MAX_RESULT_BYTES`](super::MAX_RESULT_BYTES)) for a result
     /// that cannot be kept (nothing is settled then).
     pub async fn complete_with_result<R: serde::Serialize + ?Sized>(
         &self,
@@ -549,7 +241,7 @@ impl Queue {
     /// Settles a leased job whose attempt failed: counts a failure and
     /// schedules the job again after `delay` (`None`: after the job's
     /// backoff), or fails it for good once its failures reach its
-    /// `max_attempts`. `error` is stored, cut to [`MAX_ERROR_BYTES`].
+    /// `max_attempts`. `error` is stored, cut to [`MAX_ERROR_BYTES`](super::MAX_ERROR_BYTES).
     ///
     /// # Errors
     /// As [`complete`](Self::complete), and [`Error::InvalidOption`] for a
@@ -566,7 +258,7 @@ impl Queue {
     }
 
     /// Settles a leased job as failed for good, with `reason` (cut to
-    /// [`MAX_ERROR_BYTES`]).
+    /// [`MAX_ERROR_BYTES`](super::MAX_ERROR_BYTES)).
     ///
     /// # Errors
     /// As [`complete`](Self::complete).
@@ -605,7 +297,7 @@ impl Queue {
     /// until `retry_after` has passed on the server's clock: across every
     /// consumer in every process, as a remote API that answered "429, retry
     /// after X" would want. A later stop never shortens an earlier one.
-    /// The outcome reads [`Outcome::Snoozed`].
+    /// The outcome reads [`Outcome::Snoozed`](crate::Outcome::Snoozed).
     ///
     /// ```no_run
     /// # async fn demo(queue: echomq::Queue) -> echomq::Result<()> {
@@ -643,18 +335,7 @@ impl Queue {
     pub(crate) async fn renew(&self, lease: &Lease, duration: Duration) -> Result<(u64, bool)> {
         lease.check_queue(self.base())?;
         let ms = lease_ms(duration)?;
-        let k = self.keys();
-        let mut call = SCRIPTS.extend.call();
-        call.key(k.job(&lease.id))
-            .key(&k.active)
-            .arg(&lease.id)
-            .arg(lease.token)
-            .arg(ms);
-        #[cfg(echomq_faults)]
-        call.arg(crate::faults::client_now_ms());
-        let mut r = call.run(&mut self.conn()).await?;
-        let (code, _now) = (r.code()?, r.uint()?);
-        owned("extend", lease, code)?;
-        Ok((r.uint()?, r.uint()? == 1))
+        let renewed = store::extend::run(&mut self.conn(), self.keys(), lease, ms).await?;
+        Ok((renewed.deadline_ms, renewed.cancel_requested))
     }
 }

@@ -10,9 +10,11 @@ use tracing::{debug, warn};
 
 use super::missed::{MAX_TICKS_PER_CALL, plan};
 use super::timing::Timing;
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::queue::Queue;
-use crate::store::{Code, SCRIPTS};
+use crate::store;
+use crate::store::schedule_due::DueSchedule;
+use crate::store::schedule_fire::{Fire, Offer};
 
 /// Most schedules one pass reads (and offers ticks for); a pass that finds
 /// more due is followed by another at once.
@@ -23,8 +25,6 @@ pub const SCHEDULES_PER_PASS: usize = 100;
 pub const LOOK_INTERVAL: Duration = Duration::from_secs(5);
 /// The pause before a pass that failed is tried again.
 pub const RETRY_PAUSE: Duration = Duration::from_secs(1);
-/// The look time of a schedule no tick follows (as `lua/schedule_fire.lua` writes it).
-const NEVER: u64 = 9_007_199_254_740_991;
 
 /// What one scheduling pass did ([`Queue::run_schedules`]).
 #[derive(Debug, Clone)]
@@ -73,16 +73,7 @@ pub struct ScheduledJob {
     pub created: bool,
 }
 
-/// A schedule whose look time has come, as `schedule_due` reads it.
-struct Due {
-    name: String,
-    cron: String,
-    zone: String,
-    last: u64,
-    grace_ms: u64,
-}
-
-/// What `schedule_fire` answered, beyond the jobs.
+/// What offering a schedule's ticks came to, beyond the jobs.
 enum FireAnswer {
     Fired(Fired, Option<u64>),
     /// The schedule changed since it was read: read it again at once.
@@ -113,29 +104,15 @@ impl Queue {
     /// Server errors (the pass can simply be run again: a tick is taken at
     /// most once whatever happened to a reply).
     pub async fn run_schedules(&self) -> Result<SchedulesReport> {
-        let k = self.keys();
-        let mut call = SCRIPTS.schedule_due.call();
-        call.key(&k.schedules).arg(&k.base).arg(SCHEDULES_PER_PASS);
-        let mut r = call.run(&mut self.conn()).await?;
+        let due = store::schedule_due::run(&mut self.conn(), self.keys(), SCHEDULES_PER_PASS).await?;
         let looked_at = Instant::now();
-        let now = r.uint()?;
-        let later = r.int()?;
-        let mut due = Vec::new();
-        while r.remaining() > 0 {
-            due.push(Due {
-                name: r.string()?,
-                cron: r.string()?,
-                zone: r.string()?,
-                last: r.uint()?,
-                grace_ms: r.uint()?,
-            });
-        }
-        let mut next = u64::try_from(later).ok().filter(|&t| t < NEVER);
-        if due.len() >= SCHEDULES_PER_PASS {
+        let now = due.server_ms;
+        let mut next = due.next_look_ms;
+        if due.schedules.len() >= SCHEDULES_PER_PASS {
             next = Some(now);
         }
         let mut fired = Vec::new();
-        for d in due {
+        for d in due.schedules {
             let timing = match Timing::parse(&d.cron, &d.zone) {
                 Ok(t) => t,
                 Err(e) => {
@@ -167,56 +144,35 @@ impl Queue {
     }
 
     /// Offers `ticks` of schedule `d` (one script call).
-    async fn fire(&self, d: &Due, ticks: &[u64], next: Option<u64>) -> Result<FireAnswer> {
-        let k = self.keys();
-        let mut call = SCRIPTS.schedule_fire.call();
-        call.key(&k.schedules)
-            .key(k.schedule(&d.name))
-            .key(&k.seq)
-            .key(&k.pending)
-            .key(&k.wake);
-        call.arg(&k.base)
-            .arg(&d.name)
-            .arg(&d.cron)
-            .arg(&d.zone)
-            .arg(next.map_or(-1, |t| t as i64));
-        for t in ticks {
-            call.arg(*t);
-        }
-        let mut r = call.run(&mut self.conn()).await?;
-        let code = r.code()?;
-        let server_ms = r.uint()?;
-        let _last = r.uint()?;
-        let look = r.uint()?;
-        let missed = r.uint()?;
-        match code {
-            Code::Ok => {}
-            Code::Stale => return Ok(FireAnswer::Stale),
-            Code::NotFound => return Ok(FireAnswer::Gone),
-            other => {
-                return Err(Error::Protocol {
-                    script: "schedule_fire",
-                    detail: format!("unexpected status {other:?}"),
-                });
-            }
-        }
-        let mut jobs = Vec::new();
-        while r.remaining() > 0 {
-            let tick_ms = r.uint()?;
-            let created = r.code()? == Code::Ok;
-            jobs.push(ScheduledJob {
-                tick_ms,
-                id: r.string()?,
-                created,
-            });
-        }
-        let fired = Fired {
-            schedule: d.name.clone(),
-            server_ms,
-            jobs,
-            missed_ms: Some(missed).filter(|&m| m > 0),
+    async fn fire(&self, d: &DueSchedule, ticks: &[u64], next: Option<u64>) -> Result<FireAnswer> {
+        let offer = Offer {
+            name: &d.name,
+            cron: &d.cron,
+            zone: &d.zone,
+            ticks,
+            next,
         };
-        Ok(FireAnswer::Fired(fired, Some(look).filter(|&l| l < NEVER)))
+        let fired = match store::schedule_fire::run(&mut self.conn(), self.keys(), &offer).await? {
+            Fire::Fired(f) => f,
+            Fire::Stale => return Ok(FireAnswer::Stale),
+            Fire::Gone => return Ok(FireAnswer::Gone),
+        };
+        let jobs = fired
+            .jobs
+            .into_iter()
+            .map(|j| ScheduledJob {
+                tick_ms: j.tick_ms,
+                id: j.id,
+                created: j.created,
+            })
+            .collect();
+        let f = Fired {
+            schedule: d.name.clone(),
+            server_ms: fired.server_ms,
+            jobs,
+            missed_ms: fired.missed_ms,
+        };
+        Ok(FireAnswer::Fired(f, fired.look_ms))
     }
 }
 

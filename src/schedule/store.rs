@@ -14,7 +14,8 @@ use crate::error::{Error, Result};
 use crate::limits::Limits;
 use crate::queue::Queue;
 use crate::queue::inspect::HashFields;
-use crate::store::SCRIPTS;
+use crate::store;
+use crate::store::schedule_upsert::{Upsert, Upserted};
 
 /// Schedules read per round trip by [`Queue::schedules`].
 const LIST_CHUNK: usize = 100;
@@ -183,30 +184,22 @@ impl Queue {
                 ),
             });
         }
-        let k = self.keys();
-        let mut call = SCRIPTS.schedule_upsert.call();
-        call.key(&k.schedules).key(k.schedule(&schedule.name));
-        call.arg(&schedule.name)
-            .arg(&schedule.cron)
-            .arg(&schedule.time_zone)
-            .arg(payload)
-            .arg(schedule.priority)
-            .arg(schedule.limits(&self.options().limits).encode())
-            .arg(schedule.missed.as_str())
-            .arg(checked.grace_ms)
-            .arg(schedule.kind.as_deref().unwrap_or_default());
-        let mut r = call.run(&mut self.conn()).await?;
-        let _now = r.uint()?;
-        let status = match r.string()?.as_str() {
-            "created" => ScheduleStatus::Created,
-            "updated" => ScheduleStatus::Updated,
-            "unchanged" => return Ok(ScheduleStatus::Unchanged),
-            other => {
-                return Err(Error::Protocol {
-                    script: "schedule_upsert",
-                    detail: format!("unknown status {other:?}"),
-                });
-            }
+        let limits = schedule.limits(&self.options().limits);
+        let upsert = Upsert {
+            name: &schedule.name,
+            cron: &schedule.cron,
+            zone: &schedule.time_zone,
+            payload: &payload,
+            priority: schedule.priority,
+            limits: &limits,
+            missed: schedule.missed.as_str(),
+            grace_ms: checked.grace_ms,
+            kind: schedule.kind.as_deref(),
+        };
+        let status = match store::schedule_upsert::run(&mut self.conn(), self.keys(), &upsert).await? {
+            Upserted::Created => ScheduleStatus::Created,
+            Upserted::Updated => ScheduleStatus::Updated,
+            Upserted::Unchanged => return Ok(ScheduleStatus::Unchanged),
         };
         // This process's schedulers look at it at once; others within
         // their look interval.
@@ -222,17 +215,7 @@ impl Queue {
     /// [`Error::InvalidId`] for a bad name; server errors.
     pub async fn remove_schedule(&self, name: &str) -> Result<bool> {
         check_name(name)?;
-        let k = self.keys();
-        let mut call = SCRIPTS.schedule_remove.call();
-        call.key(&k.schedules).key(k.schedule(name)).arg(name);
-        let existed: i64 =
-            redis::FromRedisValue::from_redis_value(call.run_raw(&mut self.conn()).await?).map_err(|e| {
-                Error::Protocol {
-                    script: "schedule_remove",
-                    detail: e.to_string(),
-                }
-            })?;
-        Ok(existed == 1)
+        store::schedule_remove::run(&mut self.conn(), self.keys(), name).await
     }
 
     /// Reads schedule `name`; `None` when there is none.

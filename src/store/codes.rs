@@ -6,7 +6,7 @@ use crate::error::{Error, Result};
 
 /// What a script answered, for every script (a code means one thing everywhere).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Code {
+pub(super) enum Code {
     /// Done as asked (1).
     Ok,
     /// This settlement already happened with this token (2).
@@ -48,7 +48,7 @@ pub(crate) enum Code {
 }
 
 /// Every code with its name in `lua/common.lua`'s `CODE` table.
-pub(crate) const CODES: &[(&str, i64, Code)] = &[
+pub(super) const CODES: &[(&str, i64, Code)] = &[
     ("OK", 1, Code::Ok),
     ("ALREADY", 2, Code::Already),
     ("FAILED", 3, Code::Failed),
@@ -72,7 +72,7 @@ pub(crate) const CODES: &[(&str, i64, Code)] = &[
 
 impl Code {
     /// Decodes `n` from `script`; an unknown number is a protocol error.
-    pub(crate) fn of(script: &'static str, n: i64) -> Result<Code> {
+    pub(super) fn of(script: &'static str, n: i64) -> Result<Code> {
         CODES
             .iter()
             .find(|(_, v, _)| *v == n)

@@ -227,21 +227,6 @@ impl<T> Job<T> {
             });
         }
         let q = &self.handle;
-        let (id, token) = (self.id(), self.token());
-        let mut call = store::SCRIPTS.progress.call();
-        call.key(q.keys().job(id)).arg(token).arg(bytes);
-        let mut r = call.run(&mut q.conn()).await?;
-        match r.code()? {
-            store::Code::Ok => Ok(()),
-            store::Code::NotFound => Err(Error::JobNotFound(id.to_owned())),
-            store::Code::LeaseLost => Err(Error::LeaseLost {
-                id: id.to_owned(),
-                token,
-            }),
-            other => Err(Error::Protocol {
-                script: "progress",
-                detail: format!("unexpected status {other:?}"),
-            }),
-        }
+        store::progress::run(&mut q.conn(), q.keys(), self.id(), self.token(), &bytes).await
     }
 }

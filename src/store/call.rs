@@ -1,0 +1,196 @@
+//! The transport every script file uses: a [`Call`] of a script's library
+//! function (loading the library when the server has lost it, and on a
+//! cluster declaring the queue's resharding guard), and the [`Reply`] it
+//! reads field by field.
+
+use redis::{ToRedisArgs, Value};
+
+use super::{Code, Spec, load_library, missing_function};
+use crate::conn::Conn;
+use crate::error::{Error, Result};
+
+/// One script call being built: keys first, then arguments.
+pub(super) struct Call {
+    spec: &'static Spec,
+    keys: Vec<Vec<u8>>,
+    args: Vec<Vec<u8>>,
+}
+
+impl Call {
+    pub(super) fn new(spec: &'static Spec) -> Call {
+        Call {
+            spec,
+            keys: Vec::with_capacity(spec.keys.len()),
+            args: Vec::with_capacity(spec.args.len()),
+        }
+    }
+
+    pub(super) fn key<T: ToRedisArgs>(&mut self, key: T) -> &mut Self {
+        key.write_redis_args(&mut self.keys);
+        self
+    }
+
+    pub(super) fn arg<T: ToRedisArgs>(&mut self, arg: T) -> &mut Self {
+        arg.write_redis_args(&mut self.args);
+        self
+    }
+
+    /// Runs the call and opens its flat array reply.
+    pub(super) async fn run(&self, conn: &mut Conn) -> Result<Reply> {
+        let v = self.run_raw(conn).await?;
+        Reply::new(self.spec.name, v)
+    }
+
+    /// Runs the call and returns its reply as it is.
+    pub(super) async fn run_raw(&self, conn: &mut Conn) -> Result<Value> {
+        let spec = self.spec;
+        debug_assert!(
+            self.keys.len() == spec.keys.len() || (spec.more_keys && self.keys.len() > spec.keys.len()),
+            "{}: {} keys passed, the header names {:?}",
+            spec.name,
+            self.keys.len(),
+            spec.keys
+        );
+        debug_assert!(
+            self.args.len() >= spec.args.len(),
+            "{}: {} arguments passed, the header names {:?}",
+            spec.name,
+            self.args.len(),
+            spec.args
+        );
+        let guard = reshard_guard(conn, &self.keys);
+        let mut cmd = redis::cmd("FCALL");
+        cmd.arg(spec.function())
+            .arg(self.keys.len() + usize::from(guard.is_some()));
+        for k in &self.keys {
+            cmd.arg(k.as_slice());
+        }
+        if let Some(g) = &guard {
+            cmd.arg(g.as_bytes());
+        }
+        for a in &self.args {
+            cmd.arg(a.as_slice());
+        }
+        match cmd.query_async(conn).await {
+            Err(e) if missing_function(&e) => {
+                load_library(conn).await?;
+                cmd.query_async(conn).await.map_err(Error::from_redis)
+            }
+            r => r.map_err(Error::from_redis),
+        }
+    }
+}
+
+/// On a cluster, the queue's resharding guard, `PREFIX:{Q}:reshard-guard`,
+/// a key that never exists, declared last in every call (the function
+/// wrapper drops it from `KEYS` again, `lua/common.lua` `new_call`).
+///
+/// While a slot moves key by key (`CLUSTER SETSLOT ... MIGRATING` and
+/// `MIGRATE`), a script that reads or creates a key already gone from the
+/// node it runs on raises in mid-run, after some of its writes (the server
+/// rolls nothing back), and a script sent on by `ASK` to the importing node
+/// would read keys not moved yet as missing. A call declaring a key that
+/// is missing on both nodes is refused with `TRYAGAIN` before it runs, on
+/// the source and on the target alike (a multi-key request in a slot being
+/// moved), so no script of the queue runs while its slot is split; the
+/// cluster connection retries until the move ends, within the response
+/// timeout. Outside a move the guard is just an absent key.
+fn reshard_guard(conn: &Conn, keys: &[Vec<u8>]) -> Option<String> {
+    let first = std::str::from_utf8(keys.first()?).ok()?;
+    conn.slot_group(first)?;
+    let close = first
+        .find('{')
+        .and_then(|open| first[open..].find('}').map(|c| open + c))?;
+    Some(format!("{}:{}", &first[..=close], crate::keys::RESHARD_GUARD))
+}
+
+/// Reads a script's flat array reply field by field.
+pub(super) struct Reply {
+    script: &'static str,
+    items: std::vec::IntoIter<Value>,
+}
+
+impl Reply {
+    fn new(script: &'static str, v: Value) -> Result<Self> {
+        match v {
+            Value::Array(items) => Ok(Reply {
+                script,
+                items: items.into_iter(),
+            }),
+            other => Err(Error::Protocol {
+                script,
+                detail: format!("expected an array, got {other:?}"),
+            }),
+        }
+    }
+
+    fn bad(&self, what: &str, got: Option<Value>) -> Error {
+        Error::Protocol {
+            script: self.script,
+            detail: format!("expected {what}, got {got:?}"),
+        }
+    }
+
+    pub(super) fn remaining(&self) -> usize {
+        self.items.len()
+    }
+
+    pub(super) fn int(&mut self) -> Result<i64> {
+        match self.items.next() {
+            Some(Value::Int(n)) => Ok(n),
+            Some(Value::BulkString(b)) => std::str::from_utf8(&b)
+                .ok()
+                .and_then(|s| s.parse().ok())
+                .ok_or_else(|| self.bad("an integer", Some(Value::BulkString(b)))),
+            other => Err(self.bad("an integer", other)),
+        }
+    }
+
+    pub(super) fn uint(&mut self) -> Result<u64> {
+        let n = self.int()?;
+        u64::try_from(n).map_err(|_| self.bad("a non-negative integer", Some(Value::Int(n))))
+    }
+
+    /// A reply code (see `codes.rs`).
+    pub(super) fn code(&mut self) -> Result<Code> {
+        let n = self.int()?;
+        Code::of(self.script, n)
+    }
+
+    pub(super) fn bytes(&mut self) -> Result<Vec<u8>> {
+        match self.items.next() {
+            Some(Value::BulkString(b)) => Ok(b),
+            Some(Value::SimpleString(s)) => Ok(s.into_bytes()),
+            other => Err(self.bad("a string", other)),
+        }
+    }
+
+    pub(super) fn string(&mut self) -> Result<String> {
+        let b = self.bytes()?;
+        String::from_utf8(b).map_err(|e| self.bad("UTF-8", Some(Value::BulkString(e.into_bytes()))))
+    }
+}
+
+/// A reply code that is not among a script's answers: the server runs
+/// other code than this build's.
+pub(super) fn unexpected(script: &'static str, code: Code) -> Error {
+    Error::Protocol {
+        script,
+        detail: format!("unexpected status {code:?}"),
+    }
+}
+
+/// A settling script's code for the lease of job `id` under `token`: `Ok`
+/// for a move made or already made, the typed error for a missing job or a
+/// lost lease.
+pub(super) fn fenced(script: &'static str, id: &str, token: u64, code: Code) -> Result<Code> {
+    match code {
+        Code::NotFound => Err(Error::JobNotFound(id.to_owned())),
+        Code::LeaseLost => Err(Error::LeaseLost {
+            id: id.to_owned(),
+            token,
+        }),
+        c @ (Code::Ok | Code::Already | Code::Failed | Code::Cancelled) => Ok(c),
+        other => Err(unexpected(script, other)),
+    }
+}

@@ -1,0 +1,98 @@
+//! `lua/claim.lua`: promotes due delayed jobs, then leases up to N ready
+//! jobs, each fenced by a newly minted token.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::Spec;
+use super::call::{Call, Reply};
+use crate::conn::Conn;
+use crate::error::Result;
+use crate::keys::Keys;
+use crate::lease::Lease;
+use crate::limits::Limits;
+
+pub(super) static SPEC: Spec = Spec::new(
+    "claim",
+    include_str!("../../lua/claim.lua"),
+    &["pending", "active", "delayed", "wake", "token", "meta"],
+    false,
+    &["prefix", "lease", "max", "holder"],
+);
+
+/// What a claim asks for: a plain claim, or the one that ends a settle
+/// call (`store/settle.rs`).
+pub(crate) struct Claim<'a> {
+    /// The lease length in whole ms (at least 1: the caller checked).
+    pub lease_ms: u64,
+    /// The most jobs to lease.
+    pub max: usize,
+    /// The name the leased jobs record as their holder.
+    pub holder: &'a str,
+}
+
+impl Claim<'_> {
+    /// The claim's arguments after the prefix, as claim.lua and the tail
+    /// of settle.lua take them.
+    pub(super) fn args(&self, call: &mut Call) {
+        call.arg(self.lease_ms).arg(self.max).arg(self.holder);
+        // The `client-clock` negative control (`crate::faults`) counts the
+        // lease from the caller's clock, read from the last argument.
+        #[cfg(echomq_faults)]
+        call.arg(crate::faults::client_now_ms());
+    }
+}
+
+/// What a claim leased.
+#[derive(Default)]
+pub(crate) struct Claimed {
+    pub leases: Vec<Lease>,
+    /// How long until a rate limit that stopped the claim (or left a lane
+    /// out) lets it lease again; `None`: nothing to wait for.
+    pub wait: Option<Duration>,
+}
+
+/// Leases up to `claim.max` ready jobs of the queue whose key base is
+/// `queue` (shared with every lease it makes).
+pub(crate) async fn run(conn: &mut Conn, k: &Keys, queue: &Arc<str>, claim: &Claim<'_>) -> Result<Claimed> {
+    let mut call = SPEC.call();
+    call.key(&k.pending)
+        .key(&k.active)
+        .key(&k.delayed)
+        .key(&k.wake)
+        .key(&k.token)
+        .key(&k.meta);
+    call.arg(&k.base);
+    claim.args(&mut call);
+    let mut r = call.run(conn).await?;
+    let claimed_ms = r.uint()?;
+    read_leases(&mut r, queue, claimed_ms)
+}
+
+/// Reads claim's `deadline, wait, id, token, attempt, failures, limits,
+/// payload, lane, kind, created, traceparent, ...` tail (also the tail of
+/// settle's reply).
+pub(super) fn read_leases(r: &mut Reply, queue: &Arc<str>, claimed_ms: u64) -> Result<Claimed> {
+    let deadline_ms = r.uint()?;
+    let wait = Some(Duration::from_millis(r.uint()?)).filter(|w| !w.is_zero());
+    let mut leases = Vec::with_capacity(r.remaining() / 10);
+    while r.remaining() > 0 {
+        leases.push(Lease {
+            queue: queue.clone(),
+            id: r.string()?,
+            token: r.uint()?,
+            attempt: r.uint()?,
+            failures: r.uint()?,
+            limits: Limits::decode(&r.bytes()?),
+            payload: r.bytes()?,
+            lane: Some(r.string()?).filter(|l| !l.is_empty()),
+            kind: Some(r.string()?).filter(|k| !k.is_empty()),
+            created_ms: r.uint()?,
+            traceparent: Some(r.string()?).filter(|t| !t.is_empty()),
+            deadline_ms,
+            claimed_ms,
+            cancel_requested: false,
+        });
+    }
+    Ok(Claimed { leases, wait })
+}

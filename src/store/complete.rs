@@ -1,0 +1,120 @@
+//! `lua/complete.lua`: completes one lease and applies its declared effects
+//! in the same script (atomic completion).
+
+use super::Spec;
+use super::call::fenced;
+use super::codes::Code;
+use crate::conn::Conn;
+use crate::error::Result;
+use crate::keys::Keys;
+use crate::lease::Lease;
+use crate::settlement::{Outcome, Settled};
+
+pub(super) static SPEC: Spec = Spec::new(
+    "complete",
+    include_str!("../../lua/complete.lua"),
+    &["job", "active", "completed"],
+    true,
+    &["prefix", "id", "token", "keep_completed", "effects"],
+);
+
+/// One declared effect, checked by the caller (`effect/atomic.rs`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Effect {
+    IncrBy { key: String, by: i64 },
+    HIncrBy { key: String, field: Vec<u8>, by: i64 },
+    HSet { key: String, field: Vec<u8>, value: Vec<u8> },
+    SAdd { key: String, member: Vec<u8> },
+}
+
+impl Effect {
+    /// The key it writes.
+    pub(crate) fn key(&self) -> &str {
+        match self {
+            Effect::IncrBy { key, .. }
+            | Effect::HIncrBy { key, .. }
+            | Effect::HSet { key, .. }
+            | Effect::SAdd { key, .. } => key,
+        }
+    }
+
+    /// The script's name for the operation and its two arguments.
+    fn args(&self) -> (&'static str, Vec<u8>, Vec<u8>) {
+        match self {
+            Effect::IncrBy { by, .. } => ("incrby", by.to_string().into_bytes(), Vec::new()),
+            Effect::HIncrBy { field, by, .. } => ("hincrby", field.clone(), by.to_string().into_bytes()),
+            Effect::HSet { field, value, .. } => ("hset", field.clone(), value.clone()),
+            Effect::SAdd { member, .. } => ("sadd", member.clone(), Vec::new()),
+        }
+    }
+}
+
+/// What a completion did.
+pub(crate) enum Completed {
+    /// Completed (effects applied), or already completed with this token.
+    Settled(Settled),
+    /// Effect `index` (1-based) was refused for `reason`: nothing changed,
+    /// the job is still leased.
+    Refused { index: usize, reason: String },
+}
+
+/// Completes `lease` and applies `effects`, all or nothing;
+/// `keep_completed` as `Retention::arg` writes it.
+pub(crate) async fn run(
+    conn: &mut Conn,
+    k: &Keys,
+    lease: &Lease,
+    keep_completed: &str,
+    effects: &[Effect],
+) -> Result<Completed> {
+    let mut targets: Vec<&str> = Vec::new();
+    let mut call = SPEC.call();
+    call.key(k.job(&lease.id)).key(&k.active).key(&k.completed);
+    call.arg(&k.base)
+        .arg(&lease.id)
+        .arg(lease.token)
+        .arg(keep_completed)
+        .arg(effects.len());
+    for effect in effects {
+        let index = match targets.iter().position(|t| *t == effect.key()) {
+            Some(i) => i,
+            None => {
+                targets.push(effect.key());
+                targets.len() - 1
+            }
+        };
+        let (name, a, b) = effect.args();
+        // KEYS[1..3] are the job's; effect targets follow.
+        call.arg(name).arg(index + 4).arg(a).arg(b);
+    }
+    for t in &targets {
+        call.key(*t);
+    }
+    let mut r = call.run(conn).await?;
+    let (code, server_ms) = (r.code()?, r.uint()?);
+    if code == Code::Refused {
+        let index = r.uint()? as usize;
+        let reason = r.string()?;
+        return Ok(Completed::Refused { index, reason });
+    }
+    let outcome = match fenced("complete", &lease.id, lease.token, code)? {
+        Code::Already => Outcome::AlreadySettled,
+        _ => Outcome::Completed,
+    };
+    Ok(Completed::Settled(Settled { outcome, server_ms }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // An effect's operation and arguments are as complete.lua takes them.
+    #[test]
+    fn effects_encode_as_the_script_takes_them() {
+        let incr = Effect::IncrBy {
+            key: "k".into(),
+            by: -3,
+        };
+        assert_eq!(incr.args(), ("incrby", b"-3".to_vec(), Vec::new()));
+    }
+}

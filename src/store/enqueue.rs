@@ -1,0 +1,84 @@
+//! `lua/enqueue.lua`: stores a batch of new jobs (dedup, debounce, delays,
+//! lanes) and wakes consumers.
+
+use std::time::Duration;
+
+use super::Spec;
+use super::call::unexpected;
+use super::codes::Code;
+use crate::conn::Conn;
+use crate::error::Result;
+use crate::job::{EnqueueStatus, Enqueued};
+use crate::keys::Keys;
+use crate::limits::Limits;
+
+pub(super) static SPEC: Spec = Spec::new(
+    "enqueue",
+    include_str!("../../lua/enqueue.lua"),
+    &["seq", "pending", "delayed", "wake"],
+    false,
+    &["prefix", "jobs"],
+);
+
+/// One job to store, checked by the caller.
+pub(crate) struct NewJob {
+    /// The JSON payload.
+    pub payload: Vec<u8>,
+    /// The caller's id; `None` mints one.
+    pub id: Option<String>,
+    pub priority: i8,
+    /// When it is due: a delay in ms, or "@MS" for a run-at time
+    /// (`EnqueueOptions::when`).
+    pub when: String,
+    pub limits: Limits,
+    /// The dedup id, and how long its marker stands (`None`: until the
+    /// job finishes).
+    pub dedup: Option<(String, Option<Duration>)>,
+    /// Debounce: a waiting dedup holder takes this job's payload and due time.
+    pub replace: bool,
+    pub lane: Option<String>,
+    pub kind: Option<String>,
+    /// The W3C traceparent of the enqueuing span.
+    pub traceparent: Option<String>,
+}
+
+/// Stores `jobs` in one atomic call: one answer per job, in order.
+pub(crate) async fn run(conn: &mut Conn, k: &Keys, jobs: &[&NewJob]) -> Result<Vec<Enqueued>> {
+    let mut call = SPEC.call();
+    call.key(&k.seq).key(&k.pending).key(&k.delayed).key(&k.wake);
+    call.arg(&k.base).arg(jobs.len());
+    for j in jobs {
+        let (dedup, dedup_ttl_ms) = match &j.dedup {
+            Some((d, ttl)) => (d.as_str(), ttl.map_or(0, |t| t.as_millis() as u64)),
+            None => ("", 0),
+        };
+        call.arg(j.id.as_deref().unwrap_or_default())
+            .arg(&j.payload)
+            .arg(j.priority)
+            .arg(&j.when)
+            .arg(j.limits.encode())
+            .arg(dedup)
+            .arg(dedup_ttl_ms)
+            .arg(if j.replace { "1" } else { "0" })
+            .arg(j.lane.as_deref().unwrap_or_default())
+            .arg(j.kind.as_deref().unwrap_or_default())
+            .arg(j.traceparent.as_deref().unwrap_or_default());
+    }
+    let mut r = call.run(conn).await?;
+    let _now = r.uint()?;
+    let mut out = Vec::with_capacity(jobs.len());
+    while r.remaining() > 0 {
+        let status = match r.code()? {
+            Code::Ok => EnqueueStatus::Created,
+            Code::Exists => EnqueueStatus::Existing,
+            Code::Deduped => EnqueueStatus::Deduplicated,
+            Code::Replaced => EnqueueStatus::Replaced,
+            other => return Err(unexpected("enqueue", other)),
+        };
+        out.push(Enqueued {
+            id: r.string()?,
+            status,
+        });
+    }
+    Ok(out)
+}
