@@ -172,21 +172,22 @@ impl PartitionedQueue {
     /// As [`Queue::enqueue_bulk_with`]; an error leaves the jobs of the
     /// partitions sent before it enqueued (enqueue them again with the same
     /// ids: an existing id is not duplicated).
-    pub async fn enqueue_bulk_with<T: Serialize + Clone>(&self, jobs: &[(T, EnqueueOptions)]) -> Result<Vec<Enqueued>> {
-        let mut by_part: Vec<Vec<(usize, (T, EnqueueOptions))>> = vec![Vec::new(); self.parts.len()];
+    pub async fn enqueue_bulk_with<T: Serialize>(&self, jobs: &[(T, EnqueueOptions)]) -> Result<Vec<Enqueued>> {
+        let mut by_part: Vec<Vec<(usize, &T, EnqueueOptions)>> = (0..self.parts.len()).map(|_| Vec::new()).collect();
         for (n, (payload, opts)) in jobs.iter().enumerate() {
             let (i, opts) = self.route(opts);
-            by_part[i].push((n, (payload.clone(), opts)));
+            by_part[i].push((n, payload, opts));
         }
         let mut out: Vec<Option<Enqueued>> = vec![None; jobs.len()];
-        for (i, batch) in by_part.into_iter().enumerate() {
+        for (i, batch) in by_part.iter().enumerate() {
             if batch.is_empty() {
                 continue;
             }
-            let (order, batch): (Vec<usize>, Vec<(T, EnqueueOptions)>) = batch.into_iter().unzip();
-            let done = self.parts[i].enqueue_bulk_with(&batch).await?;
-            for (n, e) in order.into_iter().zip(done) {
-                out[n] = Some(e);
+            let done = self.parts[i]
+                .enqueue_all(batch.iter().map(|(_, p, o)| (*p, o)), None)
+                .await?;
+            for ((n, ..), e) in batch.iter().zip(done) {
+                out[*n] = Some(e);
             }
         }
         Ok(out.into_iter().flatten().collect())

@@ -133,27 +133,64 @@ fn ambient_traceparent() -> Option<String> {
 }
 
 impl Queue {
-    /// Encodes and checks one job against this queue's options; `ambient`
-    /// is the traceparent it carries unless `opts` names one.
-    fn prepare<T: Serialize + ?Sized>(
+    /// The one path every enqueue takes: checks and encodes each job
+    /// against this queue's options, every job before anything is sent.
+    /// `kind` (a [`JobKind`]'s) overrides the options' kind; a job whose
+    /// options name no traceparent carries the caller's (looked up once).
+    fn prepare<'a, T: Serialize + ?Sized + 'a>(
         &self,
-        payload: &T,
-        opts: &EnqueueOptions,
-        ambient: Option<&str>,
-    ) -> Result<NewJob> {
-        opts.validate()?;
-        Ok(NewJob {
-            payload: self.encode(payload)?,
-            id: opts.id.clone(),
-            priority: opts.priority,
-            when: opts.when()?,
-            limits: opts.limits(&self.options().limits),
-            dedup: opts.dedup.clone(),
-            replace: opts.replace_waiting,
-            lane: opts.lane.clone(),
-            kind: opts.kind.clone(),
-            traceparent: opts.traceparent.as_deref().or(ambient).map(str::to_owned),
-        })
+        jobs: impl IntoIterator<Item = (&'a T, &'a EnqueueOptions)>,
+        kind: Option<&'static str>,
+    ) -> Result<Vec<NewJob>> {
+        if let Some(k) = kind {
+            crate::validate::kind(k)?;
+        }
+        let mut ambient: Option<Option<String>> = None;
+        let jobs = jobs.into_iter();
+        let mut out = Vec::with_capacity(jobs.size_hint().0);
+        for (payload, opts) in jobs {
+            opts.validate()?;
+            let traceparent = match &opts.traceparent {
+                Some(t) => Some(t.clone()),
+                None => ambient.get_or_insert_with(ambient_traceparent).clone(),
+            };
+            out.push(NewJob {
+                payload: self.encode(payload)?,
+                id: opts.id.clone(),
+                priority: opts.priority,
+                when: opts.when()?,
+                limits: opts.limits(&self.options().limits),
+                dedup: opts.dedup.clone(),
+                replace: opts.replace_waiting,
+                lane: opts.lane.clone(),
+                kind: kind.map(str::to_owned).or_else(|| opts.kind.clone()),
+                traceparent,
+            });
+        }
+        Ok(out)
+    }
+
+    /// Sends one prepared job through the coalescer (see [`coalesce`]).
+    async fn send_one(&self, mut jobs: Vec<NewJob>) -> Result<Enqueued> {
+        let Some(job) = jobs.pop() else {
+            return Err(gone());
+        };
+        let (reply, answer) = oneshot::channel();
+        if self.inner.enqueues.send(Request { job, reply }).is_err() {
+            return Err(gone());
+        }
+        answer.await.unwrap_or_else(|_| Err(gone()))
+    }
+
+    /// Prepares and sends many jobs, a chunk per script call (the bulk
+    /// enqueues, and a partitioned queue's per partition).
+    pub(crate) async fn enqueue_all<'a, T: Serialize + ?Sized + 'a>(
+        &self,
+        jobs: impl IntoIterator<Item = (&'a T, &'a EnqueueOptions)>,
+        kind: Option<&'static str>,
+    ) -> Result<Vec<Enqueued>> {
+        let encoded = self.prepare(jobs, kind)?;
+        self.send_bulk(&encoded).await
     }
 
     /// Enqueues a job and returns its id once the server has stored it (as
@@ -192,17 +229,7 @@ impl Queue {
     /// As [`enqueue`](Self::enqueue), plus [`Error::InvalidId`] and
     /// [`Error::InvalidOption`] for bad options.
     pub async fn enqueue_with<T: Serialize + ?Sized>(&self, payload: &T, opts: &EnqueueOptions) -> Result<Enqueued> {
-        let ambient = if opts.traceparent.is_none() {
-            ambient_traceparent()
-        } else {
-            None
-        };
-        let job = self.prepare(payload, opts, ambient.as_deref())?;
-        let (reply, answer) = oneshot::channel();
-        if self.inner.enqueues.send(Request { job, reply }).is_err() {
-            return Err(gone());
-        }
-        answer.await.unwrap_or_else(|_| Err(gone()))
+        self.send_one(self.prepare([(payload, opts)], None)?).await
     }
 
     /// Enqueues many jobs with default options, a thousand per script call.
@@ -213,12 +240,8 @@ impl Queue {
     /// anything is sent; if a later chunk fails, earlier chunks are stored.
     pub async fn enqueue_bulk<T: Serialize>(&self, payloads: &[T]) -> Result<Vec<String>> {
         let opts = EnqueueOptions::default();
-        let ambient = ambient_traceparent();
-        let encoded = payloads
-            .iter()
-            .map(|p| self.prepare(p, &opts, ambient.as_deref()))
-            .collect::<Result<Vec<_>>>()?;
-        Ok(self.send_bulk(&encoded).await?.into_iter().map(|e| e.id).collect())
+        let done = self.enqueue_all(payloads.iter().map(|p| (p, &opts)), None).await?;
+        Ok(done.into_iter().map(|e| e.id).collect())
     }
 
     /// Enqueues many jobs, each with its own options (id, delay, priority,
@@ -245,12 +268,7 @@ impl Queue {
     /// before anything is sent; if a later chunk fails, earlier chunks are
     /// stored.
     pub async fn enqueue_bulk_with<T: Serialize>(&self, jobs: &[(T, EnqueueOptions)]) -> Result<Vec<Enqueued>> {
-        let ambient = ambient_traceparent();
-        let encoded = jobs
-            .iter()
-            .map(|(p, o)| self.prepare(p, o, ambient.as_deref()))
-            .collect::<Result<Vec<_>>>()?;
-        self.send_bulk(&encoded).await
+        self.enqueue_all(jobs.iter().map(|(p, o)| (p, o)), None).await
     }
 
     /// Enqueues a typed job, recording its kind ([`JobKind::KIND`]) so a
@@ -275,10 +293,7 @@ impl Queue {
     /// As [`enqueue`](Self::enqueue), plus [`Error::InvalidId`] for a
     /// `KIND` that is not a valid kind.
     pub async fn enqueue_job<J: JobKind>(&self, job: &J) -> Result<String> {
-        Ok(self
-            .enqueue_with(job, &EnqueueOptions::default().kind(J::KIND))
-            .await?
-            .id)
+        Ok(self.enqueue_job_with(job, &EnqueueOptions::default()).await?.id)
     }
 
     /// Enqueues a typed job with options; its kind is `J::KIND`, whatever
@@ -287,7 +302,7 @@ impl Queue {
     /// # Errors
     /// As [`enqueue_with`](Self::enqueue_with).
     pub async fn enqueue_job_with<J: JobKind>(&self, job: &J, opts: &EnqueueOptions) -> Result<Enqueued> {
-        self.enqueue_with(job, &opts.clone().kind(J::KIND)).await
+        self.send_one(self.prepare([(job, opts)], Some(J::KIND))?).await
     }
 
     /// Enqueues many typed jobs of one kind, as
@@ -296,13 +311,9 @@ impl Queue {
     /// # Errors
     /// As [`enqueue_bulk`](Self::enqueue_bulk).
     pub async fn enqueue_jobs<J: JobKind>(&self, jobs: &[J]) -> Result<Vec<String>> {
-        let opts = EnqueueOptions::default().kind(J::KIND);
-        let ambient = ambient_traceparent();
-        let encoded = jobs
-            .iter()
-            .map(|p| self.prepare(p, &opts, ambient.as_deref()))
-            .collect::<Result<Vec<_>>>()?;
-        Ok(self.send_bulk(&encoded).await?.into_iter().map(|e| e.id).collect())
+        let opts = EnqueueOptions::default();
+        let done = self.enqueue_all(jobs.iter().map(|j| (j, &opts)), Some(J::KIND)).await?;
+        Ok(done.into_iter().map(|e| e.id).collect())
     }
 
     /// Enqueues many typed jobs of one kind, each with its own options, as
@@ -314,12 +325,7 @@ impl Queue {
     /// # Errors
     /// As [`enqueue_bulk_with`](Self::enqueue_bulk_with).
     pub async fn enqueue_jobs_with<J: JobKind>(&self, jobs: &[(J, EnqueueOptions)]) -> Result<Vec<Enqueued>> {
-        let ambient = ambient_traceparent();
-        let encoded = jobs
-            .iter()
-            .map(|(p, o)| self.prepare(p, &o.clone().kind(J::KIND), ambient.as_deref()))
-            .collect::<Result<Vec<_>>>()?;
-        self.send_bulk(&encoded).await
+        self.enqueue_all(jobs.iter().map(|(j, o)| (j, o)), Some(J::KIND)).await
     }
 
     /// Sends encoded jobs a chunk per script call.
