@@ -12,7 +12,7 @@ use crate::error::{Error, Result};
 use crate::keys::validate_id;
 use crate::queue::Queue;
 use crate::store;
-use crate::store::limits::{Change, Rate};
+use crate::store::throttle::{Change, Rate};
 
 /// The largest global cap ([`Queue::set_max_active`]).
 pub const MAX_ACTIVE_CAP: u32 = 1_000_000;
@@ -101,10 +101,10 @@ impl fmt::Display for RateLimit {
     }
 }
 
-/// A queue's limits on claims, as [`Queue::claim_limits`] reads them (in one step).
+/// A queue's throttles on claims, as [`Queue::throttles`] reads them (in one step).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
-pub struct ClaimLimits {
+pub struct Throttles {
     /// The global cap: the most active jobs at once ([`None`]: no cap).
     pub max_active: Option<u32>,
     /// The queue's rate limit.
@@ -132,19 +132,19 @@ pub struct LaneRate {
 }
 
 impl Queue {
-    async fn set_limits(&self, change: Change<'_>) -> Result<()> {
-        store::limits::set(&mut self.conn(), self.keys(), change).await
+    async fn set_throttle(&self, change: Change<'_>) -> Result<()> {
+        store::throttle::set(&mut self.conn(), self.keys(), change).await
     }
 
     /// The queue's limits, and those of `lane`, read in one step.
-    async fn read_limits(&self, lane: Option<&str>) -> Result<(ClaimLimits, LaneRate)> {
-        let read = store::limits::get(&mut self.conn(), self.keys(), lane).await?;
+    async fn read_throttles(&self, lane: Option<&str>) -> Result<(Throttles, LaneRate)> {
+        let read = store::throttle::get(&mut self.conn(), self.keys(), lane).await?;
         let (own, lane_default_rate) = (
             RateLimit::stored(read.lane_rate),
             RateLimit::stored(read.lane_default_rate),
         );
         Ok((
-            ClaimLimits {
+            Throttles {
                 max_active: read.max_active,
                 rate: RateLimit::stored(read.rate),
                 lane_default_rate,
@@ -171,7 +171,7 @@ impl Queue {
     /// ```no_run
     /// # async fn demo(queue: echomq::Queue) -> echomq::Result<()> {
     /// queue.set_max_active(Some(20)).await?;
-    /// assert_eq!(queue.claim_limits().await?.max_active, Some(20));
+    /// assert_eq!(queue.throttles().await?.max_active, Some(20));
     /// # Ok(()) }
     /// ```
     ///
@@ -187,7 +187,7 @@ impl Queue {
                 reason: format!("{m} is outside 1 to {MAX_ACTIVE_CAP} (None removes the cap)"),
             });
         }
-        self.set_limits(Change::MaxActive(max)).await
+        self.set_throttle(Change::MaxActive(max)).await
     }
 
     /// Sets the queue's rate limit: at most `limit.jobs()` claims in every
@@ -207,7 +207,7 @@ impl Queue {
     /// # Errors
     /// Server errors.
     pub async fn set_rate_limit(&self, limit: Option<RateLimit>) -> Result<()> {
-        self.set_limits(Change::Rate(RateLimit::rate(limit))).await
+        self.set_throttle(Change::Rate(RateLimit::rate(limit))).await
     }
 
     /// Sets the rate limit of `lane` (`None`: the default of lanes
@@ -229,7 +229,7 @@ impl Queue {
     /// [`Error::InvalidId`] for a bad lane name; server errors.
     pub async fn set_lane_rate_limit(&self, lane: &str, limit: Option<RateLimit>) -> Result<()> {
         validate_id("lane", lane)?;
-        self.set_limits(Change::LaneRate {
+        self.set_throttle(Change::LaneRate {
             lane: Some(lane),
             rate: RateLimit::rate(limit),
         })
@@ -243,7 +243,7 @@ impl Queue {
     /// # Errors
     /// Server errors.
     pub async fn set_lane_default_rate_limit(&self, limit: Option<RateLimit>) -> Result<()> {
-        self.set_limits(Change::LaneRate {
+        self.set_throttle(Change::LaneRate {
             lane: None,
             rate: RateLimit::rate(limit),
         })
@@ -257,7 +257,7 @@ impl Queue {
     /// # Errors
     /// Server errors.
     pub async fn clear_rate_hold(&self) -> Result<()> {
-        self.set_limits(Change::Unhold).await
+        self.set_throttle(Change::Unhold).await
     }
 
     /// The queue's limits on claims: its global cap, its rate limit, the
@@ -266,8 +266,8 @@ impl Queue {
     ///
     /// # Errors
     /// Server errors.
-    pub async fn claim_limits(&self) -> Result<ClaimLimits> {
-        let (limits, _) = self.read_limits(None).await?;
+    pub async fn throttles(&self) -> Result<Throttles> {
+        let (limits, _) = self.read_throttles(None).await?;
         Ok(limits)
     }
 
@@ -286,7 +286,7 @@ impl Queue {
     /// [`Error::InvalidId`] for a bad lane name; server errors.
     pub async fn lane_rate_limit(&self, lane: &str) -> Result<LaneRate> {
         validate_id("lane", lane)?;
-        Ok(self.read_limits(Some(lane)).await?.1)
+        Ok(self.read_throttles(Some(lane)).await?.1)
     }
 }
 

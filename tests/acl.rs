@@ -151,7 +151,7 @@ async fn run_core(url: &str, name: &str, prefix: &str) -> echomq::ServerReport {
     q.enqueue_with(&6u32, &EnqueueOptions::new().lane("l")).await.unwrap();
     let lease = q.claim(1, Duration::from_secs(30)).await.unwrap().remove(0);
     q.rate_limited(&lease, Duration::from_millis(10)).await.unwrap();
-    assert_eq!(q.claim_limits().await.unwrap().max_active, Some(5));
+    assert_eq!(q.throttles().await.unwrap().max_active, Some(5));
     q.lane_rate_limit("l").await.unwrap();
     q.clear_rate_hold().await.unwrap();
 

@@ -16,21 +16,9 @@
 //!   [`Queue::promote_all`](crate::Queue::promote_all).
 //! - `cancel`: [`Queue::cancel`](crate::Queue::cancel),
 //!   [`Queue::cancel_many`](crate::Queue::cancel_many).
-//! - `lanes`: [`Queue::set_lane_cap`](crate::Queue::set_lane_cap),
-//!   [`Queue::set_lane_weight`](crate::Queue::set_lane_weight),
-//!   [`Queue::set_lane_default_cap`](crate::Queue::set_lane_default_cap),
-//!   [`Queue::set_lane_default_weight`](crate::Queue::set_lane_default_weight),
-//!   [`Queue::lane`](crate::Queue::lane), [`Queue::lanes`](crate::Queue::lanes),
-//!   [`Queue::lane_defaults`](crate::Queue::lane_defaults),
-//!   [`Queue::list_lane`](crate::Queue::list_lane).
-//! - `limits`: global concurrency and rate limits,
-//!   [`Queue::set_max_active`](crate::Queue::set_max_active),
-//!   [`Queue::set_rate_limit`](crate::Queue::set_rate_limit),
-//!   [`Queue::set_lane_rate_limit`](crate::Queue::set_lane_rate_limit),
-//!   [`Queue::set_lane_default_rate_limit`](crate::Queue::set_lane_default_rate_limit),
-//!   [`Queue::clear_rate_hold`](crate::Queue::clear_rate_hold),
-//!   [`Queue::claim_limits`](crate::Queue::claim_limits),
-//!   [`Queue::lane_rate_limit`](crate::Queue::lane_rate_limit).
+//! - Lanes and throttles are features of their own, with their operator
+//!   calls: [`crate::lanes`] (caps, weights, inspection) and
+//!   [`crate::throttle`] (the global cap, rate limits, a handler's hold).
 //! - `queues`: finding the queues on a server,
 //!   [`Client::queue_names`](crate::Client::queue_names) and
 //!   [`Client::queue_exists`](crate::Client::queue_exists).

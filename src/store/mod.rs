@@ -206,7 +206,7 @@ scripts! {
     cancel,
     lane_config,
     lanes,
-    limits,
+    throttle,
     #[cfg(feature = "cron")]
     schedule_upsert,
     #[cfg(feature = "cron")]

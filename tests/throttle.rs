@@ -58,7 +58,7 @@ async fn wake_len(server: &echomq::server::LocalServer, q: &Queue) -> u64 {
 async fn the_global_cap_holds_across_consumers() {
     let (_s, q) = setup("cap").await;
     q.set_max_active(Some(3)).await.unwrap();
-    assert_eq!(q.claim_limits().await.unwrap().max_active, Some(3));
+    assert_eq!(q.throttles().await.unwrap().max_active, Some(3));
     fill(&q, 30, EnqueueOptions::new()).await;
     let running = Arc::new(AtomicUsize::new(0));
     let most = Arc::new(AtomicUsize::new(0));
@@ -275,7 +275,7 @@ async fn rate_limited_holds_starts_and_counts_no_failure() {
     .unwrap();
     // The first call is rate limited: for 600 ms nothing else starts.
     assert!(eventually(Duration::from_secs(5), || async { hits.load(Ordering::SeqCst) >= 1 }).await);
-    let limits = q.claim_limits().await.unwrap();
+    let limits = q.throttles().await.unwrap();
     let held = limits.held_until_ms.expect("the queue is held");
     assert_eq!(hits.load(Ordering::SeqCst), 1);
     assert!(

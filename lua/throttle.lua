@@ -1,4 +1,4 @@
--- limits: reads or sets the queue's global cap, its rate limit and the
+-- throttle: reads or sets the queue's global cap, its rate limit and the
 -- rate limits of its lanes (lib/throttle.lua), stored in the server so
 -- every process's next claim honours them.
 --

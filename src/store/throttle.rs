@@ -1,4 +1,4 @@
-//! `lua/limits.lua`: reads or sets the queue's global cap and the rate limits
+//! `lua/throttle.lua`: reads or sets the queue's global cap and the rate limits
 //! of the queue and its lanes.
 
 use super::Spec;
@@ -7,8 +7,8 @@ use crate::error::Result;
 use crate::keys::Keys;
 
 pub(super) static SPEC: Spec = Spec::new(
-    "limits",
-    include_str!("../../lua/limits.lua"),
+    "throttle",
+    include_str!("../../lua/throttle.lua"),
     &["limits", "rates", "pending", "wake"],
     false,
     &["prefix", "what", "lane", "value"],
