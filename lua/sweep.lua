@@ -1,4 +1,4 @@
--- sweep: one bounded step of the consistency sweep (DESIGN.md §8). Checks
+-- sweep: one bounded step of the consistency sweep (docs/operating-the-server.md: the consistency sweep repairs what a torn write left). Checks
 -- that each job's state agrees with the set that holds it, exactly once,
 -- and repairs what a torn write (Redis 7.0 can apply part of a script after
 -- a torn AOF tail) or a lost key left behind.

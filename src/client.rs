@@ -115,7 +115,7 @@ impl Client {
     /// Replication inside the cluster is asynchronous: writes a master
     /// acknowledged that had not reached its replica are lost when the
     /// replica takes over (see [`Durability`](crate::Durability) for
-    /// `WAIT`, and the README's "Valkey Cluster" for measured figures).
+    /// `WAIT`, and the guide's [Valkey Cluster](crate::guide::cluster) for measured figures).
     ///
     /// ```no_run
     /// # async fn demo() -> echomq::Result<()> {
@@ -153,7 +153,7 @@ impl Client {
     /// on against the promoted replica by themselves once Sentinel has
     /// promoted it. Replication is asynchronous: writes acknowledged by the
     /// old master that had not reached the replica are lost in a failover
-    /// (the README's "Production connections" measures how many).
+    /// (the guide's [Production connections](crate::guide::production_connections) measures how many).
     ///
     /// ```no_run
     /// # async fn demo() -> echomq::Result<()> {

@@ -33,7 +33,7 @@ pub struct ServerReport {
     pub connected_replicas: u64,
     /// `hash-max-listpack-value`: a job record holding a longer value (its
     /// payload, mostly) is kept as a hash table instead of a listpack,
-    /// which costs about 1.6× the memory (README "Memory"); `None` where
+    /// which costs about 1.6× the memory ([`crate::guide::operating_the_server`], "Memory per job"); `None` where
     /// `CONFIG` is not allowed.
     pub hash_max_listpack_value: Option<u64>,
     /// What could not be verified, and why, e.g. `"appendfsync (CONFIG GET

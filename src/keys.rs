@@ -11,7 +11,7 @@ pub const DEFAULT_PREFIX: &str = "emq";
 /// The last part of a queue's resharding guard, `PREFIX:{Q}:reshard-guard`:
 /// a key never written, declared by every script call on a cluster so that
 /// none runs while the queue's slot is moved key by key (see
-/// `src/store/call.rs`, `reshard_guard`). `lua/common.lua` `new_call`
+/// `src/store/call.rs`, `reshard_guard`). `lua/lib/call.lua` `new_call`
 /// knows its length.
 pub(crate) const RESHARD_GUARD: &str = "reshard-guard";
 
@@ -32,14 +32,14 @@ pub(crate) struct Keys {
     /// The fencing-token counter (tokens never repeat for a queue).
     pub token: String,
     pub meta: String,
-    /// Wake tokens for consumers blocked in BLPOP (see `consumer.rs`).
+    /// Wake tokens for consumers blocked in BLPOP (see `src/worker/claim.rs`).
     pub wake: String,
     /// The cron schedules (`src/schedule/`): each schedule's name, scored
     /// by when schedulers next look at it (server ms).
     #[cfg_attr(not(feature = "cron"), allow(dead_code))]
     pub schedules: String,
     /// Lanes: the ring of lanes with pending or active jobs (see
-    /// `lua/common.lua`, "Lanes"; a lane's pending jobs are in [`Keys::lane`]).
+    /// `lua/lib/lanes.lua`; a lane's pending jobs are in [`Keys::lane`]).
     pub lane_ring: String,
     /// Lanes: one `LANE\0ID` member per active laned job (its slot).
     pub lane_held: String,
@@ -50,7 +50,7 @@ pub(crate) struct Keys {
     /// Lanes: the turn counter, and the lane whose turn runs.
     pub lane_turn: String,
     /// Limits: the global cap (`max`), the rate limit (`rate`) and a
-    /// handler's hold (`hold`) of the queue (see `lua/common.lua`, "Limits").
+    /// handler's hold (`hold`) of the queue (see `lua/lib/throttle.lua`).
     pub limits: String,
     /// Limits: the queue's recent claims (for its rate limit).
     pub limits_log: String,
@@ -59,7 +59,7 @@ pub(crate) struct Keys {
     /// Lanes: when each stopped lane may give jobs again (server ms).
     pub lane_wait: String,
     /// Lifecycle events: the capped stream every transition appends to
-    /// (`lua/common.lua` emit; read by [`EventReader`](crate::EventReader)).
+    /// (`lua/lib/events.lua`; read by [`EventReader`](crate::EventReader)).
     pub events: String,
 }
 

@@ -191,7 +191,7 @@ impl Backoff {
 
     /// The delay the server gives the retry by the claim with fencing
     /// token `token` that makes the job's `failures`-th failure: the same
-    /// draw as `backoff_ms` in `lua/common.lua` (a unit test checks them
+    /// draw as `backoff_ms` in `lua/lib/budget.lua` (a unit test checks them
     /// against values the server computed).
     pub(crate) fn delay_for(&self, failures: u64, token: u64) -> Duration {
         let d = self.upper_ms(failures);
@@ -205,7 +205,7 @@ impl Backoff {
         Duration::from_millis(d - span + pick)
     }
 
-    /// The un-jittered delay in whole milliseconds (lua/common.lua
+    /// The un-jittered delay in whole milliseconds (lua/lib/budget.lua
     /// `backoff_ms`).
     fn upper_ms(&self, failures: u64) -> u64 {
         let ms = match self.without_jitter() {
@@ -250,7 +250,7 @@ impl Backoff {
         Ok(())
     }
 
-    /// The server-side form (see `lua/common.lua`): `fMS` or
+    /// The server-side form (see `lua/lib/budget.lua`): `fMS` or
     /// `eBASE_MS:MAX_MS`, and the jitter in thousandths (0: none), which
     /// [`Limits::encode`] stores in a section of its own.
     fn encode(&self) -> (String, u64) {
@@ -291,7 +291,7 @@ fn mix32(mut h: u32) -> u32 {
 
 /// The jitter's random number, 0 to 2^32 - 1, from a retry's fencing token
 /// (unique per claim in the queue, below 2^53) and failure count: the same
-/// as `jitter_hash` in `lua/common.lua`, which computes it exactly in
+/// as `jitter_hash` in `lua/lib/budget.lua`, which computes it exactly in
 /// doubles. Not a secret, only spread.
 fn jitter_hash(token: u64, failures: u64) -> u32 {
     let h = mix32(failures as u32);
@@ -505,7 +505,7 @@ mod tests {
         assert_eq!(b.jitter_fraction(), 0.0);
     }
 
-    // The jitter draw agrees with lua/common.lua: these values were computed by
+    // The jitter draw agrees with lua/lib/budget.lua: these values were computed by
     // the server (jitter_hash and backoff_ms evaluated in a script).
     #[test]
     fn jitter_matches_the_server() {

@@ -2,7 +2,7 @@
 //! active jobs of a queue across every consumer in every process, and at
 //! most N claims per window of the queue and of each lane, counted on the
 //! server's clock. The claim script enforces them in the step that leases
-//! (the README's "Global concurrency and rate limits" states the rules
+//! (the guide's [throttles](crate::guide::throttles) states the rules
 //! exactly and what they cost).
 
 use std::fmt;

@@ -2,7 +2,7 @@
 //! failover by themselves, and the acknowledged enqueues the failover
 //! lost are counted.
 //!
-//! Figures for the README: `cargo test --test sentinel -- --nocapture`.
+//! Figures for the guide (docs/production-connections.md): `cargo test --test sentinel -- --nocapture`.
 
 mod common;
 

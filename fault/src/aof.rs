@@ -153,7 +153,7 @@ pub enum Cut {
     /// this: it truncates a tail torn later in a transaction after the
     /// last whole command, leaving `MULTI` and those commands in the file,
     /// and the next load runs them with the next transaction's `EXEC`
-    /// (Valkey truncates before the `MULTI`). See README, fault suite.
+    /// (Valkey truncates before the `MULTI`). See fault/README.md.
     InMulti,
 }
 

@@ -2,7 +2,7 @@
 -- the server's clock, reads that answer nil instead of raising on a key of
 -- another type, and whole numbers as decimal strings.
 --
--- The shared library is these lib/ files in the order src/scripts/mod.rs
+-- The shared library is these lib/ files in the order src/store/mod.rs
 -- LIB lists, then each script as a function (lua/README.md). Each file
 -- uses only what the files before it define, and names those in its
 -- `Needs:` line (a test checks it).

@@ -1,5 +1,5 @@
 -- lib/call.lua: one script call's start and end. The scripts run as
--- functions of one library (src/scripts/mod.rs library), whose top-level
+-- functions of one library (src/store/mod.rs library), whose top-level
 -- locals live from one call to the next: each function runs
 -- `new_call(KEYS, ARGV)` first and returns through `end_call`.
 --
@@ -15,7 +15,7 @@ local call_argv
 -- caches.
 --
 -- On a cluster every call declares the queue's resharding guard last (a key
--- that never exists, src/scripts/mod.rs reshard_guard): it keeps the
+-- that never exists, src/store/call.rs reshard_guard): it keeps the
 -- call from running while the queue's slot is split between two nodes,
 -- and is dropped here so that the script sees its own KEYS.
 local function new_call(keys, argv)

@@ -13,8 +13,8 @@ local MAX_DELAY_MS = 31536000000
 -- Errors a job's `eh` field keeps (src/job.rs ERRORS_KEPT).
 local ERRORS_KEEP = 5
 -- A queue's event stream holds about this many events unless its meta
--- hash says otherwise (src/events.rs DEFAULT_EVENTS_MAX_LEN).
+-- hash says otherwise (src/events/mod.rs DEFAULT_EVENTS_MAX_LEN).
 local EVENTS_MAX = 10000
 -- An event's error or progress text is cut to this many bytes
--- (src/events.rs EVENT_TEXT_MAX_BYTES).
+-- (src/events/mod.rs EVENT_TEXT_MAX_BYTES).
 local EVENT_TEXT_MAX = 512

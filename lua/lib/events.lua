@@ -15,8 +15,8 @@
 -- `n` how many, `j` a JSON array holding each job's fields as a flat
 -- array ("id", ID, "a", ...); a run of one is written as a plain entry,
 -- as above. A claim or settlement of 64 jobs is then one XADD instead of
--- 64, which was a third of the server's time per job (README
--- "Performance"); readers expand the entries (src/events.rs). Each XADD
+-- 64, which was a third of the server's time per job (benches/README.md,
+-- "Performance"); readers expand the entries (src/events/event.rs). Each XADD
 -- trims the stream to about cap / n entries, so it holds about `cap`
 -- events whatever the runs' lengths. A call that raises part-way writes
 -- none of its events.

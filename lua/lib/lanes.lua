@@ -1,4 +1,4 @@
--- lib/lanes.lua: lanes (README "Lanes"). A laned job waits in its lane's
+-- lib/lanes.lua: lanes (docs/lanes.md). A laned job waits in its lane's
 -- zset PREFIX:{Q}:lane:LANE, scored by its own `sc` (so priority, then mint
 -- order, hold within the lane), and also in `pending` at score LANED, above
 -- every `sc`: so `pending` still counts and lists every pending job, while

@@ -1,4 +1,4 @@
--- lib/throttle.lua: the queue's throttles (README "Global concurrency and
+-- lib/throttle.lua: the queue's throttles (docs/throttles.md, "Global concurrency and
 -- rate limits"): its global cap, its rate limit, its lanes' rate limits
 -- and a handler's hold. Keys built from the queue's prefix (same slot):
 --   limits        hash: `max` the most active (leased) jobs of the queue

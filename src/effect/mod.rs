@@ -112,7 +112,7 @@
 //!
 //! Within the guarantees of the server: what a write acknowledged by
 //! Valkey survives depends on `appendfsync` and replication, as for every
-//! echomq write (see the README's "Guarantees").
+//! echomq write (see the guide's [guarantees](crate::guide::guarantees)).
 //!
 //! # Example
 //!

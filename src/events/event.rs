@@ -246,7 +246,7 @@ impl QueueEvent {
 
 /// The events of an XRANGE reply, in order: one per plain entry, and one
 /// per job of an entry that holds several (fields `e`, `n` and `j`, the
-/// JSON array of each job's flat field list; lua/common.lua `end_call`).
+/// JSON array of each job's flat field list; lua/lib/events.lua `events_flush`).
 pub(super) fn entries(v: Value) -> Result<Vec<QueueEvent>> {
     let bad = |detail: &str| Error::Protocol {
         script: "XRANGE",

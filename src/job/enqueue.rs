@@ -96,7 +96,7 @@ impl EnqueueOptions {
     }
 
     /// The job's lane: a tenant, customer or group whose jobs share fairly
-    /// with other lanes' (the README's "Lanes"). Claims take the lanes that
+    /// with other lanes' ([`crate::guide::lanes`]). Claims take the lanes that
     /// have pending jobs in turn (weighted per lane, see
     /// [`Queue::set_lane_weight`](crate::Queue::set_lane_weight)), so one
     /// lane's backlog cannot starve another's, and a lane's cap

@@ -14,7 +14,7 @@
 //! new clock, so only leases whose holders are gone are reaped once the hold
 //! ends. A backward step is logged; leases then run longer by the step (a
 //! dead worker's job is reaped that much later), and finished jobs keep their
-//! order (`lua/common.lua` `apply_moves` never scores a finish below the
+//! order (`lua/lib/sets.lua` `apply_moves` never scores a finish below the
 //! newest one of its set).
 
 use std::time::Duration;

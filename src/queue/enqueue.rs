@@ -195,7 +195,7 @@ impl Queue {
 
     /// Enqueues a job and returns its id once the server has stored it (as
     /// durably as the server's persistence settings make any write: see the
-    /// README's "Guarantees").
+    /// guide's [guarantees](crate::guide::guarantees)).
     ///
     /// ```no_run
     /// # async fn demo(queue: echomq::Queue) -> echomq::Result<()> {

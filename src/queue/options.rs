@@ -38,7 +38,7 @@ pub enum Retention {
 }
 
 impl Retention {
-    /// As the scripts take it: "N" or "N/AGE_MS" (lua/common.lua).
+    /// As the scripts take it: "N" or "N/AGE_MS" (lua/lib/sets.lua `retention`).
     pub(crate) fn arg(self) -> String {
         match self {
             Retention::All => "-1".into(),

@@ -28,7 +28,7 @@ impl Queue {
     /// Leases up to `max` ready jobs for `lease` (deadline = server time +
     /// lease). Promotes due delayed jobs first. Returns an empty vector
     /// when nothing is ready. While lanes are in use, lanes take turns and
-    /// a lane at its cap gives none (the README's "Lanes"). The queue's
+    /// a lane at its cap gives none ([`crate::guide::lanes`]). The queue's
     /// global cap and the rate limits of the queue and its lanes lease
     /// fewer jobs, or none ([`claim_or_wait`](Self::claim_or_wait) says
     /// how long until a rate limit lets it lease again).
@@ -56,7 +56,7 @@ impl Queue {
     /// stopped it: the time until its window reopens, on the server's
     /// clock. `None` when no limit stopped it (nothing was ready, or the
     /// global cap was reached: a freed slot pushes a wake-up, see the
-    /// README's "Global concurrency and rate limits"). A loop that finds no
+    /// guide's [throttles](crate::guide::throttles)). A loop that finds no
     /// job sleeps this long rather than polling.
     ///
     /// ```no_run

@@ -19,8 +19,8 @@ pub use crate::validate::MAX_SCHEDULE_NAME_BYTES;
 /// a nickname (`@yearly`, `@monthly`, `@weekly`, `@daily`, `@hourly`); `L`,
 /// `W`, `#` and `+` work as in croner (`L` the last day, `5#2` the second
 /// Friday, `+` joins day of month and day of week with AND instead of OR).
-/// It is read on the wall clock of the time zone (default UTC); the README's
-/// "Schedules" section says what happens at daylight-saving changes.
+/// It is read on the wall clock of the time zone (default UTC); the guide's
+/// [schedules](crate::guide::schedules) chapter says what happens at daylight-saving changes.
 ///
 /// ```
 /// use std::time::Duration;

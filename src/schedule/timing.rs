@@ -2,7 +2,7 @@
 //! of a time zone, turned into instants (milliseconds since the Unix
 //! epoch). Pure functions of their inputs, so every scheduler process of
 //! one build computes the same ticks; the tests here pin down the
-//! daylight-saving behaviour the README documents.
+//! daylight-saving behaviour the guide documents ([`crate::guide::schedules`]).
 //!
 //! Expressions are parsed by `croner` (5 fields: minute to day of week, at
 //! second 0; 6 fields: seconds first; 7 fields: a year last; `@hourly`

@@ -83,7 +83,7 @@ impl Call {
 
 /// On a cluster, the queue's resharding guard, `PREFIX:{Q}:reshard-guard`,
 /// a key that never exists, declared last in every call (the function
-/// wrapper drops it from `KEYS` again, `lua/common.lua` `new_call`).
+/// wrapper drops it from `KEYS` again, `lua/lib/call.lua` `new_call`).
 ///
 /// While a slot moves key by key (`CLUSTER SETSLOT ... MIGRATING` and
 /// `MIGRATE`), a script that reads or creates a key already gone from the

@@ -1,4 +1,4 @@
-//! The one map of script reply codes. `lua/common.lua` defines them in its
+//! The one map of script reply codes. `lua/lib/codes.lua` defines them in its
 //! `CODE` table; this is the only Rust place that knows the numbers, and a
 //! test checks that the two tables agree name for name.
 
@@ -47,7 +47,7 @@ pub(super) enum Code {
     Stale,
 }
 
-/// Every code with its name in `lua/common.lua`'s `CODE` table.
+/// Every code with its name in `lua/lib/codes.lua`'s `CODE` table.
 pub(super) const CODES: &[(&str, i64, Code)] = &[
     ("OK", 1, Code::Ok),
     ("ALREADY", 2, Code::Already),

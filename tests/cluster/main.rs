@@ -3,7 +3,7 @@
 //! by one worker, a queue's slot resharded to another master while its jobs
 //! flow, and a master killed under load, with and without `WAIT 1`.
 //!
-//! Figures for the README: `cargo test --all-features --test cluster -- --nocapture`.
+//! Figures for the guide (docs/cluster.md): `cargo test --all-features --test cluster -- --nocapture`.
 //!
 //! One module per concept: queues on every master (`masters`), resharding
 //! (`resharding`), a killed master (`failover`), partitioned queues
