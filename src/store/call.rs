@@ -38,7 +38,7 @@ impl Call {
     /// Runs the call and opens its flat array reply.
     pub(super) async fn run(&self, conn: &mut Conn) -> Result<Reply> {
         let v = self.run_raw(conn).await?;
-        Reply::new(self.spec.name, v)
+        Reply::new(self.spec, v)
     }
 
     /// Runs the call and returns its reply as it is.
@@ -104,24 +104,51 @@ fn reshard_guard(conn: &Conn, keys: &[Vec<u8>]) -> Option<String> {
     Some(format!("{}:{}", &first[..=close], crate::keys::RESHARD_GUARD))
 }
 
-/// Reads a script's flat array reply field by field.
+/// What a decoder read from a reply, item by item.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Read {
+    /// An integer (`Reply::int`, `Reply::uint`).
+    Int,
+    /// A reply code (`Reply::code`).
+    Code,
+    /// Bytes or text (`Reply::bytes`, `Reply::string`).
+    Str,
+}
+
+/// Reads a script's flat array reply field by field. In debug builds it
+/// records what its decoder reads, and checks the reads against the
+/// script's reply shape when dropped (see `shape.rs`).
 pub(super) struct Reply {
     script: &'static str,
     items: std::vec::IntoIter<Value>,
+    #[cfg(debug_assertions)]
+    spec: &'static Spec,
+    #[cfg(debug_assertions)]
+    reads: Vec<Read>,
 }
 
 impl Reply {
-    fn new(script: &'static str, v: Value) -> Result<Self> {
+    fn new(spec: &'static Spec, v: Value) -> Result<Self> {
         match v {
             Value::Array(items) => Ok(Reply {
-                script,
+                script: spec.name,
                 items: items.into_iter(),
+                #[cfg(debug_assertions)]
+                spec,
+                #[cfg(debug_assertions)]
+                reads: Vec::new(),
             }),
             other => Err(Error::Protocol {
-                script,
+                script: spec.name,
                 detail: format!("expected an array, got {other:?}"),
             }),
         }
+    }
+
+    /// Records a read of the decoder's (debug builds).
+    fn read(&mut self, _what: Read) {
+        #[cfg(debug_assertions)]
+        self.reads.push(_what);
     }
 
     fn bad(&self, what: &str, got: Option<Value>) -> Error {
@@ -136,6 +163,11 @@ impl Reply {
     }
 
     pub(super) fn int(&mut self) -> Result<i64> {
+        self.read(Read::Int);
+        self.next_int()
+    }
+
+    fn next_int(&mut self) -> Result<i64> {
         match self.items.next() {
             Some(Value::Int(n)) => Ok(n),
             Some(Value::BulkString(b)) => std::str::from_utf8(&b)
@@ -153,11 +185,17 @@ impl Reply {
 
     /// A reply code (see `codes.rs`).
     pub(super) fn code(&mut self) -> Result<Code> {
-        let n = self.int()?;
+        self.read(Read::Code);
+        let n = self.next_int()?;
         Code::of(self.script, n)
     }
 
     pub(super) fn bytes(&mut self) -> Result<Vec<u8>> {
+        self.read(Read::Str);
+        self.next_bytes()
+    }
+
+    fn next_bytes(&mut self) -> Result<Vec<u8>> {
         match self.items.next() {
             Some(Value::BulkString(b)) => Ok(b),
             Some(Value::SimpleString(s)) => Ok(s.into_bytes()),
@@ -166,8 +204,31 @@ impl Reply {
     }
 
     pub(super) fn string(&mut self) -> Result<String> {
-        let b = self.bytes()?;
+        self.read(Read::Str);
+        let b = self.next_bytes()?;
         String::from_utf8(b).map_err(|e| self.bad("UTF-8", Some(Value::BulkString(e.into_bytes()))))
+    }
+}
+
+/// The decoder's reads follow the script's reply shape: a prefix of it, or
+/// all of it when the decoder read the reply to its end. A decoder that
+/// reads what the script does not send is a bug of this build.
+#[cfg(debug_assertions)]
+impl Drop for Reply {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            return;
+        }
+        if let Some(shape) = self.spec.reply_shape() {
+            let whole = self.items.len() == 0;
+            assert!(
+                shape.follows(&self.reads, whole),
+                "{}: the decoder read {:?}{}, which does not follow the reply shape {shape}",
+                self.script,
+                self.reads,
+                if whole { " (the whole reply)" } else { "" }
+            );
+        }
     }
 }
 

@@ -21,12 +21,16 @@
 //! types, so this module is the only code that knows KEYS, ARGV and reply
 //! codes. A `Call` checks (in debug builds) that a caller passes exactly
 //! the keys its spec names, and a test checks every spec against its Lua
-//! header. Every script is listed once, in the `scripts!` table below.
+//! header; a `Reply` checks (in debug builds) that its decoder's reads
+//! follow the script's `-- REPLY:` shape (`shape.rs`). Every script is
+//! listed once, in the `scripts!` table below.
 
 mod call;
 mod codes;
 #[cfg(test)]
 pub(crate) mod contract;
+#[cfg(any(test, debug_assertions))]
+mod shape;
 
 use std::sync::{LazyLock, OnceLock};
 
@@ -71,6 +75,10 @@ struct Spec {
     body: &'static str,
     /// The library function's name (`emq_HASH_NAME`), set on first use.
     function: OnceLock<String>,
+    /// The reply shape its header states, parsed on first use: debug
+    /// builds check every decoder's reads against it (`shape.rs`).
+    #[cfg(debug_assertions)]
+    shape: OnceLock<Option<shape::Shape>>,
 }
 
 impl Spec {
@@ -88,6 +96,8 @@ impl Spec {
             args,
             body,
             function: OnceLock::new(),
+            #[cfg(debug_assertions)]
+            shape: OnceLock::new(),
         }
     }
 
@@ -98,6 +108,15 @@ impl Spec {
 
     fn function(&self) -> &str {
         self.function.get_or_init(|| function_name(&LIBRARY.hash, self.name))
+    }
+
+    /// The reply shape of its `-- REPLY:` header (`None` for a header
+    /// without one; the contract tests require one of every script).
+    #[cfg(debug_assertions)]
+    fn reply_shape(&self) -> Option<&shape::Shape> {
+        self.shape
+            .get_or_init(|| shape::header_reply(self.body).and_then(|t| shape::Shape::parse(&t).ok()))
+            .as_ref()
     }
 }
 
