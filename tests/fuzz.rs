@@ -18,8 +18,11 @@ mod common;
 use std::future::Future;
 use std::time::Duration;
 
+use echomq::schedule::Schedule;
 use echomq::server::LocalServer;
-use echomq::{Backoff, Client, Consumer, EnqueueOptions, Error, Job, JobState, QueueOptions, Retention};
+use echomq::{
+    Backoff, Client, Consumer, EnqueueOptions, Error, Job, JobState, Queue, QueueOptions, Retention, SweepCursor,
+};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseError, TestRunner};
 
@@ -537,6 +540,72 @@ fn two_queues_never_share_a_key() {
                 };
                 confined(&all_keys(&mut raw).await, &bases)
             })
+        })
+        .unwrap();
+}
+
+/// Counts near the edges: small ones, the limits a caller may meet, and
+/// the largest a `usize` holds (and an `i64`, where the server's integers end).
+fn edgy_count() -> impl Strategy<Value = usize> {
+    prop_oneof![
+        0..3usize,
+        Just(echomq::maintenance::MAX_SWEEP_BATCH),
+        Just(echomq::maintenance::MAX_SWEEP_BATCH + 1),
+        Just(echomq::schedule::MAX_PREVIEW_TICKS),
+        Just(echomq::schedule::MAX_PREVIEW_TICKS + 1),
+        Just(i64::MAX as usize),
+        Just(i64::MAX as usize + 1),
+        Just(usize::MAX),
+        any::<usize>(),
+    ]
+}
+
+// Any sweep batch and any preview count is refused with a typed error or answered within the call bound: none is sent to the server as an integer it cannot take, none loops without end (issue 29, items 3 and 4).
+#[test]
+fn counts_are_refused_or_bounded() {
+    let (server, rt) = env();
+    let q = rt.block_on(async { Queue::connect(&server.url(), &common::unique("counts")).await.unwrap() });
+    let schedule = Schedule::new("every-second", "* * * * * *");
+    runner()
+        .run(&edgy_count(), |n| {
+            rt.block_on(async {
+                for (what, r) in [
+                    ("sweep", bounded("sweep", q.sweep(n)).await?.map(|_| ())),
+                    (
+                        "sweep_step",
+                        bounded("sweep_step", q.sweep_step(&SweepCursor::default(), n))
+                            .await?
+                            .map(|_| ()),
+                    ),
+                    (
+                        "sweep_queues",
+                        bounded("sweep_queues", echomq::maintenance::sweep_queues(&[q.clone()], n))
+                            .await?
+                            .map(|_| ()),
+                    ),
+                ] {
+                    match r {
+                        Ok(()) => prop_assert!(n >= 1 && n <= echomq::maintenance::MAX_SWEEP_BATCH, "{what}({n})"),
+                        Err(e) => prop_assert!(typed_refusal(&e), "{what}({n}): {e:?}"),
+                    }
+                }
+                Ok(())
+            })?;
+            // A preview runs in the caller's thread: give it one of its own to time it.
+            let (tx, rx) = std::sync::mpsc::channel();
+            let s = schedule.clone();
+            std::thread::spawn(move || {
+                let _ = tx.send(s.ticks_after(std::time::SystemTime::now(), n).map(|t| t.len()));
+            });
+            match rx.recv_timeout(CALL_BOUND) {
+                Ok(Ok(len)) => prop_assert!(len == n, "ticks_after({n}) gave {len}"),
+                Ok(Err(e)) => prop_assert!(
+                    typed_refusal(&e) && n > echomq::schedule::MAX_PREVIEW_TICKS,
+                    "ticks_after({n}): {e:?}"
+                ),
+                Err(_) => prop_assert!(false, "ticks_after({n}) took longer than {CALL_BOUND:?}"),
+            }
+            Ok(())
         })
         .unwrap();
 }

@@ -57,7 +57,7 @@ use tokio::time::Instant;
 pub use self::clock::{CLOCK_STEP_TOLERANCE, MAX_STEP_HOLD};
 pub use self::reaper::{ReapReport, Reaper, ReaperHandle};
 use self::sweep::Walk;
-pub use self::sweep::{SweepCursor, SweepReport, sweep_queues};
+pub use self::sweep::{MAX_SWEEP_BATCH, SweepCursor, SweepReport, sweep_queues};
 use crate::queue::{Queue, Upkeep, UpkeepGuard};
 
 /// How often the maintenance task looks at an idle queue.

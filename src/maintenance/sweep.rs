@@ -21,6 +21,7 @@ use crate::error::{Error, Result};
 use crate::queue::Queue;
 use crate::store;
 use crate::store::sweep::{PHASES, Swept};
+use crate::validate;
 
 /// What a consistency sweep found, from [`Queue::sweep`] (the whole sweep)
 /// or [`Queue::sweep_step`] (one step).
@@ -106,9 +107,11 @@ impl Queue {
     /// [`Queue::sweep`] is the loop over them.
     ///
     /// # Errors
-    /// Server errors ([`Error::NoPermission`] for an ACL refusal); the same
+    /// [`Error::InvalidOption`] for a `batch` outside 1..=[`MAX_SWEEP_BATCH`];
+    /// server errors ([`Error::NoPermission`] for an ACL refusal); the same
     /// step can simply be run again.
     pub async fn sweep_step(&self, cursor: &SweepCursor, batch: usize) -> Result<(SweepCursor, SweepReport)> {
+        validate::count("sweep batch", batch, 1, MAX_SWEEP_BATCH)?;
         self.sweep_call(cursor, batch, false).await
     }
 
@@ -212,8 +215,10 @@ impl Queue {
     /// a [`Client`](crate::Client) sweeps the queues its consumers serve.
     ///
     /// # Errors
-    /// Server errors (the sweep can simply be run again).
+    /// [`Error::InvalidOption`] for a `batch` outside 1..=[`MAX_SWEEP_BATCH`];
+    /// server errors (the sweep can simply be run again).
     pub async fn sweep(&self, batch: usize) -> Result<SweepReport> {
+        validate::count("sweep batch", batch, 1, MAX_SWEEP_BATCH)?;
         let mut cursor = SweepCursor::default();
         let mut report = SweepReport::default();
         while !cursor.is_done() {
@@ -224,6 +229,11 @@ impl Queue {
         Ok(report)
     }
 }
+
+/// The largest step a caller may ask of a sweep ([`Queue::sweep_step`],
+/// [`Queue::sweep`], [`sweep_queues`]), in keys or set members: a step is
+/// one script call, which must stay short.
+pub const MAX_SWEEP_BATCH: usize = 100_000;
 
 /// The most keys one `sweep` script call checks in phase "keys" (a walk
 /// step finds about [`SWEEP_STEP`](super::SWEEP_STEP) keys in all).
@@ -410,11 +420,12 @@ impl Walk {
 /// ```
 ///
 /// # Errors
-/// Server errors (the sweep can simply be run again). A failed check of
-/// one queue's keys found by the walk is logged, not returned, so one
-/// queue does not stop the sweep of the others.
+/// [`Error::InvalidOption`](crate::Error::InvalidOption) for a `batch`
+/// outside 1..=[`MAX_SWEEP_BATCH`]; server errors (the sweep can simply be
+/// run again). A failed check of one queue's keys found by the walk is
+/// logged, not returned, so one queue does not stop the sweep of the others.
 pub async fn sweep_queues(queues: &[Queue], batch: usize) -> Result<SweepReport> {
-    let batch = batch.max(1);
+    validate::count("sweep batch", batch, 1, MAX_SWEEP_BATCH)?;
     let mut report = SweepReport::default();
     // Queues of different clients may be on different servers: one walk
     // per client.

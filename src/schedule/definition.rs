@@ -9,6 +9,10 @@ use crate::limits::{Backoff, Limits, MAX_DELAY};
 
 pub use crate::validate::MAX_SCHEDULE_NAME_BYTES;
 
+/// The most ticks one [`Schedule::ticks_after`] previews (a preview is
+/// computed here, in the caller's task: it must stay short).
+pub const MAX_PREVIEW_TICKS: usize = 10_000;
+
 /// A cron schedule: its name, its cron expression and time zone, what to
 /// do about missed ticks, and the options of the jobs it makes. Store it
 /// with [`Queue::upsert_schedule`](crate::Queue::upsert_schedule) (with the
@@ -174,8 +178,10 @@ impl Schedule {
     /// ```
     ///
     /// # Errors
-    /// [`Error::InvalidOption`](crate::Error::InvalidOption) for a bad expression or time zone.
+    /// [`Error::InvalidOption`](crate::Error::InvalidOption) for a bad
+    /// expression or time zone, or `n` over [`MAX_PREVIEW_TICKS`].
     pub fn ticks_after(&self, after: SystemTime, n: usize) -> Result<Vec<SystemTime>> {
+        crate::validate::count("preview ticks", n, 0, MAX_PREVIEW_TICKS)?;
         let timing = Timing::parse(&self.cron, &self.time_zone)?;
         let mut at = after.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64);
         let mut out = Vec::new();

@@ -49,7 +49,7 @@ mod scheduler;
 mod store;
 mod timing;
 
-pub use self::definition::{MAX_SCHEDULE_NAME_BYTES, Schedule};
+pub use self::definition::{MAX_PREVIEW_TICKS, MAX_SCHEDULE_NAME_BYTES, Schedule};
 pub use self::missed::{DEFAULT_GRACE, MAX_TICKS_PER_CALL, MIN_GRACE, Missed};
 pub(crate) use self::pass::maintain;
 pub use self::pass::{Fired, LOOK_INTERVAL, RETRY_PAUSE, SCHEDULES_PER_PASS, ScheduledJob, SchedulesReport};
