@@ -420,7 +420,7 @@ impl Walk {
 /// ```
 ///
 /// # Errors
-/// [`Error::InvalidOption`](crate::Error::InvalidOption) for a `batch`
+/// [`Error::InvalidOption`] for a `batch`
 /// outside 1..=[`MAX_SWEEP_BATCH`]; server errors (the sweep can simply be
 /// run again). A failed check of one queue's keys found by the walk is
 /// logged, not returned, so one queue does not stop the sweep of the others.
