@@ -10,7 +10,10 @@
 -- An expired lease (deadline < TIME) counts a stall; a job past its own
 -- max_stalls fails for good with reason "stalled"; one whose cancel was
 -- requested ends cancelled instead of running again. A laned job's slot is
--- given back (lib/sets.lua apply_moves).
+-- given back (lib/sets.lua apply_moves). Only a job whose record says
+-- active is reaped: an id on active whose record is gone or in another
+-- state (a torn write's leftover) is only taken off active, so a finished
+-- job never runs again and counts no stall.
 --
 -- REPLY: {now:int, promoted:int, active:int, next_due:int, (id:str,
 --   outcome:code, stalls:int)*}
@@ -36,7 +39,7 @@ for _, id in ipairs(expired) do
   local jk = prefix .. 'job:' .. id
   local job = hfields(jk, 'st', 'lm', 'dd', 'cx', 'ln')
   unlease(moves, id, job and job[5])
-  if job and job[1] then
+  if job and job[1] == 'active' then
     local stalls = rcall('HINCRBY', jk, 's', '1')
     emit_job(prefix, 'stalled', id, jk)
     local _, max = budget(job[2])

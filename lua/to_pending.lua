@@ -3,7 +3,10 @@
 -- operator (their failures and stalls start again from 0 and the finish
 -- time goes; attempts, the count of claims, and the last error are kept),
 -- or delayed jobs run now ("promote"). A job that holds no score any more
--- is left where it is.
+-- is left where it is. A failed job retried takes its dedup marker again
+-- (its failure released a marker that stood until it finished), unless
+-- another job took it meanwhile: then it stays failed (DEDUPED), since two
+-- waiting jobs would share one dedup id.
 --
 -- KEYS[1] from (zset: failed or delayed)  KEYS[2] pending (zset)  KEYS[3] wake (list)
 -- ARGV[1] prefix  key prefix "emq:{Q}:"
@@ -13,8 +16,8 @@
 --
 -- REPLY: {now:int, moved:int, left:int, (id:str, code:code)*}
 -- A code per id given (OK moved; NOT_FOUND no such job; REFUSED not in
--- `state`, or the queue is being obliterated); `left` is how many jobs
--- remain in `from`.
+-- `state`, or the queue is being obliterated; DEDUPED its dedup id is held
+-- by another job); `left` is how many jobs remain in `from`.
 --
 -- Events (lib/events.lua, unless the queue turned them off): promoted (a
 -- delayed job), requeued (a failed one).
@@ -36,13 +39,24 @@ if given then
 else
   ids = rcall('ZRANGE', from_key, 0, limit - 1)
 end
+-- Takes dedup marker `dd` for job `id` again: true when it is free (then
+-- set, to stand until the job finishes) or already the job's.
+local function retake(dd, id)
+  local mk = prefix .. 'de:' .. dd
+  local holder = sget(mk)
+  if holder and holder ~= id then return false end
+  if not holder then rcall('SET', mk, id) end
+  return true
+end
+
 local moved = 0
 for _, id in ipairs(ids) do
   local jk = prefix .. 'job:' .. id
-  local job = hfields(jk, 'st', 'sc')
+  local job = hfields(jk, 'st', 'sc', 'dd')
   local code = CODE.OK
   if not job or not job[1] then code = CODE.NOT_FOUND
   elseif job[1] ~= state or not job[2] then code = CODE.REFUSED
+  elseif state == 'failed' and job[3] and not retake(job[3], id) then code = CODE.DEDUPED
   else
     rcall('ZREM', from_key, id)
     if state == 'failed' then

@@ -433,3 +433,33 @@ async fn a_replace_sets_the_marker_as_the_newer_enqueue_asks() {
     q.complete(&l).await.unwrap();
     assert_eq!(marker_pttl(&s, &q, "m").await, -2);
 }
+
+// A failed job retried by hand takes its dedup marker again, so a new enqueue of its dedup id is deduplicated against it; if another job took the id meanwhile, the retry leaves it failed and says so (issue 29 item 1).
+#[tokio::test]
+async fn a_retried_job_takes_its_dedup_id_again() {
+    let (_s, q) = setup("dedupretry").await;
+    let opts = EnqueueOptions::new().dedup("report-7");
+    let first = q.enqueue_with(&1u32, &opts).await.unwrap().id;
+    let lease = q.claim(1, LEASE).await.unwrap().pop().unwrap();
+    q.fail(&lease, "boom").await.unwrap();
+    let retried = q.retry_failed(&[first.as_str()]).await.unwrap();
+    assert_eq!(retried, vec![(first.clone(), echomq::admin::Moved::Done)]);
+    let again = q.enqueue_with(&2u32, &opts).await.unwrap();
+    assert_eq!(
+        (again.status, again.id.as_str()),
+        (EnqueueStatus::Deduplicated, first.as_str())
+    );
+    assert_eq!(q.counts().await.unwrap().pending, 1, "one waiting job per dedup id");
+
+    // It fails again, and a new job takes the dedup id before the retry.
+    let lease = q.claim(1, LEASE).await.unwrap().pop().unwrap();
+    q.fail(&lease, "boom").await.unwrap();
+    let second = q.enqueue_with(&3u32, &opts).await.unwrap();
+    assert_eq!(second.status, EnqueueStatus::Created);
+    let retried = q.retry_failed(&[first.as_str()]).await.unwrap();
+    assert_eq!(retried, vec![(first.clone(), echomq::admin::Moved::DedupHeld)]);
+    assert_eq!(q.job(&first).await.unwrap().state, JobState::Failed);
+    assert_eq!(q.retry_all_failed().await.unwrap(), 0, "retry_all_failed leaves it too");
+    let counts = q.counts().await.unwrap();
+    assert_eq!((counts.pending, counts.failed), (1, 1), "{counts:?}");
+}

@@ -100,6 +100,38 @@ async fn sweep_repairs_torn_state() {
     assert_eq!(q.job(leased[0].id()).await.unwrap().state, JobState::Pending);
 }
 
+// A finished job's id left on the active set by a torn write is only taken off it by the reaper: the job stays finished, counts no stall and never runs again (issue 29 item 2).
+#[tokio::test]
+async fn the_reaper_reaps_only_jobs_whose_record_says_active() {
+    let (s, q) = setup("reapstate").await;
+    let ids = q.enqueue_bulk(&[1u32, 2]).await.unwrap();
+    for lease in q.claim(2, Duration::from_secs(30)).await.unwrap() {
+        if lease.id() == ids[0] {
+            q.complete(&lease).await.unwrap();
+        } else {
+            q.fail(&lease, "no").await.unwrap();
+        }
+    }
+    let mut c = raw(&s).await;
+    let active = format!("emq:{{{}}}:active", q.name());
+    // A torn write's leftover: the finished jobs' ids back on active, lapsed long ago.
+    for id in &ids {
+        run(&mut c, &["ZADD", &active, "1", id]).await;
+    }
+    let rep = Reaper::new(q.clone()).run_once().await.unwrap();
+    assert!(rep.requeued.is_empty() && rep.failed.is_empty(), "{rep:?}");
+    for (id, state) in ids.iter().zip([JobState::Completed, JobState::Failed]) {
+        let job = q.job(id).await.unwrap();
+        assert_eq!((job.state, job.stalls), (state, 0), "{id}");
+    }
+    let counts = q.counts().await.unwrap();
+    assert_eq!((counts.pending, counts.active), (0, 0), "{counts:?}");
+    assert!(
+        q.claim(10, Duration::from_secs(30)).await.unwrap().is_empty(),
+        "nothing runs again"
+    );
+}
+
 // A queue whose name holds glob characters sweeps only its own jobs, never another queue's.
 #[tokio::test]
 async fn sweep_is_confined_to_its_queue() {

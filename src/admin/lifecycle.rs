@@ -18,6 +18,12 @@ pub enum Moved {
     /// Not in a state this call moves (`retry_failed`: not failed;
     /// `promote`: not delayed).
     WrongState,
+    /// `retry_failed`: the job's dedup id (one that stood until the job
+    /// finished, [`EnqueueOptions::dedup`](crate::EnqueueOptions::dedup))
+    /// is held by another job, enqueued after this one failed; the job
+    /// stays failed, since two waiting jobs would share one dedup id.
+    /// Retry it once that job has finished.
+    DedupHeld,
 }
 
 /// The per-id answers of a step, as this module's [`Moved`].
@@ -29,6 +35,7 @@ fn per_id(step: Step) -> Vec<(String, Result<Moved>)> {
                 PerId::Done => Moved::Done,
                 PerId::NotFound => Moved::NotFound,
                 PerId::WrongState => Moved::WrongState,
+                PerId::DedupHeld => Moved::DedupHeld,
             });
             (id, moved)
         })
@@ -59,9 +66,12 @@ pub(super) fn check_ids(ids: &[&str]) -> Result<()> {
 impl Queue {
     /// Moves failed jobs back to pending, to run again with their full
     /// `max_attempts`: failures and stalls start again from 0, while
-    /// `attempts` (claims so far) and the last error are kept. Answers per
-    /// id, in order; a job that is not failed is left alone
-    /// ([`Moved::WrongState`]).
+    /// `attempts` (claims so far) and the last error are kept. A job
+    /// enqueued with a dedup id that stood until it finished takes its
+    /// marker again, so a new enqueue of that id is deduplicated against
+    /// it as before it failed; if another job holds the marker now, the job
+    /// stays failed ([`Moved::DedupHeld`]). Answers per id, in order; a job
+    /// that is not failed is left alone ([`Moved::WrongState`]).
     ///
     /// ```no_run
     /// # async fn demo(queue: echomq::Queue) -> echomq::Result<()> {

@@ -42,6 +42,8 @@ pub(crate) enum PerId {
     NotFound,
     /// Not in the state the call moves.
     WrongState,
+    /// A failed job whose dedup id another job holds now.
+    DedupHeld,
 }
 
 /// Moves `ids` of state `from` back to pending, or with none the first
@@ -71,6 +73,7 @@ pub(super) fn read_step(script: &'static str, r: &mut Reply) -> Result<Step> {
             Code::Ok => Ok(PerId::Done),
             Code::NotFound => Ok(PerId::NotFound),
             Code::Refused => Ok(PerId::WrongState),
+            Code::Deduped => Ok(PerId::DedupHeld),
             Code::Busy => Err(Error::JobActive(id.clone())),
             other => return Err(unexpected(script, other)),
         };

@@ -111,6 +111,12 @@ async fn run_chunk(q: &Queue, action: Action, ids: &[&str]) -> echomq::Result<Ve
         Moved::Done => Row::new(id, action.done(), action.done(), true),
         Moved::NotFound => Row::new(id, "not_found", "not found", false),
         Moved::WrongState => Row::new(id, wrong, wrong_text, false),
+        Moved::DedupHeld => Row::new(
+            id,
+            "dedup_held",
+            "its dedup id is held by another job: left failed",
+            false,
+        ),
         _ => Row::new(id, "unknown", "unknown answer", false),
     };
     Ok(match action {

@@ -81,6 +81,7 @@ fn moved(m: &Moved, done: &'static str) -> &'static str {
     match m {
         Moved::Done => done,
         Moved::NotFound => "not-found",
+        Moved::DedupHeld => "dedup-held",
         _ => "wrong-state",
     }
 }

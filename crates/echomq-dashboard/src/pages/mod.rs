@@ -111,6 +111,7 @@ fn notice(done: Option<&str>) -> String {
         Some("resumed") => "Resumed.",
         Some("not-found") => "No such job any more.",
         Some("wrong-state") => "Nothing done: the job is not in a state this acts on.",
+        Some("dedup-held") => "Not retried: another job holds its dedup id now; retry it once that job has finished.",
         Some("finished") => "Nothing done: the job has already finished.",
         Some("active") => "Nothing done: the job is running (cancel it first).",
         _ => return String::new(),
