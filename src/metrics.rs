@@ -13,6 +13,7 @@
 //! | `echomq_job_run_seconds` | histogram | how long handlers ran |
 //! | `echomq_jobs_settled_total` | counter | settlements the server applied (label `outcome`: `completed`, `retried`, `failed`, `released`, `snoozed`, `cancelled`, `already`) |
 //! | `echomq_settle_failures_total` | counter | settlements not applied (lease lost, or the outcome unknown) |
+//! | `echomq_handlers_aborted_total` | counter | handlers aborted after ignoring the cancellation of an attempt whose lease was lost |
 //!
 //! And by [`Queue::record_metrics`], which the application calls as often
 //! as it wants the gauges fresh (they are a few reads of the server):
@@ -60,6 +61,11 @@ pub(crate) fn settled(queue: &str, outcome: Outcome) {
         Outcome::AlreadySettled => "already",
     };
     counter!("echomq_jobs_settled_total", "queue" => queue.to_owned(), "outcome" => name).increment(1);
+}
+
+/// A handler that ignored its cancellation after a lost lease was aborted.
+pub(crate) fn handler_aborted(queue: &str) {
+    counter!("echomq_handlers_aborted_total", "queue" => queue.to_owned()).increment(1);
 }
 
 /// A settlement was not applied.

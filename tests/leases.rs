@@ -252,6 +252,62 @@ async fn heartbeats_off_still_cancel_at_the_lease() {
     assert_eq!(log.of(&id), ["claimed:1", "lease_lost:1:false", "done:1:lease_lost"]);
 }
 
+// A handler that ignores its cancellation after its lease is lost is aborted by the lease's deadline, so it never runs beside the job's redelivery (issue 29 item 5: 0.2 let four attempts of one job overlap in one process).
+#[tokio::test]
+async fn a_stubborn_handler_is_aborted_before_its_redelivery() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    /// Counts the attempts running; one fewer when the handler's future is dropped (its task aborted).
+    struct Running(Arc<AtomicUsize>);
+    impl Drop for Running {
+        fn drop(&mut self) {
+            self.0.fetch_sub(1, Ordering::SeqCst);
+        }
+    }
+    let (_s, q) = setup("stubborn").await;
+    let id = q.enqueue(&1).await.unwrap();
+    let log = EventLog::default();
+    let (running, most, starts) = (
+        Arc::new(AtomicUsize::new(0)),
+        Arc::new(AtomicUsize::new(0)),
+        Arc::new(AtomicUsize::new(0)),
+    );
+    let (r, m, n) = (running.clone(), most.clone(), starts.clone());
+    let handle = Consumer::new(q.clone(), move |_job: Job<u32>| {
+        let (r, m, n) = (r.clone(), m.clone(), n.clone());
+        async move {
+            let now = r.fetch_add(1, Ordering::SeqCst) + 1;
+            m.fetch_max(now, Ordering::SeqCst);
+            n.fetch_add(1, Ordering::SeqCst);
+            let _running = Running(r);
+            // Ignores its cancellation: waits until its task is dropped.
+            std::future::pending::<()>().await;
+            Ok::<(), echomq::HandlerError>(())
+        }
+    })
+    .lease(Duration::from_millis(1000))
+    .without_heartbeats()
+    .reap_interval(Duration::from_millis(200))
+    .concurrency(4)
+    .shutdown_timeout(Duration::from_millis(100))
+    .observer(log.observer())
+    .spawn()
+    .unwrap();
+    assert!(
+        eventually(Duration::from_secs(15), || async { starts.load(Ordering::SeqCst) >= 3 }).await,
+        "the job was not redelivered twice"
+    );
+    handle.shutdown().await.unwrap();
+    assert_eq!(most.load(Ordering::SeqCst), 1, "attempts ran side by side");
+    let events = log.of(&id);
+    for attempt in [1, 2] {
+        let aborted = format!("aborted:{attempt}");
+        let next = format!("claimed:{}", attempt + 1);
+        let at = |e: &str| events.iter().position(|x| x == e);
+        assert!(at(&aborted).is_some() && at(&aborted) < at(&next), "{events:?}");
+    }
+}
+
 /// Runs one job whose settler is held up for three leases (its observer
 /// blocks, as a slow settle call would) and returns (attempts, stalls).
 async fn settled_after_a_slow_settler(name: &str, heartbeats: bool) -> (u64, u64) {

@@ -133,6 +133,20 @@ pub enum WorkerEvent<'a> {
         /// confirmed in time (the lease may still hold on the server).
         confirmed: bool,
     },
+    /// The handler of an attempt whose lease was lost ignored its
+    /// cancellation past the lease's margin (see
+    /// [`Worker::lease`](super::Worker::lease)): its task was aborted at
+    /// its next await point, so it does not run beside the job's
+    /// redelivery.
+    #[non_exhaustive]
+    HandlerAborted {
+        /// The job's queue (a [`Worker`](super::Worker) serves several).
+        queue: &'a str,
+        /// The job.
+        id: &'a str,
+        /// The token of the attempt aborted.
+        token: u64,
+    },
     /// The handler returned (or panicked, or was cancelled); settlement follows.
     #[non_exhaustive]
     HandlerDone {

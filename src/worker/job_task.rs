@@ -193,7 +193,7 @@ async fn run_job(ctx: Arc<Ctx>, q: usize, lease: Lease, claimed_at: Instant, slo
         });
         #[cfg(feature = "metrics")]
         crate::metrics::handler_done(queue.name(), ended.result().as_str(), attempt.started.elapsed());
-        let op = attempt.conclude(&ctx, &lease, ended).await;
+        let op = attempt.conclude(&ctx, &queue, &lease, ended).await;
         // The handler is done: a prefetched job may start while this settles.
         ctx.handler_ended(running, attempt.started.elapsed());
         // A lost lease is not settled: the job is another attempt's now.
@@ -398,7 +398,7 @@ impl Attempt {
 
     /// Stops what is left of the handler and says how to settle the job:
     /// `None` after a lost lease (the job is not this attempt's to settle).
-    async fn conclude(&mut self, ctx: &Ctx, lease: &Lease, ended: Ended) -> Option<Settle> {
+    async fn conclude(&mut self, ctx: &Ctx, queue: &Queue, lease: &Lease, ended: Ended) -> Option<Settle> {
         let backoff = &ctx.settings.backoff;
         Some(match ended {
             Ended::Ok(None) => Settle::Complete,
@@ -415,10 +415,25 @@ impl Attempt {
                 }
             }
             Ended::LeaseLost => {
+                // Another attempt may run the job soon: the handler gets the
+                // lease's margin to stop by itself, then it is aborted.
                 self.cancel.cancel();
+                let s = &ctx.settings;
+                let grace = s.lease_margin().min(s.shutdown_timeout);
                 tokio::select! {
                     _ = &mut self.handler => {}
                     _ = ctx.hard_stop.cancelled() => self.abort().await,
+                    _ = tokio::time::sleep(grace) => {
+                        warn!(?grace, "the handler ignored its cancellation after its lease was lost; aborting it");
+                        s.observers.emit(WorkerEvent::HandlerAborted {
+                            queue: queue.name(),
+                            id: &lease.id,
+                            token: lease.token,
+                        });
+                        #[cfg(feature = "metrics")]
+                        crate::metrics::handler_aborted(queue.name());
+                        self.abort().await;
+                    }
                 }
                 return None;
             }

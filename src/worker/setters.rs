@@ -53,6 +53,18 @@ impl Worker {
     }
     /// Lease length (default [`DEFAULT_LEASE`](crate::worker::DEFAULT_LEASE); [`MIN_LEASE`](crate::worker::MIN_LEASE) to
     /// [`MAX_LEASE`](crate::worker::MAX_LEASE)). A worker silent for longer loses the job to the reaper.
+    ///
+    /// When an attempt's lease is lost (reaped, taken over, or its renewal
+    /// not confirmed within the safety window, the lease minus its margin
+    /// of a tenth), the handler's [`Job::cancellation`](crate::Job::cancellation)
+    /// fires and its result is not settled. A handler that ignores it gets
+    /// that margin (at most the [`shutdown_timeout`](Self::shutdown_timeout))
+    /// to stop by itself; then its task is aborted at its next `.await`
+    /// ([`WorkerEvent::HandlerAborted`](crate::WorkerEvent::HandlerAborted),
+    /// metric `echomq_handlers_aborted_total`), so it does not run beside
+    /// the job's redelivery. Code between two awaits (a blocking call)
+    /// cannot be aborted: keep such work in `spawn_blocking` and check the
+    /// cancellation.
     pub fn lease(mut self, d: std::time::Duration) -> Self {
         self.settings.lease = d;
         self

@@ -120,8 +120,16 @@ impl Settings {
     /// the lease is still surely ours: the lease minus a margin for clock
     /// drift and the renewal's own travel.
     pub(super) fn safety_window(&self) -> Duration {
-        let margin = (self.lease / 10).max(Duration::from_millis(20)).min(self.lease / 2);
-        self.lease - margin
+        self.lease - self.lease_margin()
+    }
+
+    /// The lease's margin: a tenth of it (at least 20 ms, at most half).
+    /// A handler told that its lease is lost gets this long (at most the
+    /// shutdown timeout) to stop by itself before its task is aborted, so a
+    /// lease lost at the end of the safety window is given up by its
+    /// deadline, before any redelivery can start.
+    pub(super) fn lease_margin(&self) -> Duration {
+        (self.lease / 10).max(Duration::from_millis(20)).min(self.lease / 2)
     }
 
     /// How long a prefetched job may wait for a handler before it is

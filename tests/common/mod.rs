@@ -168,6 +168,7 @@ impl EventLog {
                     id, token, confirmed, ..
                 } => (id, format!("lease_lost:{}:{confirmed}", n(token))),
                 WorkerEvent::HandlerDone { id, token, result, .. } => (id, format!("done:{}:{result}", n(token))),
+                WorkerEvent::HandlerAborted { id, token, .. } => (id, format!("aborted:{}", n(token))),
                 WorkerEvent::Settled { id, token, op, .. } => (id, format!("settled:{}:{op}", n(token))),
                 WorkerEvent::SettleFailed { id, token, op, .. } => (id, format!("settle_failed:{}:{op}", n(token))),
                 _ => return,
