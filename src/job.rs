@@ -11,11 +11,8 @@ use crate::limits::Limits;
 mod enqueue;
 mod kind;
 
-#[cfg(feature = "otel")]
-pub(crate) use self::enqueue::validate_traceparent;
 pub use self::enqueue::{EnqueueOptions, EnqueueStatus, Enqueued};
 pub(crate) use self::enqueue::{delay_ms, millis};
-pub(crate) use self::kind::validate_kind;
 pub use self::kind::{JobKind, MAX_KIND_BYTES};
 
 /// Where a job is in the leased state machine: enqueued jobs are pending

@@ -66,7 +66,7 @@ pub(crate) struct Keys {
 impl Keys {
     pub fn new(prefix: &str, queue: &str) -> Result<Self> {
         validate_queue_name(queue)?;
-        validate_id("key prefix", prefix)?;
+        crate::validate::id("key prefix", prefix)?;
         if prefix.contains(['{', '}']) {
             return Err(Error::InvalidId {
                 what: "key prefix",
@@ -181,7 +181,6 @@ pub(crate) fn worker_wake(prefix: &str, id: &str, slot_of: Option<&str>) -> Stri
     }
 }
 
-pub(crate) use crate::validate::id as validate_id;
 pub use crate::validate::queue_name as validate_queue_name;
 
 #[cfg(test)]
@@ -212,10 +211,10 @@ mod tests {
         }
         assert!(validate_queue_name("emails:high-priority").is_ok());
         assert!(Keys::new("a{b", "q").is_err());
-        assert!(validate_id("job id", "").is_err());
-        assert!(validate_id("job id", "order-17").is_ok());
+        assert!(crate::validate::id("job id", "").is_err());
+        assert!(crate::validate::id("job id", "order-17").is_ok());
         let long = "x".repeat(600_000);
-        let e = validate_id("job id", &long).unwrap_err().to_string();
+        let e = crate::validate::id("job id", &long).unwrap_err().to_string();
         assert!(
             e.len() < 300,
             "the message repeats at most an excerpt: {} bytes",

@@ -67,7 +67,7 @@ use serde_json::Value;
 use tracing::warn;
 
 use crate::error::{Error, Result};
-use crate::job::{JobKind, validate_kind};
+use crate::job::JobKind;
 pub use crate::lease::RawPayload;
 use crate::worker::Job;
 use crate::worker::{Handler, HandlerError};
@@ -190,7 +190,7 @@ impl Kinds {
     pub fn build(self) -> Result<KindRouter> {
         let mut routes = BTreeMap::new();
         for (kind, route) in self.routes {
-            validate_kind(&kind)?;
+            crate::validate::kind(&kind)?;
             if routes.contains_key(&kind) {
                 return Err(Error::InvalidOption {
                     name: "kind",

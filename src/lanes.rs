@@ -10,7 +10,6 @@ use std::fmt;
 use std::str::FromStr;
 
 use crate::error::{Error, Result};
-use crate::keys::validate_id;
 use crate::queue::{MAX_BATCH, Queue};
 use crate::store;
 use crate::store::lane_config::Setting;
@@ -173,7 +172,7 @@ impl Queue {
     /// [`Error::InvalidId`] for a bad lane name, [`Error::InvalidOption`]
     /// for a cap of 0 (pass `None` to remove it); server errors.
     pub async fn set_lane_cap(&self, lane: &str, cap: Option<u32>) -> Result<()> {
-        validate_id("lane", lane)?;
+        crate::validate::id("lane", lane)?;
         let value = setting("lane cap", cap, u32::MAX)?;
         self.lane_config(Setting::Cap, Some(lane), value).await
     }
@@ -201,7 +200,7 @@ impl Queue {
     /// [`Error::InvalidId`] for a bad lane name, [`Error::InvalidOption`]
     /// for a weight of 0 or over [`MAX_LANE_WEIGHT`]; server errors.
     pub async fn set_lane_weight(&self, lane: &str, weight: Option<u32>) -> Result<()> {
-        validate_id("lane", lane)?;
+        crate::validate::id("lane", lane)?;
         let value = setting("lane weight", weight, MAX_LANE_WEIGHT)?;
         self.lane_config(Setting::Weight, Some(lane), value).await
     }
@@ -249,7 +248,7 @@ impl Queue {
     /// # Errors
     /// [`Error::InvalidId`] for a bad lane name; server errors.
     pub async fn lane(&self, lane: &str) -> Result<LaneInfo> {
-        validate_id("lane", lane)?;
+        crate::validate::id("lane", lane)?;
         let (_, _, mut lanes) = self.read_lanes(Read::Named(&[lane])).await?;
         lanes.pop().ok_or_else(|| Error::Protocol {
             script: "lanes",

@@ -109,7 +109,7 @@ fn remote_context(traceparent: &str) -> Option<Context> {
 pub fn span_context(traceparent: &str) -> Option<SpanContext> {
     // The same check an enqueue makes (lengths, lowercase), which the
     // parsers below are laxer about.
-    crate::job::validate_traceparent(traceparent).ok()?;
+    crate::validate::traceparent(traceparent).ok()?;
     let mut parts = traceparent.split('-');
     let (Some("00"), Some(trace), Some(span), Some(flags), None) =
         (parts.next(), parts.next(), parts.next(), parts.next(), parts.next())

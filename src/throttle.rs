@@ -9,7 +9,6 @@ use std::fmt;
 use std::time::Duration;
 
 use crate::error::{Error, Result};
-use crate::keys::validate_id;
 use crate::queue::Queue;
 use crate::store;
 use crate::store::throttle::{Change, Rate};
@@ -228,7 +227,7 @@ impl Queue {
     /// # Errors
     /// [`Error::InvalidId`] for a bad lane name; server errors.
     pub async fn set_lane_rate_limit(&self, lane: &str, limit: Option<RateLimit>) -> Result<()> {
-        validate_id("lane", lane)?;
+        crate::validate::id("lane", lane)?;
         self.set_throttle(Change::LaneRate {
             lane: Some(lane),
             rate: RateLimit::rate(limit),
@@ -285,7 +284,7 @@ impl Queue {
     /// # Errors
     /// [`Error::InvalidId`] for a bad lane name; server errors.
     pub async fn lane_rate_limit(&self, lane: &str) -> Result<LaneRate> {
-        validate_id("lane", lane)?;
+        crate::validate::id("lane", lane)?;
         Ok(self.read_throttles(Some(lane)).await?.1)
     }
 }

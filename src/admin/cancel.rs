@@ -3,7 +3,6 @@
 use super::lifecycle::check_ids;
 use crate::error::{Error, Result};
 use crate::job::JobState;
-use crate::keys::validate_id;
 use crate::queue::Queue;
 use crate::store;
 use crate::store::cancel::Cancelled;
@@ -50,7 +49,7 @@ impl Queue {
     /// # Errors
     /// [`Error::InvalidId`], [`Error::JobNotFound`], server errors.
     pub async fn cancel(&self, id: &str) -> Result<Cancel> {
-        validate_id("job id", id)?;
+        crate::validate::id("job id", id)?;
         let (_, r) = self.cancel_many(&[id]).await?.pop().ok_or_else(|| Error::Protocol {
             script: "cancel",
             detail: "no answer for the job".into(),

@@ -110,7 +110,7 @@ impl Queue {
     /// [`Error::InvalidId`] for a bad lane name, [`Error::InvalidOption`]
     /// for `limit` out of range; server errors.
     pub async fn list_lane(&self, lane: &str, after: Option<&ListCursor>, limit: usize) -> Result<Page> {
-        crate::keys::validate_id("lane", lane)?;
+        crate::validate::id("lane", lane)?;
         let key = self.keys().lane(lane);
         self.list_set(&key, Order::Asc, JobState::Pending, after, limit).await
     }

@@ -3,7 +3,6 @@
 
 use super::{MAX_EFFECT_COUNTER, MAX_EFFECT_KEY_BYTES, MAX_EFFECT_VALUE_BYTES, MAX_EFFECTS};
 use crate::error::{Error, Result};
-use crate::keys::validate_id;
 use crate::lease::Lease;
 use crate::queue::{Outcome, Queue, Settled};
 use crate::store;
@@ -165,7 +164,7 @@ impl Queue {
     /// [`Error::InvalidId`] for an empty name, one longer than 256 bytes or
     /// one with control characters.
     pub fn user_key(&self, name: &str) -> Result<String> {
-        validate_id("user key name", name)?;
+        crate::validate::id("user key name", name)?;
         Ok(format!("{}user:{name}", self.keys().base))
     }
 

@@ -7,7 +7,6 @@ use std::time::Duration;
 use super::{DEFAULT_MARKER_TTL, MAX_MARKER_TTL};
 use crate::error::{Error, Result};
 use crate::job::millis;
-use crate::keys::validate_id;
 use crate::lease::Lease;
 use crate::queue::Queue;
 use crate::store;
@@ -130,8 +129,8 @@ impl EffectMarker {
     /// [`Error::InvalidId`] for a bad job id or effect name,
     /// [`Error::InvalidOption`] for token 0 (claims never mint it).
     pub fn new(queue: &Queue, job_id: &str, token: u64, effect: &str) -> Result<EffectMarker> {
-        validate_id("job id", job_id)?;
-        validate_effect_name(effect)?;
+        crate::validate::id("job id", job_id)?;
+        crate::validate::effect_name(effect)?;
         if token == 0 {
             return Err(Error::InvalidOption {
                 name: "token",
@@ -319,8 +318,6 @@ where
     }
 }
 
-use crate::validate::effect_name as validate_effect_name;
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -329,12 +326,12 @@ mod tests {
     #[test]
     fn effect_names_are_checked() {
         for good in ["charge", "welcome-mail", "v1.refund_2"] {
-            assert!(validate_effect_name(good).is_ok(), "{good}");
+            assert!(crate::validate::effect_name(good).is_ok(), "{good}");
         }
         for bad in ["", "a:b", "sp ace", "ünï", &"x".repeat(65), "{tag}"] {
             assert!(
                 matches!(
-                    validate_effect_name(bad),
+                    crate::validate::effect_name(bad),
                     Err(Error::InvalidId {
                         what: "effect name",
                         ..

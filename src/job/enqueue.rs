@@ -4,7 +4,6 @@
 use std::time::Duration;
 
 use crate::error::{Error, Result};
-use crate::keys::validate_id;
 use crate::limits::{Backoff, Limits, MAX_DELAY};
 
 /// Options for one enqueue. Build with [`EnqueueOptions::new`] and chain
@@ -321,7 +320,7 @@ impl EnqueueOptions {
 
     pub(crate) fn validate(&self) -> Result<()> {
         if let Some(id) = &self.id {
-            validate_id("job id", id)?;
+            crate::validate::id("job id", id)?;
             if id.bytes().all(|b| b.is_ascii_digit()) {
                 return Err(Error::InvalidId {
                     what: "job id",
@@ -331,13 +330,13 @@ impl EnqueueOptions {
             }
         }
         if let Some(lane) = &self.lane {
-            validate_id("lane", lane)?;
+            crate::validate::id("lane", lane)?;
         }
         if let Some(kind) = &self.kind {
-            super::validate_kind(kind)?;
+            crate::validate::kind(kind)?;
         }
         if let Some(tp) = &self.traceparent {
-            validate_traceparent(tp)?;
+            crate::validate::traceparent(tp)?;
         }
         delay_ms("delay", self.delay)?;
         self.when()?;
@@ -354,7 +353,7 @@ impl EnqueueOptions {
         }
         .check()?;
         if let Some((d, ttl)) = &self.dedup {
-            validate_id("dedup id", d)?;
+            crate::validate::id("dedup id", d)?;
             if let Some(ttl) = ttl
                 && delay_ms("dedup ttl", *ttl)? == 0
             {
@@ -425,5 +424,3 @@ pub struct Enqueued {
     /// Whether it was created now (or found, or updated).
     pub status: EnqueueStatus,
 }
-
-pub(crate) use crate::validate::traceparent as validate_traceparent;

@@ -32,8 +32,6 @@ pub trait JobKind: Serialize + DeserializeOwned {
     const KIND: &'static str;
 }
 
-pub(crate) use crate::validate::kind as validate_kind;
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -42,16 +40,16 @@ mod tests {
     // Kinds are checked like ids: not empty, at most MAX_KIND_BYTES, no control characters.
     #[test]
     fn kinds_are_validated() {
-        assert!(validate_kind("send_email").is_ok());
-        assert!(validate_kind("émail.v2/Ünïcode").is_ok());
-        assert!(validate_kind(&"k".repeat(MAX_KIND_BYTES)).is_ok());
+        assert!(crate::validate::kind("send_email").is_ok());
+        assert!(crate::validate::kind("émail.v2/Ünïcode").is_ok());
+        assert!(crate::validate::kind(&"k".repeat(MAX_KIND_BYTES)).is_ok());
         for bad in [
             String::new(),
             "k".repeat(MAX_KIND_BYTES + 1),
             "a\nb".into(),
             "\u{7f}".into(),
         ] {
-            match validate_kind(&bad) {
+            match crate::validate::kind(&bad) {
                 Err(Error::InvalidId { what: "job kind", .. }) => {}
                 other => panic!("{bad:?}: {other:?}"),
             }

@@ -85,7 +85,7 @@ impl Queue {
     /// # Errors
     /// [`Error::InvalidId`], [`Error::JobNotFound`], server errors.
     pub async fn job(&self, id: &str) -> Result<JobInfo> {
-        crate::keys::validate_id("job id", id)?;
+        crate::validate::id("job id", id)?;
         let k = self.keys();
         let (fields, active, delayed): (HashFields, Option<f64>, Option<f64>) = redis::pipe()
             .atomic()

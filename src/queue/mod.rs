@@ -75,8 +75,6 @@ pub(crate) fn process_name() -> &'static str {
     &NAME
 }
 
-pub(crate) use crate::validate::holder as check_holder;
-
 struct Inner {
     name: String,
     keys: Keys,
@@ -159,7 +157,7 @@ impl Queue {
     /// [`Error::InvalidOption`] for an empty name, one over
     /// [`MAX_HOLDER_BYTES`], or one with control characters.
     pub fn with_holder(&self, name: &str) -> Result<Queue> {
-        check_holder("holder", name)?;
+        crate::validate::holder("holder", name)?;
         Ok(Queue {
             inner: self.inner.clone(),
             holder: Arc::from(name),

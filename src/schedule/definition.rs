@@ -196,11 +196,11 @@ impl Schedule {
     /// Checks every value: the name, the expression, the zone, the grace
     /// and the job options.
     pub(crate) fn check(&self) -> Result<Checked> {
-        check_name(&self.name)?;
+        crate::validate::schedule_name(&self.name)?;
         let timing = Timing::parse(&self.cron, &self.time_zone)?;
         crate::validate::duration("grace", self.grace, MIN_GRACE, MAX_DELAY)?;
         if let Some(kind) = &self.kind {
-            crate::job::validate_kind(kind)?;
+            crate::validate::kind(kind)?;
         }
         if let Some(n) = self.max_attempts {
             Limits::check_attempts(n)?;
@@ -230,8 +230,6 @@ impl Schedule {
         }
     }
 }
-
-pub(crate) use crate::validate::schedule_name as check_name;
 
 #[cfg(test)]
 mod tests {

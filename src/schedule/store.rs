@@ -7,7 +7,7 @@ use std::time::Duration;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use super::definition::{Schedule, check_name};
+use super::definition::Schedule;
 use super::missed::Missed;
 use super::timing::Timing;
 use crate::error::{Error, Result};
@@ -214,7 +214,7 @@ impl Queue {
     /// # Errors
     /// [`Error::InvalidId`] for a bad name; server errors.
     pub async fn remove_schedule(&self, name: &str) -> Result<bool> {
-        check_name(name)?;
+        crate::validate::schedule_name(name)?;
         store::schedule_remove::run(&mut self.conn(), self.keys(), name).await
     }
 
@@ -223,7 +223,7 @@ impl Queue {
     /// # Errors
     /// [`Error::InvalidId`] for a bad name; server errors.
     pub async fn schedule(&self, name: &str) -> Result<Option<ScheduleInfo>> {
-        check_name(name)?;
+        crate::validate::schedule_name(name)?;
         let fields: HashFields = redis::cmd("HGETALL")
             .arg(self.keys().schedule(name))
             .query_async(&mut self.conn())

@@ -64,7 +64,7 @@ impl Default for Settings {
 impl Settings {
     pub(super) fn check(&self) -> Result<()> {
         if let Some(name) = &self.name {
-            crate::queue::check_holder("consumer name", name)?;
+            crate::validate::holder("consumer name", name)?;
         }
         count("concurrency", self.concurrency, 1, MAX_CONCURRENCY)?;
         if let Some(n) = self.prefetch {
