@@ -319,6 +319,74 @@ async fn a_calls_events_share_entries_and_read_one_by_one() {
     assert_eq!(len, 5);
 }
 
+// Errors of any text, a NUL among them, come back intact from batched
+// entries: a batch of failures whose texts are NUL-free shares a
+// NUL-joined entry, one with a NUL in a text a JSON one; lanes and kinds
+// ride along in both.
+#[tokio::test]
+async fn batched_entries_keep_every_text() {
+    let (s, q) = setup("ev-texts").await;
+    let opts = EnqueueOptions::new().lane("l/1 é").kind("mail.v2");
+    let jobs: Vec<_> = (0..6u32).map(|i| (i, opts.clone())).collect();
+    q.enqueue_bulk_with(&jobs).await.unwrap();
+    let key = format!("emq:{{{}}}:events", q.name());
+    let mut c = raw(&s).await;
+    for texts in [["plain", "with \"quotes\" and \\", "ünïcode\ttab"], ["a\0b", "", "\0"]] {
+        let mut now = q.events(EventCursor::Now).await.unwrap();
+        let leases = q.claim(3, Duration::from_secs(30)).await.unwrap();
+        assert_eq!(leases.len(), 3);
+        let settles: Vec<_> = texts
+            .iter()
+            .map(|t| echomq::Settle::Fail {
+                reason: (*t).to_owned(),
+            })
+            .collect();
+        let items: Vec<_> = leases.iter().zip(&settles).collect();
+        for r in q.settle_many(&items).await.unwrap() {
+            r.unwrap();
+        }
+        let evs = take(&mut now, 6).await;
+        none_left(&mut now).await;
+        for (e, (l, t)) in evs[3..].iter().zip(leases.iter().zip(texts)) {
+            assert_eq!(e.kind, EventKind::Failed);
+            assert_eq!(e.job_id.as_deref(), Some(l.id()));
+            assert_eq!(e.error.as_deref().unwrap_or(""), t);
+            assert_eq!(e.lane.as_deref(), Some("l/1 é"));
+            assert_eq!(e.job_kind.as_deref(), Some("mail.v2"));
+        }
+        let last: redis::Value = redis::cmd("XREVRANGE")
+            .arg(&key)
+            .arg("+")
+            .arg("-")
+            .arg("COUNT")
+            .arg(1)
+            .query_async(&mut c)
+            .await
+            .unwrap();
+        let field = if texts[0].contains('\0') { b"v" } else { b"z" };
+        assert!(
+            contains_field(&last, field),
+            "the failures' entry holds {}: {last:?}",
+            String::from_utf8_lossy(field)
+        );
+    }
+}
+
+/// Whether an XRANGE-shaped reply's first entry has field `name`.
+fn contains_field(v: &redis::Value, name: &[u8]) -> bool {
+    let redis::Value::Array(entries) = v else { return false };
+    let Some(redis::Value::Array(pair)) = entries.first() else {
+        return false;
+    };
+    let Some(redis::Value::Array(fields)) = pair.get(1) else {
+        return false;
+    };
+    fields
+        .iter()
+        .step_by(2)
+        .any(|f| matches!(f, redis::Value::BulkString(b) if b == name))
+}
+
 // A reader started at a server time sees exactly the events from that millisecond on.
 #[tokio::test]
 async fn a_reader_starts_at_a_server_time() {

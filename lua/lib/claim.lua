@@ -3,8 +3,8 @@
 -- throttles; each job leased gets a fencing token and its attempt (used
 -- by claim.lua and settle.lua, which claims after settling).
 --
--- Needs: base (rcall, hfields, int_s, now_str), keyspace (wake), events (events_on, put,
--- record), lanes (LANED, LANE_BLOCKED, LANE_IDLE, LANE_SLACK, lane_key, held_member,
+-- Needs: base (rcall, hfields, int_s, now_str), keyspace (wake), events (events_on,
+-- record_job), lanes (LANED, LANE_BLOCKED, LANE_IDLE, LANE_SLACK, lane_key, held_member,
 -- lane_active, lane_cap, lane_weight, lane_shut, reopen_lanes), throttle (rate_room,
 -- rate_log, lane_rate, lane_log, queue_room), sets (promote_due), fence (mint_tokens).
 
@@ -209,12 +209,7 @@ local function lease_job(prefix, jk, id, job, token, now, deadline_s, holder, la
   zargs[#zargs + 1] = deadline_s
   zargs[#zargs + 1] = id
   local cap = events_on(prefix)
-  if cap then
-    local f = {'id', id, 'a', attempt, 'tk', token_s}
-    put(f, 'ln', lane)
-    put(f, 'kd', job[5])
-    record(prefix, 'claimed', f, cap)
-  end
+  if cap then record_job(prefix, 'claimed', cap, id, 'a', attempt, 'tk', token_s, 'ln', lane, 'kd', job[5]) end
   out[#out + 1] = id
   out[#out + 1] = token_s
   out[#out + 1] = attempt

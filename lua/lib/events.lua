@@ -11,27 +11,39 @@
 --
 -- A call's events are kept in order and written when the call ends
 -- (events_flush, from call.lua end_call): consecutive events of one kind
--- go into one stream entry of up to EVENTS_PER_ENTRY jobs, `e` the event,
--- `n` how many, `j` a JSON array holding each job's fields as a flat
--- array ("id", ID, "a", ...); a run of one is written as a plain entry,
--- as above. A claim or settlement of 64 jobs is then one XADD instead of
--- 64, which was a third of the server's time per job (benches/README.md,
--- "Performance"); readers expand the entries (src/events/event.rs). Each XADD
--- trims the stream to about cap / n entries, so it holds about `cap`
--- events whatever the runs' lengths. A call that raises part-way writes
--- none of its events.
+-- go into one stream entry of up to EVENTS_PER_ENTRY jobs: `e` the event,
+-- `n` how many, `z` holding, for each job in turn, its id, the number m
+-- of its other fields, then those m fields as name, value, all joined by
+-- NUL bytes ("7\0" "2\0" "a\0" "1\0" "tk\0" "42\0" "8\0" ...): ids,
+-- lanes and kinds hold no control characters (src/validate.rs), numbers
+-- none either. A run with an error or progress text that holds a NUL is
+-- written as `v` instead, a JSON array of the same strings. A run of one
+-- is written as a plain entry, as above. A claim or settlement of 64
+-- jobs is then one XADD instead of 64, which was a third of the server's
+-- time per job (benches/README.md, "Performance"). The jobs' fields go
+-- straight into the run's one array, with no table per job, and are
+-- joined in C: 0.2's table per job and its JSON encoding cost about a
+-- tenth of a job's server time. Readers expand the entries
+-- (src/events/event.rs; they also read 0.2's `j`, a JSON array of each
+-- job's flat field list). Each XADD trims the stream to about cap / n
+-- entries (exactly, when that is under 16), so it holds about `cap`
+-- events whatever the runs' lengths. A
+-- call that raises part-way writes none of its events.
 --
 -- Needs: base (hfields, int_s), defaults (EVENTS_MAX, EVENT_TEXT_MAX).
 
 local EVENTS_PER_ENTRY = 64
 local ev_cap -- nil: not read yet in this call; false: events off; else the cap
-local ev_runs -- this call's events not written yet: {prefix, event, jobs}, in order
+-- This call's events not written yet, in order: runs {prefix, event, cap,
+-- n (jobs), v (their fields, as `v` above), len (#v)}, or for a queue
+-- event {prefix, event, cap, fields}.
+local ev_runs, ev_nruns
 
 -- Forgets the last call's events setting and runs (call.lua new_call):
 -- a library's top-level locals live from one call to the next.
 local function events_begin()
   ev_cap = nil
-  ev_runs = {}
+  ev_runs, ev_nruns = {}, 0
 end
 
 -- Whether the queue whose keys start with `prefix` records events.
@@ -53,59 +65,93 @@ local function ev_text(s)
   return s
 end
 
--- Appends field `k` with value `v` to event fields `f`, unless `v` is
--- nil, false (a missing hash field) or "".
-local function put(f, k, v)
-  if v and v ~= '' then
-    f[#f + 1] = k
-    f[#f + 1] = v
+-- Appends field `k` with value `x` at v[len + 1], unless `x` is nil,
+-- false (a missing hash field) or "". Returns the new length.
+local function add(v, len, k, x)
+  if x and x ~= '' then
+    v[len + 1] = k
+    v[len + 2] = x
+    return len + 2
   end
+  return len
 end
 
--- Adds an event's fields `f` (flat, "id" first for a job's event, else a
--- queue event) to this call's runs, to be written when the call ends
--- (events_flush). `cap`: the queue's events_on.
-local function record(prefix, event, f, cap)
-  local run = ev_runs[#ev_runs]
-  if f[1] ~= 'id' or not run or run.event ~= event or run.prefix ~= prefix or #run.jobs >= EVENTS_PER_ENTRY then
-    run = {prefix = prefix, event = event, cap = cap, jobs = {}}
-    ev_runs[#ev_runs + 1] = run
+-- Records event `event` of job `id` with up to six fields (name, value;
+-- a nil or empty value leaves its field out) in this call's runs.
+-- `cap`: the queue's events_on.
+local function record_job(prefix, event, cap, id, k1, x1, k2, x2, k3, x3, k4, x4, k5, x5, k6, x6)
+  local run = ev_runs[ev_nruns]
+  if not run or run.v == nil or run.event ~= event or run.prefix ~= prefix or run.n >= EVENTS_PER_ENTRY then
+    run = {prefix = prefix, event = event, cap = cap, n = 0, v = {}, len = 0}
+    ev_nruns = ev_nruns + 1
+    ev_runs[ev_nruns] = run
   end
-  run.jobs[#run.jobs + 1] = f
+  local v, at = run.v, run.len + 2
+  v[at - 1] = id
+  -- unrolled: a function call per field cost more than the field
+  local len = at
+  if x1 and x1 ~= '' then v[len + 1], v[len + 2], len = k1, x1, len + 2 end
+  if x2 and x2 ~= '' then v[len + 1], v[len + 2], len = k2, x2, len + 2 end
+  if x3 and x3 ~= '' then v[len + 1], v[len + 2], len = k3, x3, len + 2 end
+  if x4 and x4 ~= '' then v[len + 1], v[len + 2], len = k4, x4, len + 2 end
+  if x5 and x5 ~= '' then v[len + 1], v[len + 2], len = k5, x5, len + 2 end
+  if x6 and x6 ~= '' then v[len + 1], v[len + 2], len = k6, x6, len + 2 end
+  -- a string: cjson formats numbers with sprintf
+  v[at] = int_s((len - at) / 2)
+  run.len = len
+  run.n = run.n + 1
 end
 
 -- Records event `event` of job `id` ("" for a queue event) with the
--- fields `extra` (a flat list, nil values skipped in pairs).
+-- fields `extra` (a flat list of at most three pairs, nil values skipped
+-- in pairs).
 local function emit(prefix, event, id, extra)
   local cap = events_on(prefix)
   if not cap then return end
-  local f = {}
-  if id ~= '' then
-    f[1] = 'id'
-    f[2] = id
+  if id == '' then
+    local f = {}
+    if extra then
+      for i = 1, #extra, 2 do add(f, #f, extra[i], extra[i + 1]) end
+    end
+    ev_nruns = ev_nruns + 1
+    ev_runs[ev_nruns] = {prefix = prefix, event = event, cap = cap, fields = f}
+    return
   end
-  if extra then
-    for i = 1, #extra, 2 do put(f, extra[i], extra[i + 1]) end
-  end
-  record(prefix, event, f, cap)
+  extra = extra or {}
+  record_job(prefix, event, cap, id, extra[1], extra[2], extra[3], extra[4], extra[5], extra[6])
 end
 
 -- Writes this call's events (emit), one entry per run.
 local function events_flush()
-  local runs = ev_runs
-  ev_runs = {}
-  for _, run in ipairs(runs) do
+  local runs, nruns = ev_runs, ev_nruns
+  ev_runs, ev_nruns = {}, 0
+  for i = 1, nruns do
+    local run = runs[i]
     -- a refused XADD (below) stops the rest of the call's events
     if ev_cap == false then break end
-    local n = #run.jobs
-    local args = {run.prefix .. 'events', 'MAXLEN', '~', int_s(math.ceil(run.cap / n)), '*', 'e', run.event}
-    if n == 1 then
-      for _, v in ipairs(run.jobs[1]) do args[#args + 1] = v end
+    local n = run.n or 1
+    -- `~` trims whole stream nodes (4 KB by default: a dozen short
+    -- batched entries), so a small cap trims exactly
+    local keep = math.ceil(run.cap / n)
+    local args = {run.prefix .. 'events', 'MAXLEN', keep < 16 and '=' or '~', int_s(keep), '*', 'e', run.event}
+    if run.fields then
+      for _, x in ipairs(run.fields) do args[#args + 1] = x end
+    elseif n == 1 then
+      -- a plain entry: id, then the fields (v[2] is their count)
+      local v = run.v
+      args[8] = 'id'
+      args[9] = v[1]
+      for j = 3, run.len do args[j + 7] = v[j] end
+    elseif run.json then
+      args[8] = 'n'
+      args[9] = int_s(n)
+      args[10] = 'v'
+      args[11] = cjson.encode(run.v)
     else
       args[8] = 'n'
       args[9] = int_s(n)
-      args[10] = 'j'
-      args[11] = cjson.encode(run.jobs)
+      args[10] = 'z'
+      args[11] = table.concat(run.v, '\0')
     end
     -- pcall: a script raising part-way keeps its earlier writes (there is
     -- no rollback), so an XADD refused (a user whose ACL lacks +xadd, a
@@ -118,7 +164,7 @@ end
 
 -- emit for job `id` (record `jk`), with its attempt, token, lane and kind
 -- (`known`: a table of them, a, tk, ln, kd, when the caller holds them;
--- else read from the record), then `extra`.
+-- else read from the record), then `extra` (at most two pairs).
 local function emit_job(prefix, event, id, jk, extra, known)
   local cap = events_on(prefix)
   if not cap then return end
@@ -129,13 +175,14 @@ local function emit_job(prefix, event, id, jk, extra, known)
     local r = hfields(jk, 'a', 'tk', 'ln', 'kd')
     if r then a, tk, ln, kd = r[1], r[2], r[3], r[4] end
   end
-  local f = {'id', id}
-  put(f, 'a', a)
-  put(f, 'tk', tk)
-  put(f, 'ln', ln)
-  put(f, 'kd', kd)
   if extra then
-    for i = 1, #extra, 2 do put(f, extra[i], extra[i + 1]) end
+    record_job(prefix, event, cap, id, 'a', a, 'tk', tk, 'ln', ln, 'kd', kd, extra[1], extra[2], extra[3], extra[4])
+    -- error and progress texts may hold a NUL: their run is written as JSON
+    for i = 2, 4, 2 do
+      local x = extra[i]
+      if x and string.find(x, '\0', 1, true) then ev_runs[ev_nruns].json = true end
+    end
+  else
+    record_job(prefix, event, cap, id, 'a', a, 'tk', tk, 'ln', ln, 'kd', kd)
   end
-  record(prefix, event, f, cap)
 end

@@ -245,8 +245,10 @@ impl QueueEvent {
 }
 
 /// The events of an XRANGE reply, in order: one per plain entry, and one
-/// per job of an entry that holds several (fields `e`, `n` and `j`, the
-/// JSON array of each job's flat field list; lua/lib/events.lua `events_flush`).
+/// per job of an entry that holds several (fields `e`, `n` and `z`: each
+/// job's id, its field count m and its m fields, joined by NUL bytes; or
+/// `v`, the same as a JSON array; or, as 0.2 wrote them, `j`, a JSON array
+/// of each job's flat field list; lua/lib/events.lua `events_flush`).
 pub(super) fn entries(v: Value) -> Result<Vec<QueueEvent>> {
     let bad = |detail: &str| Error::Protocol {
         script: "XRANGE",
@@ -280,17 +282,28 @@ pub(super) fn entries(v: Value) -> Result<Vec<QueueEvent>> {
         while let (Some(k), Some(v)) = (it.next(), it.next()) {
             kv.push((text(k)?, text(v)?));
         }
-        let Some(jobs) = kv.iter().position(|(k, _)| k == "j") else {
+        let Some(at) = kv.iter().position(|(k, _)| k == "z" || k == "v" || k == "j") else {
             out.push(QueueEvent::from_entry(id, kv));
             continue;
         };
-        let jobs: Vec<Vec<String>> =
-            serde_json::from_str(&kv[jobs].1).map_err(|e| bad(&format!("an entry's jobs: {e}")))?;
         let kind = kv
             .iter()
             .find(|(k, _)| k == "e")
             .map(|(_, v)| v.clone())
             .unwrap_or_default();
+        let (name, body) = &kv[at];
+        let jobs = if name == "z" {
+            let parts = body
+                .split('\0')
+                .map(|p| serde_json::Value::String(p.to_owned()))
+                .collect();
+            columns(parts).ok_or_else(|| bad("an entry's jobs are not (id, m, m fields)*"))?
+        } else if name == "v" {
+            let parts = serde_json::from_str(body).map_err(|e| bad(&format!("an entry's jobs: {e}")))?;
+            columns(parts).ok_or_else(|| bad("an entry's jobs are not [id, m, m fields]*"))?
+        } else {
+            serde_json::from_str::<Vec<Vec<String>>>(body).map_err(|e| bad(&format!("an entry's jobs: {e}")))?
+        };
         for (i, job) in jobs.into_iter().enumerate() {
             let mut fields = Vec::with_capacity(job.len() / 2 + 1);
             fields.push(("e".to_owned(), kind.clone()));
@@ -302,6 +315,30 @@ pub(super) fn entries(v: Value) -> Result<Vec<QueueEvent>> {
         }
     }
     Ok(out)
+}
+
+/// The jobs of a batched entry's `z` or `v` (id, m, then m name-value
+/// pairs, for each job in turn) as each job's flat field list, "id" first;
+/// None when it is not that shape.
+fn columns(flat: Vec<serde_json::Value>) -> Option<Vec<Vec<String>>> {
+    let text = |v: serde_json::Value| match v {
+        serde_json::Value::String(s) => Some(s),
+        serde_json::Value::Number(n) => Some(n.to_string()),
+        _ => None,
+    };
+    let mut jobs = Vec::new();
+    let mut it = flat.into_iter();
+    while let Some(id) = it.next() {
+        let m: u64 = text(it.next()?)?.parse().ok()?;
+        let mut job = Vec::with_capacity(2 + 2 * m.min(8) as usize);
+        job.push("id".to_owned());
+        job.push(text(id)?);
+        for _ in 0..2 * m {
+            job.push(text(it.next()?)?);
+        }
+        jobs.push(job);
+    }
+    Some(jobs)
 }
 
 #[cfg(test)]
@@ -359,6 +396,52 @@ mod tests {
         assert_eq!(evs[2].at_ms, 6);
         let junk = Value::Array(vec![entry("7-0", &["e", "completed", "j", "[1,"])]);
         assert!(matches!(entries(junk), Err(Error::Protocol { .. })));
+        // 0.3's batched entries: id, field count, fields, for each job.
+        let v = Value::Array(vec![entry(
+            "8-2",
+            &[
+                "e",
+                "claimed",
+                "n",
+                "3",
+                "v",
+                r#"["10",2,"a","1","tk","5","11",0,"12",1,"ln","x\/y"]"#,
+            ],
+        )]);
+        let evs = entries(v).unwrap();
+        let ids: Vec<&str> = evs.iter().map(|e| e.id.as_str()).collect();
+        assert_eq!(ids, ["8-2.0", "8-2.1", "8-2.2"]);
+        assert!(evs.iter().all(|e| e.kind == EventKind::Claimed));
+        assert_eq!(evs[0].job_id.as_deref(), Some("10"));
+        assert_eq!((evs[0].attempt, evs[0].token), (Some(1), Some(5)));
+        assert_eq!((evs[1].job_id.as_deref(), evs[1].attempt), (Some("11"), None));
+        assert_eq!(evs[2].lane.as_deref(), Some("x/y"));
+        let z = Value::Array(vec![entry(
+            "8-3",
+            &["e", "completed", "n", "2", "z", "10\u{0}1\u{0}kd\u{0}mail\u{0}11\u{0}0"],
+        )]);
+        let evs = entries(z).unwrap();
+        assert_eq!(evs.len(), 2);
+        assert_eq!(
+            (evs[0].job_id.as_deref(), evs[0].job_kind.as_deref()),
+            (Some("10"), Some("mail"))
+        );
+        assert_eq!((evs[1].id.as_str(), evs[1].job_id.as_deref()), ("8-3.1", Some("11")));
+        for bad in ["10\u{0}2\u{0}a", "10", "10\u{0}x", ""] {
+            let junk = Value::Array(vec![entry("9-1", &["e", "claimed", "n", "2", "z", bad])]);
+            assert!(matches!(entries(junk), Err(Error::Protocol { .. })), "{bad:?}");
+        }
+        for bad in [
+            r#"["10",2,"a","1"]"#,
+            r#"["10"]"#,
+            r#"["10","x"]"#,
+            r#"[["10"]]"#,
+            r#"{"a":1}"#,
+            "[1,",
+        ] {
+            let junk = Value::Array(vec![entry("9-0", &["e", "claimed", "n", "2", "v", bad])]);
+            assert!(matches!(entries(junk), Err(Error::Protocol { .. })), "{bad}");
+        }
     }
 
     // Every known name parses back to itself; unknown ones are kept.
