@@ -42,6 +42,8 @@ local now = server_now()
 local out = {now}
 local woken = 0
 local mint = minter(seq_key)
+-- whether payloads are split (lib/payload.lua), read with the queue's settings
+local split = payload_split(prefix)
 -- new jobs' set moves, applied in one ZADD per set (lib/mint.lua store_job)
 local adds = {pending = {}, delayed = {}}
 
@@ -67,7 +69,10 @@ local function replace(id, st, payload, due, mk, ttl, dedup)
   -- the holder may be a job of this batch, whose set move is still in `adds`
   add_all(adds, pending_key, delayed_key)
   local jk = prefix .. 'job:' .. id
-  local h = {'p', payload}
+  local h = {}
+  put_payload(h, payload, split)
+  -- the old payload's parts past the new one's
+  if split then rcall('HDEL', jk, 'p2', 'p3', 'p4') end
   if due then
     if st == 'pending' then
       from_pending(pending_key, id, rcall('HGET', jk, 'ln') or nil)
@@ -124,7 +129,7 @@ for j = 0, n - 1 do
   end
   if status == CODE.OK then
     local score, h
-    id, score, h = new_job(mint(n - j), id, payload, priority, lm, lane, due, now, kind, tp)
+    id, score, h = new_job(mint(n - j), id, payload, priority, lm, lane, due, now, kind, tp, split)
     if mk then hold(mk, id, dedup_ttl, dedup, h) end
     if store_job(prefix, pending_key, delayed_key, id, score, due, h, lane, adds) then woken = woken + 1 end
   end

@@ -76,7 +76,8 @@ for i, t in ipairs(ticks) do
       local status = CODE.EXISTS
       if rcall('EXISTS', prefix .. 'job:' .. id) == 0 then
         local score, h
-        id, score, h = new_job(rcall('INCR', seq_key), id, payload, priority, lm, '', nil, now, kind)
+        id, score, h = new_job(rcall('INCR', seq_key), id, payload, priority, lm, '', nil, now, kind, nil,
+          payload_split(prefix))
         store_job(prefix, pending_key, nil, id, score, nil, h, '')
         status = CODE.OK
         made = made + 1

@@ -6,8 +6,8 @@
 -- `ln` lane, `kd` kind, `err` error text (truncated to EVENT_TEXT_MAX
 -- bytes), `due` server ms a delayed job is due, `pg` progress. The queue's
 -- meta hash holds the setting every process honours: `evoff` (events off)
--- and `evmax` (the stream's approximate cap, else EVENTS_MAX). It is read
--- once per script call (ev_cap caches it for the call).
+-- and `evmax` (the stream's approximate cap, else EVENTS_MAX), read once
+-- per script call (lib/meta.lua).
 --
 -- A call's events are kept in order and written when the call ends
 -- (events_flush, from call.lua end_call): consecutive events of one kind
@@ -30,7 +30,7 @@
 -- events whatever the runs' lengths. A
 -- call that raises part-way writes none of its events.
 --
--- Needs: base (hfields, int_s), defaults (EVENTS_MAX, EVENT_TEXT_MAX).
+-- Needs: base (hfields, int_s), defaults (EVENTS_MAX, EVENT_TEXT_MAX), meta (queue_meta).
 
 local EVENTS_PER_ENTRY = 64
 local ev_cap -- nil: not read yet in this call; false: events off; else the cap
@@ -46,14 +46,15 @@ local function events_begin()
   ev_runs, ev_nruns = {}, 0
 end
 
--- Whether the queue whose keys start with `prefix` records events.
+-- Whether the queue whose keys start with `prefix` records events: false,
+-- or its cap.
 local function events_on(prefix)
   if ev_cap == nil then
-    local c = hfields(prefix .. 'meta', 'evoff', 'evmax')
-    if c and c[1] then
+    local m = queue_meta(prefix)
+    if m[1] then
       ev_cap = false
     else
-      ev_cap = tonumber(c and c[2]) or EVENTS_MAX
+      ev_cap = tonumber(m[2]) or EVENTS_MAX
     end
   end
   return ev_cap

@@ -1,7 +1,7 @@
 -- lib/mint.lua: new jobs: their numbers, ids, pending scores and first
 -- fields, and storing them (enqueue.lua, schedule_fire.lua).
 --
--- Needs: base (rcall, int_s, now_str), keyspace (PRIO_STEP), events (events_on, emit),
+-- Needs: base (rcall, int_s, now_str), keyspace (PRIO_STEP), payload (put_payload), events (events_on, emit),
 -- lanes (lane_push).
 
 -- Hands out job numbers from the counter `seq_key`: `mint(left)` returns
@@ -29,13 +29,14 @@ end
 -- pending; `lm` its limits ("" for the defaults, then no field); `lane`
 -- its lane ("" for none); `kind` its kind ("" or nil for none: no `kd`
 -- field, as records from before kinds have none); `tp` its traceparent
--- ("" or nil for none).
-local function new_job(seq, id, payload, priority, lm, lane, due, now, kind, tp)
+-- ("" or nil for none); `split` whether the queue splits payloads
+-- (lib/payload.lua payload_split).
+local function new_job(seq, id, payload, priority, lm, lane, due, now, kind, tp, split)
   if id == '' then id = int_s(seq) end
   -- as decimal strings: a number argument is formatted with %.17g, which costs more
   local score = int_s((127 - priority) * PRIO_STEP + seq)
-  local h = {'p', payload, 'sc', score, 'ct', now_str(now), 'st', 'pending'}
-  if due then h[8] = 'delayed' end
+  local h = {'st', due and 'delayed' or 'pending', 'sc', score, 'ct', now_str(now)}
+  put_payload(h, payload, split)
   if lm ~= '' then h[#h + 1] = 'lm'; h[#h + 1] = lm end
   if lane ~= '' then h[#h + 1] = 'ln'; h[#h + 1] = lane end
   if kind and kind ~= '' then h[#h + 1] = 'kd'; h[#h + 1] = kind end

@@ -38,9 +38,14 @@ pub(crate) fn job_info(id: &str, fields: HashFields, deadline_ms: Option<u64>) -
             .and_then(|s| s.parse::<u64>().ok())
             .unwrap_or(0)
     };
+    // a split payload's later parts (lua/lib/payload.lua), in order
+    let mut parts: [Option<Vec<u8>>; 3] = [None, None, None];
     for (f, v) in fields {
         match f.as_str() {
             "p" => info.payload = v,
+            "p2" => parts[0] = Some(v),
+            "p3" => parts[1] = Some(v),
+            "p4" => parts[2] = Some(v),
             "st" => {
                 let s = String::from_utf8_lossy(&v);
                 info.state = JobState::parse(&s).ok_or_else(|| Error::Protocol {
@@ -66,6 +71,9 @@ pub(crate) fn job_info(id: &str, fields: HashFields, deadline_ms: Option<u64>) -
             "kd" => info.kind = Some(String::from_utf8_lossy(&v).into_owned()),
             _ => {}
         }
+    }
+    for part in parts.into_iter().flatten() {
+        info.payload.extend_from_slice(&part);
     }
     Ok(info)
 }

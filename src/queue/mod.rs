@@ -28,10 +28,21 @@ pub(crate) use crate::settlement::encode_result;
 pub use crate::settlement::{MAX_ERROR_BYTES, MAX_RESULT_BYTES, Outcome, Settle, SettleOp, Settled};
 use crate::store;
 
-/// The layout version this crate writes into `emq:{Q}:meta`. Version 2
-/// (echomq 0.2) added queue-wide fencing tokens, per-job limits and the
-/// settlement history; a 0.1 queue is refused (drain it with 0.1 first).
-pub const LAYOUT_VERSION: u32 = 2;
+/// The layout version this crate writes into a new queue's `emq:{Q}:meta`.
+/// Version 3 (echomq 0.3) keeps a payload of 65 to 256 bytes in up to four
+/// record fields of at most 64 bytes (`p`, `p2`, `p3`, `p4`), so that the
+/// record stays a compact listpack under the server's default
+/// `hash-max-listpack-value`: about 40 % less memory per pending job.
+/// Version 2 (echomq 0.2) added queue-wide fencing tokens, per-job limits
+/// and the settlement history. A queue of version 2 is served as 0.2
+/// writes it (payloads whole, which 0.2 processes read), so 0.2 and 0.3
+/// processes can share it during a rolling upgrade; once no 0.2 process
+/// is left, [`Queue::upgrade_layout`] moves it to 3. A 0.1 queue is
+/// refused (drain it with 0.1 first).
+pub const LAYOUT_VERSION: u32 = 3;
+
+/// The older layout version this crate also serves (see [`LAYOUT_VERSION`]).
+pub const LAYOUT_VERSION_SERVED: u32 = 2;
 
 /// Most jobs one enqueue script call carries; `enqueue_bulk` splits larger batches.
 pub const ENQUEUE_CHUNK: usize = 1_000;
@@ -126,16 +137,55 @@ impl Queue {
     /// Stamps a new queue with our layout version; refuses any other. As
     /// the first script a queue runs, it also tells a user who may not run
     /// scripts ([`Error::NoPermission`]).
-    async fn check_layout(&self) -> Result<()> {
-        let found = store::layout::run(&mut self.conn(), self.keys(), LAYOUT_VERSION).await?;
+    async fn check_layout(&self) -> Result<u32> {
+        let found = store::layout::run(&mut self.conn(), self.keys(), LAYOUT_VERSION, None).await?;
+        self.served_layout(&found)
+    }
+
+    fn served_layout(&self, found: &str) -> Result<u32> {
         match found.parse::<u32>() {
-            Ok(LAYOUT_VERSION) => Ok(()),
+            Ok(v @ (LAYOUT_VERSION | LAYOUT_VERSION_SERVED)) => Ok(v),
             _ => Err(Error::LayoutMismatch {
                 queue: self.inner.name.clone(),
-                found: crate::error::excerpt(&found),
+                found: crate::error::excerpt(found),
                 supported: LAYOUT_VERSION,
             }),
         }
+    }
+
+    /// The queue's layout version: [`LAYOUT_VERSION`] for a queue this
+    /// crate made or upgraded, [`LAYOUT_VERSION_SERVED`] for one echomq
+    /// 0.2 made.
+    ///
+    /// # Errors
+    /// [`Error::LayoutMismatch`] when the queue holds another version;
+    /// server errors.
+    pub async fn layout(&self) -> Result<u32> {
+        self.check_layout().await
+    }
+
+    /// Moves a queue of layout [`LAYOUT_VERSION_SERVED`] (made by echomq
+    /// 0.2) to [`LAYOUT_VERSION`], and answers the version it holds then
+    /// (a queue already there is left as it is). Jobs enqueued from then
+    /// on keep a payload of 65 to 256 bytes in parts, which every echomq
+    /// 0.3 process reads at once (each call reads the version) and echomq
+    /// 0.2 cannot: call it once no 0.2 process serves the queue any more.
+    /// Jobs already stored keep their whole payloads, which 0.3 reads too;
+    /// an echomq 0.2 process opening the queue afterwards is refused with
+    /// [`Error::LayoutMismatch`].
+    ///
+    /// # Errors
+    /// [`Error::LayoutMismatch`] when the queue holds another version;
+    /// server errors.
+    pub async fn upgrade_layout(&self) -> Result<u32> {
+        let found = store::layout::run(
+            &mut self.conn(),
+            self.keys(),
+            LAYOUT_VERSION,
+            Some(LAYOUT_VERSION_SERVED),
+        )
+        .await?;
+        self.served_layout(&found)
     }
 
     /// The queue name.

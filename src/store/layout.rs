@@ -1,5 +1,5 @@
 //! `lua/layout.lua`: stamps a new queue with the layout version and answers
-//! the version found.
+//! the version found, or moves a queue from an older version.
 
 use redis::Value;
 
@@ -13,14 +13,19 @@ pub(super) static SPEC: Spec = Spec::new(
     include_str!("../../lua/layout.lua"),
     &["meta"],
     false,
-    &["version"],
+    &["version", "from"],
 );
 
-/// Stamps the queue with `version` if it has none; answers the version it
-/// holds, as text (whatever the key holds: the caller compares).
-pub(crate) async fn run(conn: &mut Conn, k: &Keys, version: u32) -> Result<String> {
+/// Stamps the queue with `version` if it has none, or moves it from
+/// `from` to `version` when it holds `from`; answers the version it holds
+/// then, as text (whatever the key holds: the caller compares).
+pub(crate) async fn run(conn: &mut Conn, k: &Keys, version: u32, from: Option<u32>) -> Result<String> {
     let mut call = SPEC.call();
     call.key(&k.meta).arg(version);
+    match from {
+        Some(v) => call.arg(v),
+        None => call.arg(""),
+    };
     Ok(match call.run_raw(conn).await? {
         Value::BulkString(b) => String::from_utf8_lossy(&b).into_owned(),
         other => format!("{other:?}"),

@@ -51,6 +51,8 @@ const LIB: &[(&str, &str)] = &[
     ("codes", include_str!("../../lua/lib/codes.lua")),
     ("defaults", include_str!("../../lua/lib/defaults.lua")),
     ("keyspace", include_str!("../../lua/lib/keyspace.lua")),
+    ("meta", include_str!("../../lua/lib/meta.lua")),
+    ("payload", include_str!("../../lua/lib/payload.lua")),
     ("events", include_str!("../../lua/lib/events.lua")),
     ("call", include_str!("../../lua/lib/call.lua")),
     ("budget", include_str!("../../lua/lib/budget.lua")),
