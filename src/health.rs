@@ -31,9 +31,10 @@ pub struct ServerReport {
     /// Replicas connected to this primary (replication is asynchronous);
     /// 0 where `INFO` is not allowed.
     pub connected_replicas: u64,
-    /// `hash-max-listpack-value`: a job record holding a longer value (its
-    /// payload, mostly) is kept as a hash table instead of a listpack,
-    /// which costs about 1.6× the memory ([`crate::guide::operating_the_server`], "Memory per job"); `None` where
+    /// `hash-max-listpack-value`: a job record holding a longer value (a
+    /// payload over 256 bytes, which is kept whole; on a queue of layout 2,
+    /// any payload longer than this) is kept as a hash table instead of a
+    /// listpack, which costs about 1.6× the memory ([`crate::guide::operating_the_server`], "Memory per job"); `None` where
     /// `CONFIG` is not allowed.
     pub hash_max_listpack_value: Option<u64>,
     /// What could not be verified, and why, e.g. `"appendfsync (CONFIG GET
@@ -216,8 +217,9 @@ pub(crate) async fn startup_check(conn: Conn, allow_eviction: bool) -> Result<()
     {
         info!(
             hash_max_listpack_value = v,
-            "job records with payloads over {v} bytes take about 1.6x the memory (a hash table); \
-                 hash-max-listpack-value {SUGGESTED_HASH_MAX_LISTPACK_VALUE} keeps them compact"
+            "job records with payloads over 256 bytes (over {v} on a queue of layout 2) take about 1.6x \
+                 the memory (a hash table); hash-max-listpack-value {SUGGESTED_HASH_MAX_LISTPACK_VALUE} keeps \
+                 them compact up to that many bytes"
         );
     }
     let evicting = !matches!(r.maxmemory_policy.as_str(), "noeviction" | "unknown");
