@@ -319,6 +319,41 @@ async fn a_calls_events_share_entries_and_read_one_by_one() {
     assert_eq!(len, 5);
 }
 
+// A settle-and-claim's completions and the claims after them share one
+// entry, and read back in the order they happened, each with its kind.
+#[tokio::test]
+async fn a_settle_and_claim_is_one_entry() {
+    let (s, q) = setup("ev-mixed").await;
+    q.enqueue_bulk(&[1u32, 2, 3, 4, 5, 6]).await.unwrap();
+    let leases = q.claim(3, Duration::from_secs(30)).await.unwrap();
+    let key = format!("emq:{{{}}}:events", q.name());
+    let mut c = raw(&s).await;
+    let before: u64 = redis::cmd("XLEN").arg(&key).query_async(&mut c).await.unwrap();
+    let mut now = q.events(EventCursor::Now).await.unwrap();
+    let done = echomq::Settle::Complete;
+    let items: Vec<_> = leases.iter().map(|l| (l, &done)).collect();
+    let (settled, next) = q.settle_and_claim(&items, 3, Duration::from_secs(30)).await.unwrap();
+    assert!(settled.iter().all(|r| r.is_ok()));
+    assert_eq!(next.len(), 3);
+    let after: u64 = redis::cmd("XLEN").arg(&key).query_async(&mut c).await.unwrap();
+    assert_eq!(after, before + 1, "one entry for the call's six events");
+    let evs = take(&mut now, 6).await;
+    none_left(&mut now).await;
+    assert_eq!(
+        kinds(&evs),
+        ["completed", "completed", "completed", "claimed", "claimed", "claimed"]
+    );
+    for (e, l) in evs[..3].iter().zip(&leases) {
+        assert_eq!((e.job_id.as_deref(), e.token), (Some(l.id()), Some(l.token())));
+    }
+    for (e, l) in evs[3..].iter().zip(&next) {
+        assert_eq!(
+            (e.job_id.as_deref(), e.token, e.attempt),
+            (Some(l.id()), Some(l.token()), Some(1))
+        );
+    }
+}
+
 // Errors of any text, a NUL among them, come back intact from batched
 // entries: a batch of failures whose texts are NUL-free shares a
 // NUL-joined entry, one with a NUL in a text a JSON one; lanes and kinds

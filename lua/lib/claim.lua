@@ -3,7 +3,8 @@
 -- throttles; each job leased gets a fencing token and its attempt (used
 -- by claim.lua and settle.lua, which claims after settling).
 --
--- Needs: base (rcall, hfields, int_s, now_str), keyspace (wake), payload (joined_payload), events (events_on,
+-- Needs: base (rcall, hfields, int_s, now_str), keyspace (wake), meta (queue_meta), payload (joined_payload),
+-- events (events_on,
 -- record_job), lanes (LANED, LANE_BLOCKED, LANE_IDLE, LANE_SLACK, lane_key, held_member,
 -- lane_active, lane_cap, lane_weight, lane_shut, reopen_lanes), throttle (rate_room,
 -- rate_log, lane_rate, lane_log, queue_room), sets (promote_due), fence (mint_tokens).
@@ -249,7 +250,7 @@ local function claim_jobs(k, prefix, now, lease, limit, promote, holder, out)
   out[#out + 1] = 0
   local wait_at = #out
   if limit <= 0 then return end
-  if rcall('HEXISTS', k.meta, 'paused') == 1 then
+  if queue_meta(prefix)[4] then
     -- Idle consumers sleep until resume wakes them.
     rcall('DEL', k.wake)
     return

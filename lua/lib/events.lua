@@ -10,10 +10,12 @@
 -- per script call (lib/meta.lua).
 --
 -- A call's events are kept in order and written when the call ends
--- (events_flush, from call.lua end_call): consecutive events of one kind
--- go into one stream entry of up to EVENTS_PER_ENTRY jobs: `e` the event,
--- `n` how many, `z` holding, for each job in turn, its id, the number m
--- of its other fields, then those m fields as name, value, all joined by
+-- (events_flush, from call.lua end_call): consecutive job events of one
+-- queue go into one stream entry of up to EVENTS_PER_ENTRY jobs: `e` the
+-- first one's event, `n` how many, `z` holding, for each job in turn, its
+-- id, the number m of its other fields, then those m fields as name,
+-- value (`e` among them for an event of another kind than the entry's:
+-- a settle-and-claim's completions and claims share one entry), all joined by
 -- NUL bytes ("7\0" "2\0" "a\0" "1\0" "tk\0" "42\0" "8\0" ...): ids,
 -- lanes and kinds hold no control characters (src/validate.rs), numbers
 -- none either. A run with an error or progress text that holds a NUL is
@@ -78,11 +80,12 @@ local function add(v, len, k, x)
 end
 
 -- Records event `event` of job `id` with up to six fields (name, value;
--- a nil or empty value leaves its field out) in this call's runs.
+-- a nil or empty value leaves its field out) in this call's runs (a job's
+-- event of another kind than its run's also carries `e`).
 -- `cap`: the queue's events_on.
 local function record_job(prefix, event, cap, id, k1, x1, k2, x2, k3, x3, k4, x4, k5, x5, k6, x6)
   local run = ev_runs[ev_nruns]
-  if not run or run.v == nil or run.event ~= event or run.prefix ~= prefix or run.n >= EVENTS_PER_ENTRY then
+  if not run or run.v == nil or run.prefix ~= prefix or run.n >= EVENTS_PER_ENTRY then
     run = {prefix = prefix, event = event, cap = cap, n = 0, v = {}, len = 0}
     ev_nruns = ev_nruns + 1
     ev_runs[ev_nruns] = run
@@ -91,6 +94,8 @@ local function record_job(prefix, event, cap, id, k1, x1, k2, x2, k3, x3, k4, x4
   v[at - 1] = id
   -- unrolled: a function call per field cost more than the field
   local len = at
+  -- an event of another kind than the entry's names its own
+  if event ~= run.event then v[len + 1], v[len + 2], len = 'e', event, len + 2 end
   if x1 and x1 ~= '' then v[len + 1], v[len + 2], len = k1, x1, len + 2 end
   if x2 and x2 ~= '' then v[len + 1], v[len + 2], len = k2, x2, len + 2 end
   if x3 and x3 ~= '' then v[len + 1], v[len + 2], len = k3, x3, len + 2 end

@@ -1,27 +1,34 @@
 -- lib/meta.lua: the queue's settings in its meta hash PREFIX:{Q}:meta that
 -- the scripts honour, read with one HMGET per queue per call: `evoff` and
--- `evmax` (lib/events.lua), and `v`, the layout version the queue was
--- made with or upgraded to (lib/payload.lua; src/queue/mod.rs
--- LAYOUT_VERSION).
+-- `evmax` (lib/events.lua), `v`, the layout version the queue was made
+-- with or upgraded to (lib/payload.lua; src/queue/mod.rs LAYOUT_VERSION),
+-- and `paused` (lib/claim.lua); and a table for other reads a call makes
+-- once (call_cache: lib/throttle.lua's queue limits).
 --
 -- Needs: base (hfields).
 
 -- This call's reads: the last queue's, and every queue's by prefix (a
 -- library's top-level locals live from one call to the next, so
 -- meta_begin forgets them at each call's start).
-local meta_prefix, meta_last, meta_seen
+local meta_prefix, meta_last, meta_seen, meta_cache
 
 local function meta_begin()
-  meta_prefix, meta_last, meta_seen = nil, nil, {}
+  meta_prefix, meta_last, meta_seen, meta_cache = nil, nil, {}, {}
 end
 
--- {evoff, evmax, v} of the queue whose keys start with `prefix` (each
--- nil when absent; all nil for a key of another type).
+-- A table that lives for the running call: what a helper read once.
+local function call_cache()
+  return meta_cache
+end
+
+-- {evoff, evmax, v, paused} of the queue whose keys start with `prefix`
+-- (each nil when absent; all nil for a key of another type). A script
+-- that changes one of them later in its call must not read it here.
 local function queue_meta(prefix)
   if prefix == meta_prefix then return meta_last end
   local m = meta_seen[prefix]
   if not m then
-    m = hfields(prefix .. 'meta', 'evoff', 'evmax', 'v') or {}
+    m = hfields(prefix .. 'meta', 'evoff', 'evmax', 'v', 'paused') or {}
     meta_seen[prefix] = m
   end
   meta_prefix, meta_last = prefix, m

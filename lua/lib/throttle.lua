@@ -21,7 +21,7 @@
 -- half-open window [t, t + W) at most N claims (a lease ahead counts when
 -- it is claimed). A claim at `now` counts the log's entries after now - W.
 --
--- Needs: base (rcall, int_s), lanes (lane_settle).
+-- Needs: base (rcall, int_s), meta (call_cache), lanes (lane_settle).
 
 -- A rate setting "N:W" as numbers; nil for none (or a value that does not parse).
 local function parse_rate(s)
@@ -71,9 +71,22 @@ local function lane_log(prefix, lane)
   return prefix .. 'lanes:log:' .. lane
 end
 
+-- The queue's limits hash, {max, rate, hold} (false when absent), read
+-- once per call (a hold this call starts is written through, hold_starts).
+local function queue_limits(prefix)
+  local c = call_cache()
+  local at = 'limits:' .. prefix
+  local lim = c[at]
+  if not lim then
+    lim = rcall('HMGET', prefix .. 'limits', 'max', 'rate', 'hold')
+    c[at] = lim
+  end
+  return lim
+end
+
 -- The queue's global cap; nil for none.
 local function global_cap(prefix)
-  return tonumber(rcall('HGET', prefix .. 'limits', 'max'))
+  return tonumber(queue_limits(prefix)[1])
 end
 
 -- What the queue's hold, global cap and rate limit let a claim of up to
@@ -82,7 +95,7 @@ end
 -- which that may change (nil: it may lease); then the queue's rate limit
 -- n, w (nil for none), under which the claim logs its leases.
 local function queue_room(prefix, active_key, now, limit)
-  local lim = rcall('HMGET', prefix .. 'limits', 'max', 'rate', 'hold')
+  local lim = queue_limits(prefix)
   local rn, rw = parse_rate(lim[2])
   if lim[1] or rn or lim[3] then
     local stop
@@ -112,7 +125,11 @@ local function hold_starts(prefix, lane, until_ms)
     rcall('ZADD', prefix .. 'lanes:wait', 'GT', until_ms, lane)
     lane_settle(prefix, lane)
   else
-    local cur = tonumber(rcall('HGET', prefix .. 'limits', 'hold')) or 0
-    if until_ms > cur then rcall('HSET', prefix .. 'limits', 'hold', int_s(until_ms)) end
+    local lim = queue_limits(prefix)
+    local cur = tonumber(lim[3]) or 0
+    if until_ms > cur then
+      lim[3] = int_s(until_ms)
+      rcall('HSET', prefix .. 'limits', 'hold', lim[3])
+    end
   end
 end

@@ -305,6 +305,8 @@ pub(super) fn entries(v: Value) -> Result<Vec<QueueEvent>> {
             serde_json::from_str::<Vec<Vec<String>>>(body).map_err(|e| bad(&format!("an entry's jobs: {e}")))?
         };
         for (i, job) in jobs.into_iter().enumerate() {
+            // a job's own `e` (an event of another kind than the
+            // entry's) comes later and wins
             let mut fields = Vec::with_capacity(job.len() / 2 + 1);
             fields.push(("e".to_owned(), kind.clone()));
             let mut it = job.into_iter();
@@ -427,6 +429,23 @@ mod tests {
             (Some("10"), Some("mail"))
         );
         assert_eq!((evs[1].id.as_str(), evs[1].job_id.as_deref()), ("8-3.1", Some("11")));
+        let mixed = Value::Array(vec![entry(
+            "8-4",
+            &[
+                "e",
+                "completed",
+                "n",
+                "2",
+                "z",
+                "10\u{0}0\u{0}11\u{0}2\u{0}e\u{0}claimed\u{0}a\u{0}1",
+            ],
+        )]);
+        let evs = entries(mixed).unwrap();
+        assert_eq!(
+            (evs[0].kind.clone(), evs[1].kind.clone()),
+            (EventKind::Completed, EventKind::Claimed)
+        );
+        assert_eq!(evs[1].attempt, Some(1));
         for bad in ["10\u{0}2\u{0}a", "10", "10\u{0}x", ""] {
             let junk = Value::Array(vec![entry("9-1", &["e", "claimed", "n", "2", "z", bad])]);
             assert!(matches!(entries(junk), Err(Error::Protocol { .. })), "{bad:?}");
