@@ -22,7 +22,8 @@
 -- traceparent "" for a job without one; created its record's `ct`
 -- (server ms, 0 if it has none). `wait` is 0, or the ms until a rate
 -- limit that stopped the claim (or a lane it left out) lets it lease
--- again.
+-- again, or until the next slot of the queue's rate limit frees when it
+-- left room for fewer jobs than asked.
 --
 -- Events (lib/events.lua, unless the queue turned them off): promoted (due
 -- delayed jobs), claimed (each job leased).

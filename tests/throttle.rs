@@ -326,3 +326,36 @@ async fn the_sweep_puts_a_stopped_lane_back() {
     assert_eq!(q.lane("a").await.unwrap().state, echomq::lanes::LaneState::Ready);
     assert_eq!(q.lane_rate_limit("a").await.unwrap().reopens_ms, None);
 }
+
+// A rate limit is reached, not just kept: 300 jobs at 50 a second start
+// over at least 5 s (the limit) and at most 5 s / 0.95 (issue 29: they
+// took half as long again, the consumer waiting past each window's end).
+#[tokio::test]
+async fn a_rate_limit_is_used_to_95_percent() {
+    let (_s, q) = setup("rate-reach").await;
+    q.set_rate_limit(rate(50, 1_000)).await.unwrap();
+    let ids = fill(&q, 300, EnqueueOptions::new()).await;
+    let h = Consumer::new(q.clone(), |_job: Job<u64>| async { Ok(()) })
+        .concurrency(16)
+        .spawn()
+        .unwrap();
+    assert!(
+        eventually(Duration::from_secs(20), || async {
+            q.counts().await.unwrap().completed == 300
+        })
+        .await
+    );
+    h.shutdown().await.unwrap();
+    let mut times = Vec::new();
+    for id in &ids {
+        times.push(q.job(id).await.unwrap().first_started_ms.unwrap());
+    }
+    assert!(most_in_window(&mut times, 1_000) <= 50, "over the limit");
+    let span = times.iter().max().unwrap() - times.iter().min().unwrap();
+    eprintln!("300 claims at 50/s spanned {span} ms (ideal 5000)");
+    assert!(span >= 5_000, "{span}");
+    assert!(
+        span as f64 <= 5_000.0 / 0.95,
+        "300 claims at 50 per second spanned {span} ms"
+    );
+}

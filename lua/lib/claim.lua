@@ -256,13 +256,15 @@ local function claim_jobs(k, prefix, now, lease, limit, promote, holder, out)
     return
   end
   if promote then promote_due(k.delayed, k.pending, k.wake, prefix, now, limit) end
-  local stop, rn, rw
-  limit, stop, rn, rw = queue_room(prefix, k.active, now, limit)
+  local stop, rn, rw, soon
+  limit, stop, rn, rw, soon = queue_room(prefix, k.active, now, limit)
   if stop then
     rcall('DEL', k.wake)
     out[wait_at] = stop - now
     return
   end
+  -- the rate limit left room for fewer than asked: when the next slot frees
+  if soon then out[wait_at] = math.max(soon - now, 1) end
   -- the tokens of the jobs leased, when a rate limit logs them
   local logged = {}
   local deadline_s = int_s(deadline)

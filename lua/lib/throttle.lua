@@ -93,10 +93,15 @@ end
 -- `limit` jobs at `now` lease (`active_key`: the queue's active set):
 -- the jobs it may lease and, when it may lease none, the server ms at
 -- which that may change (nil: it may lease); then the queue's rate limit
--- n, w (nil for none), under which the claim logs its leases.
+-- n, w (nil for none), under which the claim logs its leases; and, when
+-- the rate limit leaves room for fewer than `limit`, the server ms at
+-- which the window's next slot frees (the oldest claim in it leaves), so
+-- that a consumer that asked for more comes back then rather than at its
+-- next poll.
 local function queue_room(prefix, active_key, now, limit)
   local lim = queue_limits(prefix)
   local rn, rw = parse_rate(lim[2])
+  local soon
   if lim[1] or rn or lim[3] then
     local stop
     local hold = tonumber(lim[3])
@@ -110,11 +115,15 @@ local function queue_room(prefix, active_key, now, limit)
     if not stop and rn then
       local room, at = rate_room(prefix .. 'limits:log', rn, rw, now, 0)
       if room <= 0 then stop = at end
+      if room > 0 and room < limit then
+        local oldest = rcall('ZRANGE', prefix .. 'limits:log', 0, 0, 'WITHSCORES')[2]
+        if oldest then soon = tonumber(oldest) + rw else soon = now + rw end
+      end
       if room < limit then limit = room end
     end
     if stop then return limit, stop end
   end
-  return limit, nil, rn, rw
+  return limit, nil, rn, rw, soon
 end
 
 -- Stops the claims a handler's rate_limited asks to stop until `until_ms`:

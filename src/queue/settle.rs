@@ -54,7 +54,9 @@ impl Queue {
     /// when a rate limit (the queue's, or a lane's that left the claim
     /// short) or a handler's [`rate_limited`](crate::HandlerError::rate_limited)
     /// stopped it: the time until its window reopens, on the server's
-    /// clock. `None` when no limit stopped it (nothing was ready, or the
+    /// clock; or, when the queue's rate limit left room for fewer jobs
+    /// than asked, the time until the window's next slot frees. `None`
+    /// when no limit stopped it (nothing was ready, or the
     /// global cap was reached: a freed slot pushes a wake-up, see the
     /// guide's [throttles](crate::guide::throttles)). A loop that finds no
     /// job sleeps this long rather than polling.

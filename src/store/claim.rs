@@ -48,7 +48,8 @@ impl Claim<'_> {
 pub(crate) struct Claimed {
     pub leases: Vec<Lease>,
     /// How long until a rate limit that stopped the claim (or left a lane
-    /// out) lets it lease again; `None`: nothing to wait for.
+    /// out, or left room for fewer than asked) lets it lease again; `None`:
+    /// nothing to wait for.
     pub wait: Option<Duration>,
 }
 
