@@ -62,7 +62,8 @@ async fn main() {
                 async move {
                     tokio::time::sleep(Duration::from_millis(ms)).await;
                     let mut f = std::fs::OpenOptions::new().create(true).append(true).open(&log).unwrap();
-                    writeln!(f, "{}", job.payload().n).unwrap();
+                    // one write, so lines of several processes do not interleave
+                    f.write_all(format!("{}\n", job.payload().n).as_bytes()).unwrap();
                     Ok::<(), HandlerError>(())
                 }
             })
