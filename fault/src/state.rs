@@ -57,6 +57,29 @@ pub struct ServerState {
     pub lane_pending: BTreeMap<String, u64>,
 }
 
+/// The payload producers give job number `n`: 100 bytes or so of JSON, so
+/// that a queue of layout 3 keeps it in parts (lua/lib/payload.lua), and
+/// workers check that it reads back whole ([`payload_is_whole`]).
+pub fn payload_for(n: u64) -> serde_json::Value {
+    serde_json::json!({ "n": n, "pad": pad(n) })
+}
+
+/// Whether a job's payload is what [`payload_for`] made for its `n`.
+pub fn payload_is_whole(p: &serde_json::Value) -> bool {
+    match p.get("n").and_then(serde_json::Value::as_u64) {
+        Some(n) => p.get("pad").and_then(serde_json::Value::as_str) == Some(pad(n).as_str()),
+        None => false,
+    }
+}
+
+/// 80 characters that differ from one job number to the next along their
+/// whole length, so a part joined out of place shows.
+fn pad(n: u64) -> String {
+    (0..8)
+        .map(|i| format!("{:010}", n.wrapping_mul(2_654_435_761).wrapping_add(i)))
+        .collect()
+}
+
 /// The hash the workers' unguarded effect increments (field = job id).
 pub fn effect_key(queue: &str) -> String {
     format!("fault:{{{queue}}}:fxu")
@@ -155,4 +178,31 @@ pub async fn read(url: &str, queue: &str) -> redis::RedisResult<ServerState> {
         }
     }
     Ok(st)
+}
+
+#[cfg(test)]
+mod payload_tests {
+    use super::*;
+
+    // A payload reads as whole only as made: parts joined out of place,
+    // cut, or another job's, do not.
+    #[test]
+    fn a_payload_out_of_place_shows() {
+        for n in [0, 1, 17, 123_456, u64::MAX] {
+            let p = payload_for(n);
+            assert!(payload_is_whole(&p));
+            let text = serde_json::to_string(&p).unwrap();
+            assert!(text.len() > 64, "{} bytes: split on a layout-3 queue", text.len());
+            let (a, b) = text.split_at(64);
+            if let Ok(swapped) = serde_json::from_str::<serde_json::Value>(&format!("{b}{a}")) {
+                assert!(!payload_is_whole(&swapped));
+            }
+            let mut other = p.clone();
+            other["n"] = serde_json::json!(n.wrapping_add(1));
+            assert!(!payload_is_whole(&other));
+            let mut cut = p.clone();
+            cut["pad"] = serde_json::json!(&pad(n)[..60]);
+            assert!(!payload_is_whole(&cut));
+        }
+    }
 }

@@ -117,7 +117,7 @@ async fn enqueue(q: &Queue, h: &History, id: &str, n: u64, dedup: Option<String>
     if let Some(l) = lane {
         opts = opts.lane(l);
     }
-    let payload = serde_json::json!({ "n": n });
+    let payload = echomq_fault::state::payload_for(n);
     let give_up = Instant::now() + GIVE_UP;
     loop {
         h.write(Ev::EnqueueInvoke {

@@ -51,7 +51,7 @@ use echomq::{
 };
 use echomq_fault::args::Args;
 use echomq_fault::history::{Ev, History};
-use echomq_fault::state::{effect_key, guarded_key};
+use echomq_fault::state::{effect_key, guarded_key, payload_is_whole};
 use redis::AsyncCommands;
 use redis::aio::ConnectionManager;
 use serde_json::Value;
@@ -114,6 +114,11 @@ impl Worker {
 
     async fn handle(&self, job: Job<Value>) -> Result<(), String> {
         let (id, token) = (job.id().to_owned(), job.token());
+        // A payload that does not read back whole fails the job for good
+        // (retries read the same record), so the run cannot pass.
+        if !payload_is_whole(job.payload()) {
+            return Err(format!("payload of {id} did not read back whole: {}", job.payload()));
+        }
         if self.work_ms > 0 {
             tokio::time::sleep(Duration::from_millis(fastrand::u64(0..=self.work_ms))).await;
         }
