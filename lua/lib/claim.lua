@@ -3,11 +3,11 @@
 -- throttles; each job leased gets a fencing token and its attempt (used
 -- by claim.lua and settle.lua, which claims after settling).
 --
--- Needs: base (rcall, hfields, int_s, now_str), keyspace (wake), meta (queue_meta), payload (joined_payload),
--- events (events_on,
--- record_job), lanes (LANED, LANE_BLOCKED, LANE_IDLE, LANE_SLACK, lane_key, held_member,
--- lane_active, lane_cap, lane_weight, lane_shut, reopen_lanes), throttle (rate_room,
--- rate_log, lane_rate, lane_log, queue_room), sets (promote_due), fence (mint_tokens).
+-- Needs: base (rcall, hfields, int_s, now_str), keyspace (wake), meta (queue_meta),
+-- payload (joined_payload), events (events_on, record_job), lanes (LANED, LANE_BLOCKED,
+-- LANE_IDLE, LANE_SLACK, lane_key, held_member, lane_active, lane_cap, lane_weight,
+-- lane_shut, reopen_lanes), throttle (rate_room, rate_log, lane_rate, lane_log,
+-- queue_room), sets (promote_due), fence (mint_tokens).
 
 -- The fields of job record `jk` a lease needs, in this order: p, f, a,
 -- lm, kd, ct, st, ln, tp (lease_job reads them by position), and the rest

@@ -22,7 +22,8 @@ local function call_cache()
 end
 
 -- {evoff, evmax, v, paused} of the queue whose keys start with `prefix`
--- (each nil when absent; all nil for a key of another type). A script
+-- (each false when absent, as HMGET answers; all nil for a key of another
+-- type). A script
 -- that changes one of them later in its call must not read it here.
 local function queue_meta(prefix)
   if prefix == meta_prefix then return meta_last end
