@@ -335,7 +335,8 @@ fn columns(flat: Vec<serde_json::Value>) -> Option<Vec<Vec<String>>> {
         let mut job = Vec::with_capacity(2 + 2 * m.min(8) as usize);
         job.push("id".to_owned());
         job.push(text(id)?);
-        for _ in 0..2 * m {
+        for _ in 0..m {
+            job.push(text(it.next()?)?);
             job.push(text(it.next()?)?);
         }
         jobs.push(job);
@@ -446,7 +447,13 @@ mod tests {
             (EventKind::Completed, EventKind::Claimed)
         );
         assert_eq!(evs[1].attempt, Some(1));
-        for bad in ["10\u{0}2\u{0}a", "10", "10\u{0}x", ""] {
+        for bad in [
+            "10\u{0}2\u{0}a",
+            "10",
+            "10\u{0}x",
+            "",
+            "10\u{0}18446744073709551615\u{0}a\u{0}1",
+        ] {
             let junk = Value::Array(vec![entry("9-1", &["e", "claimed", "n", "2", "z", bad])]);
             assert!(matches!(entries(junk), Err(Error::Protocol { .. })), "{bad:?}");
         }
