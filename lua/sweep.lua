@@ -38,8 +38,9 @@
 -- lane; phase "ring" ZSCANs lanes:ring and puts each lane where its counts
 -- say (lane_settle: ready, blocked, idle, or out when it has no jobs),
 -- after putting back the lanes a rate limit or a handler's hold stopped
--- whose time has come (lanes:wait, lib/throttle.lua). So a torn write
--- cannot keep a lane's slot, or its place in the ring, lost.
+-- whose time has come (lanes:wait, lib/throttle.lua), and sets the meta
+-- hash's `ln` if the ring exists without it. So a torn write cannot keep
+-- a lane's slot, or its place in the ring, lost.
 --
 -- The sweep repairs or skips, and never raises on malformed data (a raise
 -- would recur at the same cursor on every run and wedge the sweep there).
@@ -277,6 +278,12 @@ local function phase_ring(cur)
   -- Stopped lanes whose time has come rejoin the turn first (claims that
   -- take turns do it too, but none may run while no lane is ready).
   if cur == '0' and zset_or_none(prefix .. 'lanes:wait') then reopen_lanes(prefix, now, tonumber(count)) end
+  -- A ring the meta hash does not know of (its `ln` lost to a torn write)
+  -- would be passed over by every claim (lib/lanes.lua lanes_in_use).
+  if cur == '0' and rcall('EXISTS', prefix .. 'lanes:ring') == 1 and not queue_meta(prefix)[8] then
+    mark_lanes(prefix)
+    if queue_meta(prefix)[8] then repaired = repaired + 1 end
+  end
   local r = rcall('ZSCAN', prefix .. 'lanes:ring', cur, 'COUNT', count)
   for i = 1, #r[2], 2 do
     local lane = r[2][i]

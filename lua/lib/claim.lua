@@ -6,7 +6,7 @@
 -- Needs: base (rcall, hfields, int_s, now_str), keyspace (wake), meta (queue_meta),
 -- payload (joined_payload), events (events_on, record_job), lanes (LANED, LANE_BLOCKED,
 -- LANE_IDLE, LANE_SLACK, lane_key, held_member, lane_active, lane_cap, lane_weight,
--- lane_shut, reopen_lanes), throttle (rate_room, rate_log, lane_rate, lane_log,
+-- lane_shut, reopen_lanes, lanes_in_use, mark_lanes), throttle (rate_room, rate_log, lane_rate, lane_log,
 -- queue_room), sets (promote_due), fence (mint_tokens).
 
 -- The fields of job record `jk` a lease needs, in this order: p, f, a,
@@ -230,7 +230,8 @@ end
 -- the settle path, hot under load, leaves promotion to the reaper and to
 -- plain claims). Leases nothing while the queue is paused (pause.lua).
 -- Without lanes in use it pops `pending` in order, as it did before lanes
--- existed (one EXISTS more); with lanes, lanes take turns (claim_turns).
+-- existed (lanes.lua lanes_in_use); with lanes, lanes take turns
+-- (claim_turns).
 -- The queue's global cap, its rate limit and a handler's hold
 -- (throttle.lua queue_room) lease fewer jobs, or none: then the wake list is
 -- cleared (a consumer that finds nothing waits for a slot to free, which
@@ -269,14 +270,20 @@ local function claim_jobs(k, prefix, now, lease, limit, promote, holder, out)
   local logged = {}
   local deadline_s = int_s(deadline)
   local zargs = {}
-  if rcall('EXISTS', prefix .. 'lanes:ring') == 0 then
+  if not lanes_in_use(prefix) then
     local popped = rcall('ZPOPMIN', k.pending, limit)
     -- Nothing left to hand out: clear stale wake tokens so idle consumers sleep.
     if #popped / 2 < limit then rcall('DEL', k.wake) end
     if #popped > 0 and tonumber(popped[#popped]) >= LANED then
       -- Laned jobs while no lane is in the ring (a torn write): they wait
       -- for their lane, which the sweep puts back. (Scores come in order,
-      -- so one look at the last tells.)
+      -- so one look at the last tells.) Or while the ring is there but
+      -- the meta hash lost `ln` (a torn write too): the next claim takes
+      -- turns again.
+      if rcall('EXISTS', prefix .. 'lanes:ring') == 1 then
+        queue_meta(prefix)[8] = false
+        mark_lanes(prefix)
+      end
       local keep, back = {}, {}
       for i = 1, #popped, 2 do
         local into = keep

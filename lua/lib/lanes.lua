@@ -22,9 +22,9 @@
 --   lanes:wait    zset lane -> server ms when a stopped lane may give jobs
 --                 again (throttle.lua)
 -- A queue that has never had a laned job has none of these keys, and
--- claim_jobs takes the unlaned path after one EXISTS.
+-- claim_jobs takes the unlaned path (lanes_in_use).
 --
--- Needs: base (rcall, server_now), keyspace (wake).
+-- Needs: base (rcall, server_now), keyspace (wake), meta (queue_meta, meta_v3).
 
 local LANED = 9007199254740992       -- 2^53: a laned job's score in `pending`
 local LANE_BLOCKED = 1125899906842624 -- 2^50: ring score of a lane at its cap
@@ -73,6 +73,32 @@ local function next_turn(prefix)
   return rcall('HINCRBY', prefix .. 'lanes:turn', 'seq', 1)
 end
 
+-- Whether lanes may be in use in the queue: whether lanes:ring exists.
+-- From layout 3 on, the meta hash's `ln` says whether it may (the first
+-- lane to enter the ring sets it, mark_lanes, and a claim that finds no
+-- ring clears it), so a queue without lanes pays no command for them; a
+-- queue of layout 2 asks with an EXISTS.
+local function lanes_in_use(prefix)
+  local v3 = meta_v3(prefix)
+  if v3 and not queue_meta(prefix)[8] then return false end
+  if rcall('EXISTS', prefix .. 'lanes:ring') == 1 then return true end
+  if v3 then
+    rcall('HDEL', prefix .. 'meta', 'ln')
+    queue_meta(prefix)[8] = false
+  end
+  return false
+end
+
+-- Sets the meta hash's `ln` (lanes_in_use) before a lane enters the ring.
+local function mark_lanes(prefix)
+  if not meta_v3(prefix) then return end
+  local m = queue_meta(prefix)
+  if not m[8] then
+    rcall('HSET', prefix .. 'meta', 'ln', '1')
+    m[8] = '1'
+  end
+end
+
 -- Puts `lane` where its counts say: out of the ring when it has neither
 -- pending nor active jobs, LANE_IDLE with active jobs only, LANE_BLOCKED
 -- with pending jobs and no free slot, else ready (a lane already ready
@@ -103,6 +129,7 @@ local function lane_settle(prefix, lane)
   end
   if want == score then return false end
   if want then
+    if not score then mark_lanes(prefix) end
     rcall('ZADD', ring, want, lane)
     if want < LANE_BLOCKED then wake(prefix .. 'wake', 1) end
   else

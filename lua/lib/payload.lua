@@ -12,14 +12,13 @@
 -- of both kinds are read alike, so an upgraded queue's older jobs need no
 -- rewrite.
 --
--- Needs: meta (queue_meta).
+-- Needs: meta (meta_v3).
 
 local PAYLOAD_CHUNK = 64
 
 -- Whether the queue whose keys start with `prefix` splits payloads.
 local function payload_split(prefix)
-  local v = tonumber(queue_meta(prefix)[3])
-  return v ~= nil and v >= 3
+  return meta_v3(prefix)
 end
 
 -- Appends `payload`'s fields to the job fields `h` (a flat list), split

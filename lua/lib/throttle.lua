@@ -1,7 +1,8 @@
 -- lib/throttle.lua: the queue's throttles (docs/throttles.md, "Global concurrency and
 -- rate limits"): its global cap, its rate limit, its lanes' rate limits
 -- and a handler's hold. Keys built from the queue's prefix (same slot):
---   limits        hash: `max` the most active (leased) jobs of the queue
+--   meta          hash (layout 3; `limits`, a hash of its own, in layout 2):
+--                 `max` the most active (leased) jobs of the queue
 --                 across every consumer (compared with ZCARD active);
 --                 `rate` the queue's rate limit "N:W" (N claims per W ms);
 --                 `hold` server ms until which no job of the queue is
@@ -21,7 +22,7 @@
 -- half-open window [t, t + W) at most N claims (a lease ahead counts when
 -- it is claimed). A claim at `now` counts the log's entries after now - W.
 --
--- Needs: base (rcall, int_s), meta (call_cache), lanes (lane_settle).
+-- Needs: base (rcall, int_s), meta (queue_meta, call_cache, meta_v3), lanes (lane_settle).
 
 -- A rate setting "N:W" as numbers; nil for none (or a value that does not parse).
 local function parse_rate(s)
@@ -71,17 +72,30 @@ local function lane_log(prefix, lane)
   return prefix .. 'lanes:log:' .. lane
 end
 
--- The queue's limits hash, {max, rate, hold} (false when absent), read
--- once per call (a hold this call starts is written through, hold_starts).
+-- The queue's limits, {max, rate, hold} (false when absent), read once
+-- per call: from the meta hash with the queue's other settings (layout 3),
+-- else from the `limits` hash (a hold this call starts is written
+-- through, hold_starts).
 local function queue_limits(prefix)
   local c = call_cache()
   local at = 'limits:' .. prefix
   local lim = c[at]
   if not lim then
-    lim = rcall('HMGET', prefix .. 'limits', 'max', 'rate', 'hold')
+    if meta_v3(prefix) then
+      local m = queue_meta(prefix)
+      lim = {m[5], m[6], m[7]}
+    else
+      lim = rcall('HMGET', prefix .. 'limits', 'max', 'rate', 'hold')
+    end
     c[at] = lim
   end
   return lim
+end
+
+-- The hash that holds the queue's limits: its meta hash from layout 3 on.
+local function limits_key(prefix)
+  if meta_v3(prefix) then return prefix .. 'meta' end
+  return prefix .. 'limits'
 end
 
 -- The queue's global cap; nil for none.
@@ -138,7 +152,7 @@ local function hold_starts(prefix, lane, until_ms)
     local cur = tonumber(lim[3]) or 0
     if until_ms > cur then
       lim[3] = int_s(until_ms)
-      rcall('HSET', prefix .. 'limits', 'hold', lim[3])
+      rcall('HSET', limits_key(prefix), 'hold', lim[3])
     end
   end
 end

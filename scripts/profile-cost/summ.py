@@ -30,3 +30,8 @@ for i, name in enumerate(names):
     calls = b.get('fcall', 0) - a.get('fcall', 0)
     cells.append(f'{name} {instr(i + 1) / n / 1000:.1f}k instr, {cmds / n:.2f} cmds, {calls / n:.3f} calls')
 print(f'{label:<10} ' + ' | '.join(cells))
+if len(sys.argv) > 5 and sys.argv[5] == 'detail':
+    for i, name in enumerate(names):
+        a, b = snaps[i], snaps[i + 1]
+        rows = sorted(((v - a.get(k, 0)) / n, k) for k, v in b.items() if k not in skip and v != a.get(k, 0))
+        print(f'  {name}: ' + ', '.join(f'{k} {c:.2f}' for c, k in reversed(rows)))

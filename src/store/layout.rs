@@ -11,7 +11,7 @@ use crate::keys::Keys;
 pub(super) static SPEC: Spec = Spec::new(
     "layout",
     include_str!("../../lua/layout.lua"),
-    &["meta"],
+    &["meta", "limits", "ring"],
     false,
     &["version", "from"],
 );
@@ -21,7 +21,7 @@ pub(super) static SPEC: Spec = Spec::new(
 /// then, as text (whatever the key holds: the caller compares).
 pub(crate) async fn run(conn: &mut Conn, k: &Keys, version: u32, from: Option<u32>) -> Result<String> {
     let mut call = SPEC.call();
-    call.key(&k.meta).arg(version);
+    call.key(&k.meta).key(&k.limits).key(&k.lane_ring).arg(version);
     match from {
         Some(v) => call.arg(v),
         None => call.arg(""),

@@ -9,7 +9,7 @@ use crate::keys::Keys;
 pub(super) static SPEC: Spec = Spec::new(
     "throttle",
     include_str!("../../lua/throttle.lua"),
-    &["limits", "rates", "pending", "wake"],
+    &["limits", "rates", "pending", "wake", "meta"],
     false,
     &["prefix", "what", "lane", "value"],
 );
@@ -65,7 +65,7 @@ pub(crate) struct Read {
 
 async fn call(conn: &mut Conn, k: &Keys, what: &str, lane: &str, value: &str) -> Result<super::call::Reply> {
     let mut call = SPEC.call();
-    call.key(&k.limits).key(&k.lane_rates).key(&k.pending).key(&k.wake);
+    call.key(&k.limits).key(&k.lane_rates).key(&k.pending).key(&k.wake).key(&k.meta);
     call.arg(&k.base).arg(what).arg(lane).arg(value);
     call.run(conn).await
 }

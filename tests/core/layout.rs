@@ -160,3 +160,164 @@ async fn a_layout_2_queue_keeps_payloads_whole_until_upgraded() {
     let again = Queue::connect(&s.url(), &name).await.unwrap();
     assert_eq!(again.layout().await.unwrap(), LAYOUT_VERSION);
 }
+
+/// `INFO commandstats` calls of `cmd` since the last `CONFIG RESETSTAT`.
+async fn calls(c: &mut redis::aio::MultiplexedConnection, cmd: &str) -> u64 {
+    let info: String = redis::cmd("INFO").arg("commandstats").query_async(c).await.unwrap();
+    let tag = format!("cmdstat_{cmd}:calls=");
+    info.lines()
+        .find_map(|l| l.strip_prefix(&tag))
+        .map_or(0, |rest| rest.split(',').next().unwrap().parse().unwrap())
+}
+
+async fn meta_field(c: &mut redis::aio::MultiplexedConnection, q: &Queue, field: &str) -> Option<String> {
+    redis::cmd("HGET")
+        .arg(format!("emq:{{{}}}:meta", q.name()))
+        .arg(field)
+        .query_async(c)
+        .await
+        .unwrap()
+}
+
+// A plain queue (layout 3: its limits and its lanes flag in the meta hash)
+// pays no command for lanes or limits it does not use: a claim reads the
+// meta hash and each job's record (one HMGET each), a settle-and-claim
+// also each settled job's, and nothing asks whether lanes exist.
+#[tokio::test]
+async fn a_plain_queue_pays_no_command_for_lanes_or_limits() {
+    let (s, q) = common::setup("plain-cost").await;
+    let mut c = raw(&s).await;
+    for i in 0..3 {
+        q.enqueue(&i).await.unwrap();
+    }
+    let _: () = redis::cmd("CONFIG").arg("RESETSTAT").query_async(&mut c).await.unwrap();
+    let mut leases = q.claim(1, LEASE).await.unwrap();
+    let mut done = 0;
+    while let Some(l) = leases.pop() {
+        let (settled, next) = q.settle_and_claim(&[(&l, &Settle::Complete)], 1, LEASE).await.unwrap();
+        for r in settled {
+            r.unwrap();
+        }
+        done += 1;
+        leases = next;
+    }
+    assert_eq!(done, 3);
+    assert_eq!(calls(&mut c, "exists").await, 0, "no lanes check");
+    // claim: meta + 1 record; 2 settle-and-claims: meta + 2 records each;
+    // the last: meta + the settled record.
+    assert_eq!(calls(&mut c, "hmget").await, 2 + 3 + 3 + 2);
+}
+
+// The lanes flag follows the ring: set by the first laned job, cleared by
+// the claim that finds the lanes gone, so the queue is plain again.
+#[tokio::test]
+async fn the_lanes_flag_follows_the_ring() {
+    let (s, q) = common::setup("lanes-flag").await;
+    let mut c = raw(&s).await;
+    assert_eq!(meta_field(&mut c, &q, "ln").await, None);
+    q.enqueue_with(&"x", &EnqueueOptions::new().lane("a")).await.unwrap();
+    assert_eq!(meta_field(&mut c, &q, "ln").await.as_deref(), Some("1"));
+    let got = drain(&q).await;
+    assert_eq!(got.len(), 1);
+    // the drain's last claim found no ring
+    assert_eq!(meta_field(&mut c, &q, "ln").await, None);
+    let _: () = redis::cmd("CONFIG").arg("RESETSTAT").query_async(&mut c).await.unwrap();
+    q.enqueue(&2).await.unwrap();
+    assert_eq!(q.claim(1, LEASE).await.unwrap().len(), 1);
+    assert_eq!(calls(&mut c, "exists").await, 0);
+    // and back to lanes
+    q.enqueue_with(&3, &EnqueueOptions::new().lane("b")).await.unwrap();
+    assert_eq!(meta_field(&mut c, &q, "ln").await.as_deref(), Some("1"));
+    assert_eq!(q.claim(1, LEASE).await.unwrap()[0].lane(), Some("b"));
+}
+
+// A flag lost to a torn write (the ring there, `ln` gone) is found again:
+// by the claim that pops a laned job without lanes, and by the sweep.
+#[tokio::test]
+async fn a_lost_lanes_flag_is_found_again() {
+    let (s, q) = common::setup("lanes-flag-lost").await;
+    let mut c = raw(&s).await;
+    let meta = format!("emq:{{{}}}:meta", q.name());
+    q.enqueue_with(&1, &EnqueueOptions::new().lane("a")).await.unwrap();
+    let _: () = redis::cmd("HDEL")
+        .arg(&meta)
+        .arg("ln")
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    // the plain path pops the laned job, puts it back and marks the lanes
+    assert!(q.claim(1, LEASE).await.unwrap().is_empty());
+    assert_eq!(meta_field(&mut c, &q, "ln").await.as_deref(), Some("1"));
+    assert_eq!(q.claim(1, LEASE).await.unwrap()[0].lane(), Some("a"));
+
+    q.enqueue_with(&2, &EnqueueOptions::new().lane("b")).await.unwrap();
+    let _: () = redis::cmd("HDEL")
+        .arg(&meta)
+        .arg("ln")
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    let report = q.sweep(100).await.unwrap();
+    assert!(report.repaired >= 1, "{report:?}");
+    assert_eq!(meta_field(&mut c, &q, "ln").await.as_deref(), Some("1"));
+    assert_eq!(q.claim(1, LEASE).await.unwrap()[0].lane(), Some("b"));
+}
+
+// Upgrading a layout-2 queue moves its limits (a hash of their own in 0.2)
+// and its lanes into the meta hash: every limit reads and holds as before.
+#[tokio::test]
+async fn upgrade_moves_limits_and_lanes_into_meta() {
+    let s = echomq::server::LocalServer::start().unwrap();
+    let mut c = raw(&s).await;
+    let name = unique("v2-limits");
+    let meta = format!("emq:{{{name}}}:meta");
+    let limits = format!("emq:{{{name}}}:limits");
+    let _: () = redis::cmd("HSET")
+        .arg(&meta)
+        .arg("v")
+        .arg(LAYOUT_VERSION_SERVED)
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    let q = Queue::connect(&s.url(), &name).await.unwrap();
+    q.set_max_active(Some(2)).await.unwrap();
+    let rate = echomq::throttle::RateLimit::new(1000, Duration::from_secs(1)).unwrap();
+    q.set_rate_limit(Some(rate)).await.unwrap();
+    q.enqueue_with(&0, &EnqueueOptions::new().lane("a")).await.unwrap();
+    for i in 1..4 {
+        q.enqueue(&i).await.unwrap();
+    }
+    let before = q.throttles().await.unwrap();
+    assert_eq!(before.max_active, Some(2));
+    let stored: Option<String> = redis::cmd("HGET")
+        .arg(&limits)
+        .arg("max")
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    assert_eq!(stored.as_deref(), Some("2"), "0.2 keeps them apart");
+    assert_eq!(meta_field(&mut c, &q, "ln").await, None);
+
+    assert_eq!(q.upgrade_layout().await.unwrap(), LAYOUT_VERSION);
+    let gone: bool = redis::cmd("EXISTS").arg(&limits).query_async(&mut c).await.unwrap();
+    assert!(!gone);
+    assert_eq!(meta_field(&mut c, &q, "max").await.as_deref(), Some("2"));
+    assert_eq!(meta_field(&mut c, &q, "ln").await.as_deref(), Some("1"));
+    let after = q.throttles().await.unwrap();
+    assert_eq!(after.max_active, before.max_active);
+    assert_eq!(after.rate, before.rate);
+    // the cap holds, and the laned job is still handed out
+    let leased = q.claim(10, LEASE).await.unwrap();
+    assert_eq!(leased.len(), 2);
+    assert!(q.claim(10, LEASE).await.unwrap().is_empty());
+    q.set_max_active(None).await.unwrap();
+    assert_eq!(meta_field(&mut c, &q, "max").await, None);
+    let rest = q.claim(10, LEASE).await.unwrap();
+    let mut lanes: Vec<_> = leased
+        .iter()
+        .chain(&rest)
+        .map(|l| l.lane().map(str::to_owned))
+        .collect();
+    lanes.sort();
+    assert_eq!(lanes, [None, None, None, Some("a".to_owned())]);
+}
