@@ -8,7 +8,9 @@
 //! tests find one, or set `ECHOMQ_SERVER_BIN`) and open
 //! <http://127.0.0.1:3000/admin/queues>. `PORT` picks the port (0: any
 //! free one, printed as `dashboard at ...`). This demo has no auth: a real
-//! app puts the dashboard behind its own.
+//! app puts the dashboard behind its own. Ctrl-C shuts it down in order:
+//! the live streams end (`Shutdown`), the HTTP server stops, then the
+//! workers finish or release their running jobs.
 
 use std::time::Duration;
 
@@ -16,7 +18,7 @@ use axum::Router;
 use axum::response::Redirect;
 use axum::routing::get;
 use echomq::{Client, Consumer, EnqueueOptions, HandlerError, Job};
-use echomq_dashboard::{DashboardOptions, Source};
+use echomq_dashboard::{DashboardOptions, Shutdown, Source};
 use serde::{Deserialize, Serialize};
 
 #[derive(Serialize, Deserialize)]
@@ -59,6 +61,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         });
     }
 
+    // Triggered by Ctrl-C: ends the dashboard's live streams, which an
+    // open tab would otherwise hold open through the graceful shutdown.
+    let stop = Shutdown::new();
     let app = Router::new()
         .route("/", get(|| async { "the dashboard is at /admin/queues\n" }))
         // `nest` does not route the slash form of the mount point.
@@ -67,19 +72,22 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             "/admin/queues",
             echomq_dashboard::router(
                 Source::from(client.clone()),
-                DashboardOptions::new().title("echomq demo"),
+                DashboardOptions::new().title("echomq demo").shutdown(&stop),
             ),
         );
     let port: u16 = std::env::var("PORT").ok().and_then(|p| p.parse().ok()).unwrap_or(3000);
     let listener = tokio::net::TcpListener::bind(("127.0.0.1", port)).await?;
     println!("dashboard at http://{}/admin/queues", listener.local_addr()?);
     axum::serve(listener, app)
-        .with_graceful_shutdown(async {
+        .with_graceful_shutdown(async move {
             let _ = tokio::signal::ctrl_c().await;
+            stop.trigger();
         })
         .await?;
+    // HTTP first, then the workers: their running jobs finish or are released.
     for w in workers {
         w.shutdown().await?;
     }
+    println!("stopped");
     Ok(())
 }

@@ -31,6 +31,10 @@
 //! # Ok(()) }
 //! ```
 //!
+//! An open page holds a live stream open, which a graceful shutdown waits
+//! for: give the router a [`Shutdown`] and trigger it in the shutdown
+//! signal (its docs show the order: streams, HTTP, then workers).
+//!
 //! # Security
 //!
 //! - **Auth is the mounting app's job.** Anyone who reaches the router can
@@ -108,6 +112,7 @@ mod feed;
 mod html;
 mod live;
 mod pages;
+mod shutdown;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -116,6 +121,8 @@ use std::time::Duration;
 use axum::Router;
 use axum::routing::{get, post};
 use echomq::{Client, Queue, QueueOptions};
+
+pub use self::shutdown::Shutdown;
 
 /// Jobs on one page of a queue's listing, by default.
 pub const DEFAULT_PAGE_SIZE: usize = 25;
@@ -141,6 +148,7 @@ pub struct DashboardOptions {
     // None: a random secret per router.
     csrf_secret: Option<String>,
     allowed_origins: Vec<String>,
+    shutdown: Shutdown,
 }
 
 impl Default for DashboardOptions {
@@ -151,6 +159,7 @@ impl Default for DashboardOptions {
             sample_every: DEFAULT_SAMPLE_EVERY,
             csrf_secret: None,
             allowed_origins: Vec::new(),
+            shutdown: Shutdown::new(),
         }
     }
 }
@@ -206,6 +215,15 @@ impl DashboardOptions {
     /// for a proxy that changes the `Host` header on the way.
     pub fn allow_origin(mut self, origin: impl Into<String>) -> Self {
         self.allowed_origins.push(origin.into());
+        self
+    }
+
+    /// The handle whose [`Shutdown::trigger`] ends the dashboard's live
+    /// streams, so that a graceful shutdown of the app is not held open by
+    /// a browser tab (trigger it in axum's `with_graceful_shutdown`
+    /// signal). Without one, the streams end only when their page closes.
+    pub fn shutdown(mut self, handle: &Shutdown) -> Self {
+        self.shutdown = handle.clone();
         self
     }
 }

@@ -122,7 +122,8 @@ impl Sampler {
 }
 
 /// `GET /events?queue=&job=`: a `counts` event each sample period; an
-/// `error` event (and the stream goes on) when a sample fails.
+/// `error` event (and the stream goes on) when a sample fails; the stream
+/// ends when the dashboard's [`Shutdown`](crate::Shutdown) is triggered.
 pub(crate) async fn events(
     State(shared): State<Arc<Shared>>,
     Query(follow): Query<Follow>,
@@ -139,7 +140,16 @@ pub(crate) async fn events(
         sent: String::new(),
     };
     let stream = futures_util::stream::unfold(sampler, |mut s| async move {
-        s.tick.tick().await;
+        // The app is shutting down (DashboardOptions::shutdown): the
+        // stream ends, so a graceful shutdown does not wait for the page.
+        let stop = s.shared.opts.shutdown.clone();
+        if stop.is_triggered() {
+            return None;
+        }
+        tokio::select! {
+            _ = s.tick.tick() => {}
+            () = stop.triggered() => return None,
+        }
         let event = match s.sample().await {
             Ok(v) => Event::default().event("counts").data(v.to_string()),
             Err(e) => {
