@@ -1,10 +1,13 @@
 //! echomq in a web application: an axum app whose `POST /signup` enqueues
 //! a welcome job (the request's `Idempotency-Key` header makes a repeated
-//! request one job) and answers 202 with the job id, whose
+//! request one job, for a day) and answers 202 with the job id, whose
 //! `GET /jobs/{id}` answers the job's state, progress and result as JSON, and
-//! whose graceful shutdown stops the consumer too.
+//! whose graceful shutdown stops the consumer too. Handlers return
+//! `Result<_, echomq::Error>` (the `axum` feature makes the error a
+//! response, its status from `Error::http_status`) and answer a job's
+//! record as it serializes (`JobInfo`'s JSON shape, the CLI's too).
 //!
-//! Run: `cargo run --features local-server --example web` (it starts a
+//! Run: `cargo run --features local-server,axum --example web` (it starts a
 //! private server unless `ECHOMQ_URL` is set) and try
 //! `curl -i -XPOST -H 'Idempotency-Key: k1' -d '{"email":"ada@example.com"}' \
 //!  -H 'content-type: application/json' localhost:3000/signup`.
@@ -14,7 +17,7 @@ use std::time::Duration;
 
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
-use axum::response::{IntoResponse, Response};
+use axum::response::IntoResponse;
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use echomq::{Client, Consumer, EnqueueOptions, HandlerError, Job, Queue};
@@ -25,46 +28,23 @@ struct Signup {
     email: String,
 }
 
-/// An echomq error as an HTTP response: one line, by `Error::http_status`.
-struct ApiError(echomq::Error);
-
-impl From<echomq::Error> for ApiError {
-    fn from(e: echomq::Error) -> Self {
-        ApiError(e)
-    }
-}
-
-impl IntoResponse for ApiError {
-    fn into_response(self) -> Response {
-        let status = StatusCode::from_u16(self.0.http_status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-        (status, Json(serde_json::json!({"error": self.0.to_string()}))).into_response()
-    }
-}
-
 async fn signup(
     State(queue): State<Queue>,
     headers: HeaderMap,
     Json(body): Json<Signup>,
-) -> Result<impl IntoResponse, ApiError> {
+) -> Result<impl IntoResponse, echomq::Error> {
     let mut opts = EnqueueOptions::new();
     if let Some(key) = headers.get("idempotency-key").and_then(|v| v.to_str().ok()) {
-        // The same key, the same job (caller ids may not be all digits).
-        opts = opts.id(format!("signup-{key}"));
+        // The same key, the same job, for a day of replays, whether or not
+        // the job has run by then (the guide's "In a web application").
+        opts = opts.dedup_for(format!("signup:{key}"), Duration::from_secs(24 * 3600));
     }
     let job = queue.enqueue_with(&body, &opts).await?;
     Ok((StatusCode::ACCEPTED, Json(serde_json::json!({"id": job.id}))))
 }
 
-async fn job(State(queue): State<Queue>, Path(id): Path<String>) -> Result<impl IntoResponse, ApiError> {
-    let job = queue.job(&id).await?;
-    Ok(Json(serde_json::json!({
-        "id": job.id,
-        "state": job.state.as_str(),
-        "attempts": job.attempts,
-        "progress": job.progress,
-        "result": job.result,
-        "last_error": job.last_error,
-    })))
+async fn job(State(queue): State<Queue>, Path(id): Path<String>) -> Result<Json<echomq::JobInfo>, echomq::Error> {
+    Ok(Json(queue.job(&id).await?))
 }
 
 /// What the welcome job returns, kept with the completed job.

@@ -1,5 +1,8 @@
 //! The one error type of the crate.
 
+#[cfg(feature = "axum")]
+mod http_response;
+
 use std::time::Duration;
 
 /// `Result` with echomq's [`Error`].
@@ -373,11 +376,12 @@ impl Error {
     /// on: 400 for bad input, 413 for a payload over the limit, 404 for a
     /// missing job, 409 for a lost lease or a job of another queue, 503
     /// when the server is unreachable or busy (retry later), 500 otherwise.
-    /// With axum, one line turns an echomq error into a response:
+    /// With the `axum` feature, `Error` is an axum response itself (this
+    /// status and a JSON body; see its `IntoResponse` impl), so a handler
+    /// returns `Result<_, echomq::Error>`; elsewhere:
     ///
     /// ```
     /// # fn demo(e: echomq::Error) -> (u16, String) {
-    /// // (StatusCode::from_u16(e.http_status()).unwrap(), e.to_string()).into_response()
     /// (e.http_status(), e.to_string())
     /// # }
     /// ```

@@ -13,6 +13,8 @@
 //!   reconnects, observing.
 //! - [`settings_and_errors`]: how builders check their values, the one
 //!   error type, and errors as HTTP answers.
+//! - [`web_apps`]: in a web application: an HTTP `Idempotency-Key`, errors
+//!   as responses, a job as JSON, the shutdown order.
 //! - [`effects`]: exactly-once effects on at-least-once delivery
 //!   (idempotency keys, effect markers, atomic completion).
 //!
@@ -65,6 +67,9 @@ pub mod how_a_job_runs {}
 
 #[doc = include_str!("../docs/settings-and-errors.md")]
 pub mod settings_and_errors {}
+
+#[doc = include_str!("../docs/web-apps.md")]
+pub mod web_apps {}
 
 #[doc = include_str!("../docs/operating-a-queue.md")]
 pub mod operating_a_queue {}

@@ -23,7 +23,11 @@ pub use self::kind::{JobKind, MAX_KIND_BYTES};
 /// cancel ([`Queue::cancel`](crate::Queue::cancel)) makes a waiting job
 /// cancelled at once, and an active one once its attempt ends without
 /// completing it. A job is in exactly one state at every instant.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+///
+/// In JSON (`serde`) a state is its stored name: `"pending"`, `"delayed"`,
+/// `"active"`, `"completed"`, `"failed"`, `"cancelled"`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
 #[non_exhaustive]
 pub enum JobState {
     /// Ready to be claimed.
@@ -96,7 +100,30 @@ pub(crate) fn incarnation_key(queue: &str, id: &str, created_ms: u64) -> String 
 pub const MAX_PROGRESS_BYTES: usize = 64 * 1024;
 
 /// A job's stored record, from [`Queue::job`](crate::Queue::job).
-#[derive(Debug, Clone)]
+///
+/// It serializes (`serde`) to the JSON shape the CLI's `show --json`
+/// prints and a web handler can answer as it is: every field below by its
+/// name, the state by its stored name, times in server milliseconds
+/// (`null` when unset), the payload as the JSON it holds, the limits with
+/// durations in milliseconds:
+///
+/// ```json
+/// {"id": "42", "state": "failed", "attempts": 3, "token": 170000000000017,
+///  "failures": 3, "stalls": 0, "payload": {"to": "ada@example.com"},
+///  "last_error": "smtp timeout", "created_ms": 1764800000000,
+///  "finished_ms": 1764800000900, "deadline_ms": null,
+///  "limits": {"max_attempts": 3, "max_stalls": 1, "timeout_ms": null,
+///             "backoff": {"kind": "exponential", "base_ms": 1000, "max_ms": 3600000, "jitter": 0.0}},
+///  "progress": null, "first_started_ms": 1764800000010,
+///  "errors": [{"at_ms": 1764800000900, "message": "smtp timeout"}],
+///  "result": null, "holder": "worker-1", "cancel_requested_ms": null,
+///  "lane": null, "kind": "email"}
+/// ```
+///
+/// (A fixed backoff is `{"kind": "fixed", "delay_ms": N, "jitter": F}`.)
+/// There is no `Deserialize`: a record is read from the server, not
+/// built from JSON.
+#[derive(Debug, Clone, serde::Serialize)]
 #[non_exhaustive]
 pub struct JobInfo {
     /// The job id.
@@ -111,7 +138,9 @@ pub struct JobInfo {
     pub failures: u64,
     /// Expired leases so far.
     pub stalls: u64,
-    /// The raw JSON payload.
+    /// The raw JSON payload (serialized as the JSON it holds, or as a
+    /// string if it is not JSON).
+    #[serde(serialize_with = "payload_json")]
     pub payload: Vec<u8>,
     /// The last error recorded (handler error text, "panicked", "stalled", …).
     pub last_error: Option<String>,
@@ -148,16 +177,26 @@ pub struct JobInfo {
 /// How many of a job's errors its record keeps ([`JobInfo::errors`]).
 pub const ERRORS_KEPT: usize = 5;
 
-/// One error in a job's record.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Deserialize)]
+/// One error in a job's record: `{"at_ms": .., "message": ..}` in JSON
+/// (the record stores it as `at`, `e`; both read).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[non_exhaustive]
 pub struct JobError {
     /// When it was recorded (server ms).
-    #[serde(rename = "at")]
+    #[serde(rename(serialize = "at_ms", deserialize = "at"), alias = "at_ms")]
     pub at_ms: u64,
     /// The error text (at most 4 KiB).
-    #[serde(rename = "e")]
+    #[serde(rename(serialize = "message", deserialize = "e"), alias = "message")]
     pub message: String,
+}
+
+/// A payload as the JSON it holds (a string when it does not parse).
+fn payload_json<S: serde::Serializer>(payload: &[u8], s: S) -> std::result::Result<S::Ok, S::Error> {
+    use serde::Serialize;
+    match serde_json::from_slice::<&serde_json::value::RawValue>(payload) {
+        Ok(raw) => raw.serialize(s),
+        Err(_) => String::from_utf8_lossy(payload).serialize(s),
+    }
 }
 
 impl JobInfo {
@@ -190,8 +229,9 @@ impl JobInfo {
 }
 
 /// How many jobs are in each state, read atomically. `pending` counts
-/// every pending job, with a lane or without.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+/// every pending job, with a lane or without. In JSON (`serde`), an
+/// object of these fields by name.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[non_exhaustive]
 pub struct Counts {
     /// Ready to be claimed.

@@ -463,3 +463,46 @@ async fn a_retried_job_takes_its_dedup_id_again() {
     let counts = q.counts().await.unwrap();
     assert_eq!((counts.pending, counts.failed), (1, 1), "{counts:?}");
 }
+
+// The guide's Idempotency-Key table (docs/web-apps.md): a key replayed
+// after its job finished is one job with `dedup_for` and with `id` (while
+// the record is retained), but a second job with `dedup`.
+#[tokio::test]
+async fn an_idempotency_key_replayed_after_the_job_finished() {
+    let (_s, q) = setup("replay").await;
+    let day = Duration::from_secs(24 * 3600);
+    let modes = [
+        ("dedup_for", EnqueueOptions::new().dedup_for("k1", day)),
+        ("id", EnqueueOptions::new().id("k2")),
+        ("dedup", EnqueueOptions::new().dedup("k3")),
+    ];
+    for (mode, opts) in &modes {
+        let first = q.enqueue_with(&mode, opts).await.unwrap();
+        assert_eq!(first.status, EnqueueStatus::Created, "{mode}");
+        // a replay while it waits
+        let again = q.enqueue_with(&mode, opts).await.unwrap();
+        assert_eq!(again.id, first.id, "{mode}");
+        assert_ne!(again.status, EnqueueStatus::Created, "{mode}");
+        let lease = q.claim(1, LEASE).await.unwrap().remove(0);
+        assert_eq!(lease.id(), first.id);
+        q.complete(&lease).await.unwrap();
+        // a replay after it finished
+        let late = q.enqueue_with(&mode, opts).await.unwrap();
+        match *mode {
+            "dedup_for" => assert_eq!(
+                (late.status, late.id.as_str()),
+                (EnqueueStatus::Deduplicated, first.id.as_str())
+            ),
+            "id" => assert_eq!(
+                (late.status, late.id.as_str()),
+                (EnqueueStatus::Existing, first.id.as_str())
+            ),
+            _ => {
+                assert_eq!(late.status, EnqueueStatus::Created, "dedup frees the key at the finish");
+                assert_ne!(late.id, first.id);
+                let extra = q.claim(1, LEASE).await.unwrap().remove(0);
+                q.complete(&extra).await.unwrap();
+            }
+        }
+    }
+}

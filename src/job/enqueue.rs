@@ -182,7 +182,13 @@ impl EnqueueOptions {
 
     /// Producer dedup: while a marker for `dedup_id` stands, another enqueue
     /// with it returns the holder's id instead of a new job. The marker
-    /// stands until the job finishes.
+    /// stands until the job finishes: "at most one such job waiting or
+    /// running at a time".
+    ///
+    /// **Not for an HTTP `Idempotency-Key`**: a replay after the job
+    /// finished makes a second job. Use [`dedup_for`](Self::dedup_for)
+    /// with the replay window, or [`id`](Self::id) (see the guide's
+    /// [In a web application](crate::guide::web_apps)).
     pub fn dedup(mut self, dedup_id: impl Into<String>) -> Self {
         self.dedup = Some((dedup_id.into(), None));
         self
@@ -399,8 +405,10 @@ pub(crate) fn millis(name: &'static str, d: Duration) -> Result<u64> {
     Ok(ms as u64)
 }
 
-/// What an enqueue did.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// What an enqueue did: in JSON (`serde`) `"created"`, `"existing"`,
+/// `"deduplicated"` or `"replaced"`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
 #[non_exhaustive]
 pub enum EnqueueStatus {
     /// A new job was stored.
@@ -415,8 +423,9 @@ pub enum EnqueueStatus {
     Replaced,
 }
 
-/// The answer to an enqueue: the job's id and what happened.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// The answer to an enqueue: the job's id and what happened; in JSON
+/// (`serde`) `{"id": "42", "status": "created"}`.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[non_exhaustive]
 pub struct Enqueued {
     /// The id of the job that now stands for this enqueue.

@@ -7,6 +7,7 @@ mod common;
 mod consumer;
 mod enqueue;
 mod fencing;
+mod json;
 mod layout;
 mod lifecycle;
 mod robustness;

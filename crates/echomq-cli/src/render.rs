@@ -146,56 +146,10 @@ pub fn compact(v: &Value) -> String {
     }
 }
 
-fn ms(d: Duration) -> u64 {
-    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
-}
-
-/// The JSON form of a backoff.
-pub fn backoff_json(b: &Backoff) -> Value {
-    let mut v = match b.without_jitter() {
-        Backoff::Fixed(d) => json!({"kind": "fixed", "delay_ms": ms(d)}),
-        Backoff::Exponential { base, max } => {
-            json!({"kind": "exponential", "base_ms": ms(base), "max_ms": ms(max)})
-        }
-        other => json!({"kind": format!("{other:?}")}),
-    };
-    v["jitter"] = json!(b.jitter_fraction());
-    v
-}
-
-/// The JSON form of a job's limits.
-pub fn limits_json(l: &Limits) -> Value {
-    json!({
-        "max_attempts": l.max_attempts,
-        "max_stalls": l.max_stalls,
-        "backoff": backoff_json(&l.backoff),
-        "timeout_ms": l.timeout.map(ms),
-    })
-}
-
-/// The JSON form of a job's whole record.
+/// The JSON form of a job's whole record: the library's own (`JobInfo`'s
+/// `Serialize`), the one shape the CLI and web handlers share.
 pub fn job_json(j: &JobInfo) -> Value {
-    json!({
-        "id": j.id,
-        "state": j.state.as_str(),
-        "kind": j.kind,
-        "attempts": j.attempts,
-        "failures": j.failures,
-        "stalls": j.stalls,
-        "token": j.token,
-        "created_ms": j.created_ms,
-        "first_started_ms": j.first_started_ms,
-        "finished_ms": j.finished_ms,
-        "deadline_ms": j.deadline_ms,
-        "holder": j.holder,
-        "cancel_requested_ms": j.cancel_requested_ms,
-        "last_error": j.last_error,
-        "errors": j.errors.iter().map(|e| json!({"at_ms": e.at_ms, "message": e.message})).collect::<Vec<_>>(),
-        "progress": j.progress,
-        "result": j.result,
-        "limits": limits_json(&j.limits),
-        "payload": stored_json(&j.payload),
-    })
+    serde_json::to_value(j).unwrap_or_else(|e| json!({"id": j.id, "error": e.to_string()}))
 }
 
 /// A job's whole record as lines of `name  value`, times relative to the

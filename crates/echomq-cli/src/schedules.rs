@@ -6,7 +6,7 @@ use serde_json::{Value, json};
 
 use crate::ctx::{Ctx, Output};
 use crate::exit::Failure;
-use crate::render::{duration, limits_json, stored_json, table, when_opt};
+use crate::render::{duration, stored_json, table, when_opt};
 
 fn missed(m: Missed) -> &'static str {
     match m {
@@ -29,7 +29,7 @@ fn schedule_json(queue: &str, s: &ScheduleInfo) -> Value {
         "missed": missed(s.missed),
         "grace_ms": u64::try_from(s.grace.as_millis()).unwrap_or(u64::MAX),
         "priority": s.priority,
-        "limits": limits_json(&s.limits),
+        "limits": serde_json::to_value(s.limits).unwrap_or_default(),
         "created_ms": s.created_ms,
         "updated_ms": s.updated_ms,
         "payload": stored_json(&s.payload),
