@@ -303,6 +303,20 @@ impl Client {
         crate::admin::queues::queue_names(self.backing.link.conn(), prefix).await
     }
 
+    /// The server's clock (ms since the Unix epoch), the time base of every
+    /// deadline, as [`Queue::server_time_ms`](crate::Queue::server_time_ms)
+    /// reads it, without a queue.
+    ///
+    /// # Errors
+    /// Server errors.
+    pub async fn server_time_ms(&self) -> Result<u64> {
+        let (s, us): (u64, u64) = redis::cmd("TIME")
+            .query_async(&mut self.backing.link.conn())
+            .await
+            .map_err(crate::error::Error::from_redis)?;
+        Ok(s * 1000 + us / 1000)
+    }
+
     /// Whether queue `name` under key prefix `prefix` has any key on the
     /// server (its meta hash, a set of jobs, a counter, its schedules), in
     /// one `EXISTS` call and without creating anything, as opening it with

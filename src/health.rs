@@ -54,7 +54,7 @@ const UNVERIFIED_APPENDONLY: &str = "append-only file";
 impl ServerReport {
     /// What an acknowledged enqueue survives on this server, in one sentence.
     pub fn durability(&self) -> &'static str {
-        if self.unverified.iter().any(|u| u.starts_with(UNVERIFIED_APPENDONLY)) {
+        if !self.persistence_known() {
             return "the server's persistence settings could not be read: what acknowledged jobs survive is unknown";
         }
         match (self.appendonly, self.appendfsync.as_str()) {
@@ -65,6 +65,13 @@ impl ServerReport {
             (true, _) => "acknowledged jobs survive a server crash in practice; an OS crash can lose recent writes",
             (false, _) => "no append-only file: a server restart can lose acknowledged jobs",
         }
+    }
+
+    /// Whether the server's persistence settings (`appendonly`,
+    /// `appendfsync`) could be read; when not, [`appendonly`](Self::appendonly)
+    /// is only a guess.
+    pub fn persistence_known(&self) -> bool {
+        !self.unverified.iter().any(|u| u.starts_with(UNVERIFIED_APPENDONLY))
     }
 }
 

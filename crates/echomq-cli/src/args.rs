@@ -63,6 +63,43 @@ pub enum Command {
         after: Option<ListCursor>,
     },
 
+    /// Enqueue a job: PAYLOAD is JSON ("-": read it from stdin)
+    ///
+    /// The queue must exist (a typo never makes a new queue) unless
+    /// --create is given. Prints the job's id and what happened: created,
+    /// existing (--id already there), deduplicated (--dedup held).
+    Enqueue {
+        /// The payload, JSON; "-" reads it from stdin
+        payload: String,
+        /// A caller-chosen job id (not all digits)
+        #[arg(long)]
+        id: Option<String>,
+        /// Run it after this delay (e.g. 90s, 5m, 2h; 1500ms)
+        #[arg(long, value_parser = parse_duration)]
+        delay: Option<std::time::Duration>,
+        /// Priority, -128 to 127 (higher first)
+        #[arg(long, allow_negative_numbers = true)]
+        priority: Option<i8>,
+        /// Its lane (tenant, customer)
+        #[arg(long)]
+        lane: Option<String>,
+        /// Its kind (the handler a router picks)
+        #[arg(long)]
+        kind: Option<String>,
+        /// A dedup id, held for --dedup-for (default: until the job finishes)
+        #[arg(long)]
+        dedup: Option<String>,
+        /// How long the dedup id holds, whether or not the job finished
+        #[arg(long, value_parser = parse_duration, requires = "dedup")]
+        dedup_for: Option<std::time::Duration>,
+        /// Handler failures before it fails for good
+        #[arg(long)]
+        max_attempts: Option<u32>,
+        /// Make the queue if it is not on the server yet
+        #[arg(long)]
+        create: bool,
+    },
+
     /// Show a job's whole record
     Show {
         /// The job id
@@ -144,8 +181,14 @@ pub enum Command {
     /// each queue, which repairs what a torn write left behind (as every
     /// worker's maintenance does every 10 minutes). Exits with 4 when it
     /// finds problems: an evicting server, a server older than Redis 7, a
-    /// queue it cannot open, repairs made or keys skipped by a sweep.
-    Doctor,
+    /// queue it cannot open, repairs made or keys skipped by a sweep; with
+    /// --strict, also on a warning (no append-only file, replicas, a
+    /// setting it could not read, other builds' function libraries).
+    Doctor {
+        /// Exit with 4 on warnings too
+        #[arg(long)]
+        strict: bool,
+    },
 
     /// Print the queue's lifecycle events live, one line each (--json: one
     /// JSON object per line), until Ctrl-C or --count events
@@ -209,13 +252,59 @@ fn parse_cursor(s: &str) -> Result<ListCursor, String> {
     s.parse::<ListCursor>().map_err(|e| e.to_string())
 }
 
+/// A duration as `90s`, `5m`, `2h`, `1d` or `1500ms` (a plain number is
+/// seconds).
+fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
+    let (num, unit) = match s.find(|c: char| !c.is_ascii_digit()) {
+        Some(i) => s.split_at(i),
+        None => (s, "s"),
+    };
+    let n: u64 = num
+        .parse()
+        .map_err(|_| format!("{s:?}: a number and a unit (ms, s, m, h, d)"))?;
+    let ms = match unit {
+        "ms" => Some(n),
+        "s" => n.checked_mul(1_000),
+        "m" => n.checked_mul(60_000),
+        "h" => n.checked_mul(3_600_000),
+        "d" => n.checked_mul(86_400_000),
+        _ => return Err(format!("{s:?}: the unit is one of ms, s, m, h, d")),
+    };
+    ms.map(std::time::Duration::from_millis)
+        .ok_or_else(|| format!("{s:?} is too long"))
+}
+
 #[cfg(test)]
 mod tests {
     use clap::CommandFactory;
+
+    use super::parse_duration;
 
     // The definitions are consistent (clap's own check).
     #[test]
     fn cli_definition_is_valid() {
         super::Cli::command().debug_assert();
+    }
+
+    // Durations take ms, s, m, h, d (a bare number is seconds); others are refused.
+    #[test]
+    fn durations_parse() {
+        use std::time::Duration;
+        assert_eq!(parse_duration("1500ms"), Ok(Duration::from_millis(1500)));
+        assert_eq!(parse_duration("90"), Ok(Duration::from_secs(90)));
+        assert_eq!(parse_duration("5m"), Ok(Duration::from_secs(300)));
+        assert_eq!(parse_duration("2h"), Ok(Duration::from_secs(7200)));
+        assert_eq!(parse_duration("1d"), Ok(Duration::from_secs(86_400)));
+        for bad in [
+            "",
+            "m",
+            "5x",
+            "-1s",
+            "1.5h",
+            "99999999999999999999d",
+            "9999999999999999d",
+        ] {
+            assert!(parse_duration(bad).is_err(), "{bad}");
+        }
     }
 }

@@ -14,11 +14,11 @@ use crate::render::table;
 const MIN_REDIS_MAJOR: u32 = 7;
 
 /// Checks the server and sweeps the queue given, or every queue; exits 4
-/// when it finds problems.
+/// when it finds problems, or (`strict`) warnings.
 ///
 /// # Errors
 /// A [`Failure`]: no such queue, a lost connection.
-pub async fn doctor(ctx: &Ctx) -> Result<Output, Failure> {
+pub async fn doctor(ctx: &Ctx, strict: bool) -> Result<Output, Failure> {
     let report = ctx.client.self_check().await.map_err(|e| ctx.err(e))?;
     let mut problems = Vec::new();
     let mut warnings = Vec::new();
@@ -37,6 +37,12 @@ pub async fn doctor(ctx: &Ctx) -> Result<Output, Failure> {
             "Redis {} is older than {MIN_REDIS_MAJOR}.0, the oldest echomq runs on",
             report.version
         ));
+    }
+    if !report.appendonly && report.persistence_known() {
+        warnings.push(
+            "no append-only file (appendonly no): a server restart can lose acknowledged jobs (set appendonly yes)"
+                .to_owned(),
+        );
     }
     if report.connected_replicas > 0 {
         warnings.push(format!(
@@ -178,13 +184,19 @@ pub async fn doctor(ctx: &Ctx) -> Result<Output, Failure> {
     for p in &problems {
         let _ = writeln!(text, "problem: {p}");
     }
-    let _ = match problems.len() {
-        0 => writeln!(text, "no problems found"),
-        1 => writeln!(text, "1 problem found"),
-        n => writeln!(text, "{n} problems found"),
+    let count = |n: usize, what: &str| match n {
+        0 => format!("no {what}s"),
+        1 => format!("1 {what}"),
+        n => format!("{n} {what}s"),
     };
+    let _ = writeln!(
+        text,
+        "{}, {}",
+        count(problems.len(), "problem"),
+        count(warnings.len(), "warning")
+    );
     let mut out = Output::ok(json, text);
-    if !problems.is_empty() {
+    if !problems.is_empty() || (strict && !warnings.is_empty()) {
         out.code = PROBLEMS;
     }
     Ok(out)

@@ -16,7 +16,7 @@ pub const USAGE: u8 = 2;
 /// The server cannot be reached: a bad URL, a refused or lost connection,
 /// a failed login, a timeout.
 pub const CONNECT: u8 = 3;
-/// `doctor` found problems.
+/// `doctor` found problems (or, `--strict`, warnings).
 pub const PROBLEMS: u8 = 4;
 
 /// The exit codes, as `--help` shows them.
@@ -27,7 +27,7 @@ Exit codes:
      obliterate while jobs are active without --force, --yes missing, a server error)
   2  usage error
   3  cannot connect to the server (bad URL, refused, lost, login failed, timed out)
-  4  doctor found problems";
+  4  doctor found problems (or, with --strict, warnings)";
 
 /// Why a command ended without doing what it was asked, and its exit code.
 #[derive(Debug)]

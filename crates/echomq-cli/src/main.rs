@@ -8,6 +8,7 @@
 //!   kept out of what is printed.
 //! - `render`: tables, times, durations, the JSON form of a job.
 //! - one file per group of commands: `stats`, `jobs` (`jobs`, `show`),
+//!   `enqueue`,
 //!   `ops` (the commands that change a queue), `schedules`, `doctor`,
 //!   `watch` (live events, printed as they come).
 #![forbid(unsafe_code)]
@@ -15,6 +16,7 @@
 mod args;
 mod ctx;
 mod doctor;
+mod enqueue;
 mod exit;
 mod jobs;
 mod ops;
@@ -58,11 +60,14 @@ fn main() -> ExitCode {
             out.code
         }
         Err(f) => {
+            // With --json the failure is one JSON document on stdout, and
+            // nothing on stderr (a script reads one stream, in one form).
             if json {
                 let doc = serde_json::json!({"error": f.message, "exit_code": f.code});
                 let _ = writeln!(stdout, "{}", pretty(&doc));
+            } else {
+                eprintln!("echomq: {}", f.message);
             }
-            eprintln!("echomq: {}", f.message);
             f.code
         }
     };
@@ -79,7 +84,7 @@ fn pretty(v: &serde_json::Value) -> String {
 fn check_queue(cli: &Cli) {
     let optional = matches!(
         cli.command,
-        Command::Stats | Command::Doctor | Command::Schedules { action: None }
+        Command::Stats | Command::Doctor { .. } | Command::Schedules { action: None }
     );
     let error = match &cli.queue {
         None if !optional => "this command needs a queue: -q NAME (or ECHOMQ_QUEUE)".to_owned(),
@@ -102,6 +107,32 @@ async fn run(cli: Cli) -> Result<Output, Failure> {
         Command::Stats => stats::stats(&ctx).await,
         Command::Jobs { state, limit, after } => jobs::jobs(&ctx, state, limit, after).await,
         Command::Show { id } => jobs::show(&ctx, &id).await,
+        Command::Enqueue {
+            payload,
+            id,
+            delay,
+            priority,
+            lane,
+            kind,
+            dedup,
+            dedup_for,
+            max_attempts,
+            create,
+        } => {
+            let e = enqueue::Enqueue {
+                payload,
+                id,
+                delay,
+                priority,
+                lane,
+                kind,
+                dedup,
+                dedup_for,
+                max_attempts,
+                create,
+            };
+            enqueue::enqueue(&ctx, e).await
+        }
         Command::Retry { all: true, .. } => ops::all(&ctx, Action::Retry).await,
         Command::Retry { ids, .. } => ops::per_id(&ctx, Action::Retry, &ids).await,
         Command::Promote { all: true, .. } => ops::all(&ctx, Action::Promote).await,
@@ -116,7 +147,7 @@ async fn run(cli: Cli) -> Result<Output, Failure> {
         Command::Schedules {
             action: Some(SchedulesAction::Remove { name }),
         } => schedules::remove(&ctx, &name).await,
-        Command::Doctor => doctor::doctor(&ctx).await,
+        Command::Doctor { strict } => doctor::doctor(&ctx, strict).await,
         Command::Watch { from, count } => watch::watch(&ctx, from, count, json).await,
     }
 }

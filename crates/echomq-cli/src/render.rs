@@ -183,7 +183,11 @@ pub fn job_text(queue: &str, j: &JobInfo, now: u64) -> String {
     rows.push(("limits", limits(&j.limits)));
     rows.push(("progress", j.progress.as_ref().map_or_else(|| "-".to_owned(), compact)));
     rows.push(("result", j.result.as_ref().map_or_else(|| "-".to_owned(), compact)));
-    rows.push(("last error", j.last_error.clone().unwrap_or_else(|| "-".to_owned())));
+    match (&j.last_error, j.state) {
+        // an attempt before the one that completed failed
+        (Some(e), echomq::JobState::Completed) => rows.push(("earlier error", format!("{e} (before it completed)"))),
+        (e, _) => rows.push(("last error", e.clone().unwrap_or_else(|| "-".to_owned()))),
+    }
     let width = rows.iter().map(|(k, _)| k.len()).max().unwrap_or(0);
     let mut out = String::new();
     for (k, v) in &rows {

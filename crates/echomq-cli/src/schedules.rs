@@ -43,18 +43,15 @@ fn schedule_json(queue: &str, s: &ScheduleInfo) -> Value {
 pub async fn list(ctx: &Ctx) -> Result<Output, Failure> {
     let names = ctx.queue_names().await?;
     let mut all = Vec::new();
-    let mut now = 0;
+    let now = ctx.client.server_time_ms().await.map_err(|e| ctx.err(e))?;
     for name in &names {
         let q = ctx.open(name).await?;
         let schedules = q.schedules().await.map_err(|e| ctx.err(e))?;
-        if now == 0 && !schedules.is_empty() {
-            now = q.server_time_ms().await.map_err(|e| ctx.err(e))?;
-        }
         all.extend(schedules.into_iter().map(|s| (name.clone(), s)));
     }
     let json = json!({
         "prefix": ctx.prefix,
-        "server_time_ms": (now > 0).then_some(now),
+        "server_time_ms": now,
         "schedules": all.iter().map(|(q, s)| schedule_json(q, s)).collect::<Vec<_>>(),
     });
     let text = if names.is_empty() {
@@ -91,7 +88,7 @@ pub async fn list(ctx: &Ctx) -> Result<Output, Failure> {
                 "ZONE",
                 "NEXT TICK",
                 "JOBS",
-                "MISSED TICKS",
+                "ON MISSED TICK",
                 "LAST MISSED",
             ],
             &rows,

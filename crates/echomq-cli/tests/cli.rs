@@ -423,7 +423,7 @@ async fn doctor_finds_and_repairs_a_torn_record() {
 
     let run = echomq(&url, &["doctor"]).await;
     assert_eq!(run.code, 0, "{run:?}");
-    assert!(run.stdout.contains("no problems found"), "{}", run.stdout);
+    assert!(run.stdout.contains("no problems, "), "{}", run.stdout);
     assert!(
         run.stdout.contains("maxmemory") || run.stdout.contains("noeviction"),
         "{}",
@@ -541,4 +541,118 @@ async fn watch_prints_events_and_resumes_from_an_id() {
     assert_eq!(run.stdout.lines().count(), 1, "{run:?}");
     let run = echomq(&s.url(), &["-q", "watched", "watch", "--from", "junk"]).await;
     assert_eq!(run.code, 2, "{run:?}");
+}
+
+// enqueue: a JSON payload into an existing queue (created, then existing
+// for the same --id), options passed through, a payload that is not JSON
+// and a queue that is not there refused (exit 1, nothing written) unless
+// --create; with --json a failure is one document on stdout and nothing
+// on stderr.
+#[tokio::test]
+async fn enqueue_adds_one_job() {
+    let (server, client) = server().await;
+    let url = server.url();
+    let q = client.queue("inbox").await.unwrap();
+    let run = echomq(
+        &url,
+        &[
+            "-q",
+            "inbox",
+            "--json",
+            "enqueue",
+            r#"{"to":"ada"}"#,
+            "--id",
+            "m-1",
+            "--lane",
+            "t1",
+            "--kind",
+            "mail",
+            "--priority",
+            "-3",
+            "--max-attempts",
+            "4",
+        ],
+    )
+    .await;
+    assert_eq!(run.code, 0, "{run:?}");
+    assert_eq!(
+        run.json()["enqueued"],
+        serde_json::json!({"id": "m-1", "status": "created"})
+    );
+    let job = q.job("m-1").await.unwrap();
+    assert_eq!(job.decode::<Value>().unwrap(), serde_json::json!({"to": "ada"}));
+    assert_eq!((job.lane.as_deref(), job.kind.as_deref()), (Some("t1"), Some("mail")));
+    assert_eq!(job.limits.max_attempts, 4);
+    let again = echomq(&url, &["-q", "inbox", "enqueue", r#"{"to":"ada"}"#, "--id", "m-1"]).await;
+    assert_eq!(again.code, 0, "{again:?}");
+    assert!(again.stdout.contains("existing"), "{again:?}");
+
+    let delayed = echomq(
+        &url,
+        &[
+            "-q",
+            "inbox",
+            "enqueue",
+            "7",
+            "--delay",
+            "1h",
+            "--dedup",
+            "d",
+            "--dedup-for",
+            "2m",
+        ],
+    )
+    .await;
+    assert_eq!(delayed.code, 0, "{delayed:?}");
+    assert_eq!(q.counts().await.unwrap().delayed, 1);
+
+    let bad = echomq(&url, &["-q", "inbox", "--json", "enqueue", "{not json"]).await;
+    assert_eq!(bad.code, 1, "{bad:?}");
+    assert!(bad.json()["error"].as_str().unwrap().contains("not JSON"), "{bad:?}");
+    assert_eq!(bad.stderr, "", "--json: the failure only on stdout");
+    let none = echomq(&url, &["-q", "nowhere", "enqueue", "1"]).await;
+    assert_eq!(none.code, 1, "{none:?}");
+    assert!(none.stderr.contains("no queue \"nowhere\""), "{none:?}");
+    assert!(!client.queue_exists("emq", "nowhere").await.unwrap());
+    let made = echomq(&url, &["-q", "nowhere", "enqueue", "1", "--create"]).await;
+    assert_eq!(made.code, 0, "{made:?}");
+    assert_eq!(
+        client.queue("nowhere").await.unwrap().counts().await.unwrap().pending,
+        1
+    );
+    let counts = q.counts().await.unwrap();
+    assert_eq!((counts.pending, counts.delayed), (1, 1));
+}
+
+// doctor counts its warnings (the test server has no append-only file) and
+// exits 4 on them with --strict; schedules --json always gives the
+// server's time; a completed job's error is an earlier attempt's.
+#[tokio::test]
+async fn doctor_strict_schedules_time_and_earlier_errors() {
+    let (server, client) = server().await;
+    let url = server.url();
+    let q = client.queue("quiet").await.unwrap();
+    let run = echomq(&url, &["doctor"]).await;
+    assert_eq!(run.code, 0, "{run:?}");
+    assert!(run.stdout.contains("warning: no append-only file"), "{}", run.stdout);
+    assert!(run.stdout.contains("no problems, 1 warning"), "{}", run.stdout);
+    let strict = echomq(&url, &["doctor", "--strict"]).await;
+    assert_eq!(strict.code, 4, "{strict:?}");
+
+    let sched = echomq(&url, &["--json", "schedules"]).await;
+    assert_eq!(sched.code, 0, "{sched:?}");
+    assert!(sched.json()["server_time_ms"].as_u64().unwrap() > 0, "{sched:?}");
+
+    add(&q, "r1", EnqueueOptions::new().max_attempts(3)).await;
+    let lease = claim(&q, "r1").await;
+    q.retry(&lease, Some(Duration::ZERO), "flaky").await.unwrap();
+    let lease = claim(&q, "r1").await;
+    q.complete(&lease).await.unwrap();
+    let show = echomq(&url, &["-q", "quiet", "show", "r1"]).await;
+    assert!(
+        show.stdout.contains("earlier error  flaky (before it completed)"),
+        "{}",
+        show.stdout
+    );
+    assert!(!show.stdout.contains("last error"), "{}", show.stdout);
 }

@@ -91,7 +91,12 @@ fn record(job: &JobInfo, events: &[FeedEvent]) -> String {
         item("holder", escape(holder));
     }
     if let Some(err) = &job.last_error {
-        item("last error", format!("<span class=\"err\">{}</span>", escape(err)));
+        // A completed job's error is an earlier attempt's: not shown as a fault.
+        if job.state == echomq::JobState::Completed {
+            item("earlier error", format!("<span class=\"past\">{}</span>", escape(err)));
+        } else {
+            item("last error", format!("<span class=\"err\">{}</span>", escape(err)));
+        }
     }
     out.push_str("</dl>");
     if let Some(p) = &job.progress {

@@ -77,9 +77,15 @@ pub(crate) async fn queue(
         let _ = write!(
             rows,
             "<tr data-job=\"{id}\"><td><a href=\"{link}\">{id}</a></td><td class=\"num\">{}</td>\
-             <td class=\"num\">{}</td><td>{when}</td><td class=\"err\">{}</td><td class=\"actions\">",
+             <td class=\"num\">{}</td><td>{when}</td><td class=\"{}\">{}</td><td class=\"actions\">",
             job.attempts,
             job.failures,
+            // a completed job's error is an earlier attempt's: not red
+            if job.state == echomq::JobState::Completed {
+                "past"
+            } else {
+                "err"
+            },
             escape(&excerpt(job.last_error.as_deref().unwrap_or(""), 120)),
         );
         rows.push_str(&job_buttons(&shared, &link, job.state));
