@@ -21,7 +21,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let (url, _server) = echomq::server::url_from_env_or_start()?;
     let queue = Queue::connect(&url, "metrics-demo").await?;
 
-    // Jobs: one in five fails its first attempt, so retries show too.
+    // Jobs: one in five fails its first attempt, so retries show too. The
+    // gauges (counts, backlog, lag) come from the server: the worker
+    // refreshes them every 5 s.
     let consumer = Consumer::new(queue.clone(), |job: Job<u32>| async move {
         tokio::time::sleep(Duration::from_millis(u64::from(*job.payload() % 50))).await;
         if job.payload().is_multiple_of(5) && job.attempt() == 1 {
@@ -30,21 +32,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         Ok(())
     })
     .concurrency(8)
+    .record_gauges_every(Duration::from_secs(5))
     .spawn()?;
 
-    // The gauges (counts, lag) come from the server: one process refreshes them.
-    let gauges = {
-        let queue = queue.clone();
-        tokio::spawn(async move {
-            let mut tick = tokio::time::interval(Duration::from_secs(5));
-            loop {
-                tick.tick().await;
-                if let Err(e) = queue.record_metrics().await {
-                    tracing::warn!(error = %e, "could not read the queue's counts");
-                }
-            }
-        })
-    };
     let producer = {
         let queue = queue.clone();
         tokio::spawn(async move {
@@ -63,7 +53,6 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         () = tokio::time::sleep(Duration::from_secs(60)) => {}
     }
     producer.abort();
-    gauges.abort();
     consumer.shutdown().await?;
     Ok(())
 }

@@ -1,6 +1,6 @@
 //! Handlers beyond plain closures: [`with_state`] hands application state
 //! (a pool, a client, settings) to every call without globals, and with
-//! feature `tower` any `tower::Service` is a handler ([`service`]), so the
+//! feature `tower` any `tower::Service` is a handler (`handlers::service`), so the
 //! usual layers (timeout, concurrency limit, tracing) compose.
 //!
 //! A closure that captures a clone of the state works too; `with_state`

@@ -15,20 +15,26 @@
 //! | `echomq_settle_failures_total` | counter | settlements not applied (lease lost, or the outcome unknown) |
 //! | `echomq_handlers_aborted_total` | counter | handlers aborted after ignoring the cancellation of an attempt whose lease was lost |
 //!
-//! And by [`Queue::record_metrics`], which the application calls as often
-//! as it wants the gauges fresh (they are a few reads of the server):
+//! And by [`Queue::record_metrics`], which a worker calls on the interval
+//! given to [`Worker::record_gauges_every`](crate::Worker::record_gauges_every),
+//! or the application as often as it wants the gauges fresh (they are a
+//! few reads of the server):
 //!
 //! | name | type | what |
 //! | --- | --- | --- |
 //! | `echomq_jobs` | gauge | jobs per state (label `state`), as [`Queue::counts`] |
+//! | `echomq_queue_backlog` | gauge | jobs ready to run and waiting for a worker (pending): what an autoscaler scales on, with the lag |
 //! | `echomq_queue_paused` | gauge | 1 while the queue is paused |
-//! | `echomq_queue_lag_seconds` | gauge | how long the job next in line has waited since its creation (0 with none pending; with lanes, the first pending job in id order stands for it) |
+//! | `echomq_queue_lag_seconds` | gauge | how long the job next in line has waited since its creation ([`Queue::lag`]; 0 with none pending) |
+//!
+//! Each has a unit and a help text ([`describe`]), which a Prometheus
+//! exporter prints as `# HELP` lines.
 
 use std::time::Duration;
 
 use metrics::{counter, gauge, histogram};
 
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::job::Counts;
 use crate::queue::{Outcome, Queue};
 
@@ -92,30 +98,9 @@ impl Queue {
     /// # Errors
     /// Server errors.
     pub async fn record_metrics(&self) -> Result<Counts> {
+        describe();
         let counts = self.counts().await?;
-        let k = self.keys();
-        let next: Vec<String> = redis::cmd("ZRANGE")
-            .arg(&k.pending)
-            .arg(0)
-            .arg(0)
-            .query_async(&mut self.conn())
-            .await
-            .map_err(Error::from_redis)?;
-        let mut lag = Duration::ZERO;
-        if let Some(id) = next.first() {
-            let (ct, now): (Option<u64>, (u64, u64)) = redis::pipe()
-                .cmd("HGET")
-                .arg(k.job(id))
-                .arg("ct")
-                .cmd("TIME")
-                .query_async(&mut self.conn())
-                .await
-                .map_err(Error::from_redis)?;
-            let now_ms = now.0 * 1000 + now.1 / 1000;
-            if let Some(ct) = ct {
-                lag = Duration::from_millis(now_ms.saturating_sub(ct));
-            }
-        }
+        let lag = self.lag().await?;
         let q = self.name().to_owned();
         for (state, n) in [
             ("pending", counts.pending),
@@ -128,8 +113,77 @@ impl Queue {
             #[allow(clippy::cast_precision_loss)]
             gauge!("echomq_jobs", "queue" => q.clone(), "state" => state).set(n as f64);
         }
+        #[allow(clippy::cast_precision_loss)]
+        gauge!("echomq_queue_backlog", "queue" => q.clone()).set(counts.pending as f64);
         gauge!("echomq_queue_paused", "queue" => q.clone()).set(if counts.paused { 1.0 } else { 0.0 });
         gauge!("echomq_queue_lag_seconds", "queue" => q).set(lag.as_secs_f64());
         Ok(counts)
+    }
+}
+
+/// Gives every echomq metric its unit and help text (Prometheus's `# HELP`
+/// and `# TYPE` lines), in the recorder installed now. Workers call it as
+/// they start and [`Queue::record_metrics`] at each call, so an
+/// application that installs its recorder first has nothing to do; one
+/// that installs it later calls this once after.
+pub fn describe() {
+    use metrics::{Unit, describe_counter, describe_gauge, describe_histogram};
+    describe_counter!("echomq_jobs_claimed_total", Unit::Count, "Jobs leased to this process");
+    describe_histogram!(
+        "echomq_job_wait_seconds",
+        Unit::Seconds,
+        "From a job's creation to its claim, on the server's clock"
+    );
+    describe_counter!(
+        "echomq_handler_results_total",
+        Unit::Count,
+        "Handler attempts by how they ended (label result)"
+    );
+    describe_histogram!("echomq_job_run_seconds", Unit::Seconds, "How long handlers ran");
+    describe_counter!(
+        "echomq_jobs_settled_total",
+        Unit::Count,
+        "Settlements the server applied (label outcome)"
+    );
+    describe_counter!(
+        "echomq_settle_failures_total",
+        Unit::Count,
+        "Settlements not applied (lease lost, or the outcome unknown)"
+    );
+    describe_counter!(
+        "echomq_handlers_aborted_total",
+        Unit::Count,
+        "Handlers aborted after ignoring the cancellation of an attempt whose lease was lost"
+    );
+    describe_gauge!("echomq_jobs", Unit::Count, "Jobs per state (label state)");
+    describe_gauge!(
+        "echomq_queue_backlog",
+        Unit::Count,
+        "Jobs ready to run and waiting for a worker (pending)"
+    );
+    describe_gauge!("echomq_queue_paused", "1 while the queue is paused");
+    describe_gauge!(
+        "echomq_queue_lag_seconds",
+        Unit::Seconds,
+        "How long the job next in line has waited since its creation"
+    );
+}
+
+/// Refreshes the gauges of `queues` every `every` until `stop` is
+/// cancelled (a worker's `record_gauges_every`). A failed refresh is
+/// logged and the next one comes as planned.
+pub(crate) async fn refresh(queues: Vec<Queue>, every: Duration, stop: tokio_util::sync::CancellationToken) {
+    let mut tick = tokio::time::interval(every);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {}
+            () = stop.cancelled() => return,
+        }
+        for q in &queues {
+            if let Err(e) = q.record_metrics().await {
+                tracing::warn!(queue = %q.name(), error = %e, "refreshing the queue's gauges failed");
+            }
+        }
     }
 }

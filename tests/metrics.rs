@@ -45,7 +45,7 @@ async fn counters_histograms_and_gauges_follow_the_jobs() {
     let recorder = DebuggingRecorder::new();
     let snapshotter: Snapshotter = recorder.snapshotter();
     recorder.install().unwrap();
-    let (_s, q) = setup("metrics").await;
+    let (s, q) = setup("metrics").await;
     let c = Consumer::new(q.clone(), |job: Job<u32>| async move {
         if *job.payload() == 1 && job.attempt() == 1 {
             return Err(HandlerError::retry_after("once", Duration::ZERO));
@@ -102,4 +102,50 @@ async fn counters_histograms_and_gauges_follow_the_jobs() {
     assert_eq!(gauge("completed"), 3.0);
     assert_eq!(gauge("pending"), 1.0);
     assert!(value(&snap, MetricKind::Gauge, "echomq_queue_lag_seconds", &queue).is_some());
+    match value(&snap, MetricKind::Gauge, "echomq_queue_backlog", &queue) {
+        Some(DebugValue::Gauge(g)) => assert_eq!(g.into_inner(), 1.0),
+        other => panic!("backlog: {other:?}"),
+    }
+    // Every metric has a help text (Prometheus's # HELP), and a unit where it has one.
+    for name in [
+        "echomq_jobs_claimed_total",
+        "echomq_jobs_settled_total",
+        "echomq_job_wait_seconds",
+        "echomq_jobs",
+        "echomq_queue_backlog",
+        "echomq_queue_lag_seconds",
+    ] {
+        let (_, unit, help, _) = snap.iter().find(|(k, ..)| k.key().name() == name).unwrap();
+        assert!(help.as_ref().is_some_and(|h| !h.is_empty()), "{name}");
+        assert!(unit.is_some(), "{name}");
+    }
+
+    // A worker refreshes its queues' gauges itself (record_gauges_every):
+    // a paused queue's backlog of 2 and its lag show without a call.
+    let q2 = echomq::Queue::connect(&s.url(), "metrics-gauges").await.unwrap();
+    q2.pause().await.unwrap();
+    q2.enqueue_bulk(&[7u32, 8]).await.unwrap();
+    let w = Consumer::new(q2.clone(), |_job: Job<u32>| async move { Ok(()) })
+        .record_gauges_every(Duration::from_millis(100))
+        .spawn()
+        .unwrap();
+    let on = [("queue", q2.name())];
+    assert!(
+        eventually(Duration::from_secs(10), || async {
+            let snap: Snap = snapshotter.snapshot().into_vec();
+            let backlog = matches!(value(&snap, MetricKind::Gauge, "echomq_queue_backlog", &on),
+                Some(DebugValue::Gauge(g)) if g.into_inner() == 2.0);
+            let lag = matches!(value(&snap, MetricKind::Gauge, "echomq_queue_lag_seconds", &on),
+                Some(DebugValue::Gauge(g)) if g.into_inner() > 0.0);
+            backlog && lag
+        })
+        .await
+    );
+    w.shutdown().await.unwrap();
+    assert!(
+        Consumer::new(q2.clone(), |_job: Job<u32>| async move { Ok(()) })
+            .record_gauges_every(Duration::from_millis(10))
+            .spawn()
+            .is_err()
+    );
 }

@@ -138,6 +138,41 @@ impl Queue {
         })
     }
 
+    /// How long the job next in line has waited since it was created, on
+    /// the server's clock: zero when nothing is pending. With lanes in use,
+    /// the first pending job in the pending set's order stands for it (an
+    /// unlaned one first, else the laned job with the lowest id). What an
+    /// autoscaler watches beside [`Counts::pending`](crate::Counts::pending)
+    /// (the backlog): both are gauges with the `metrics` feature.
+    ///
+    /// # Errors
+    /// Server errors.
+    pub async fn lag(&self) -> Result<std::time::Duration> {
+        let k = self.keys();
+        let next: Vec<String> = redis::cmd("ZRANGE")
+            .arg(&k.pending)
+            .arg(0)
+            .arg(0)
+            .query_async(&mut self.conn())
+            .await
+            .map_err(Error::from_redis)?;
+        let Some(id) = next.first() else {
+            return Ok(std::time::Duration::ZERO);
+        };
+        let (ct, now): (Option<u64>, (u64, u64)) = redis::pipe()
+            .cmd("HGET")
+            .arg(k.job(id))
+            .arg("ct")
+            .cmd("TIME")
+            .query_async(&mut self.conn())
+            .await
+            .map_err(Error::from_redis)?;
+        let now_ms = now.0 * 1000 + now.1 / 1000;
+        Ok(std::time::Duration::from_millis(
+            ct.map_or(0, |ct| now_ms.saturating_sub(ct)),
+        ))
+    }
+
     /// The server's clock (ms since the Unix epoch), the time base of every
     /// deadline.
     ///

@@ -236,6 +236,8 @@ impl Worker {
             Vec::new()
         };
         let (settle_tx, settle_rx) = mpsc::unbounded_channel();
+        #[cfg(feature = "metrics")]
+        let gauges_every = settings.gauges_every;
         let ctx = Ctx::new(entries, order, settings, settle_tx)?;
         let all_settled = CancellationToken::new();
         // Should this future be dropped before it finishes (a `select!` or a
@@ -248,6 +250,14 @@ impl Worker {
             all_settled.clone(),
             keeper_done.clone(),
         ]);
+        #[cfg(feature = "metrics")]
+        let gauges = {
+            crate::metrics::describe();
+            gauges_every.map(|every| {
+                let queues = ctx.queues.iter().map(|s| s.queue.clone()).collect();
+                tokio::spawn(crate::metrics::refresh(queues, every, keeper_done.clone()))
+            })
+        };
         let keeping = tokio::spawn(keeper::Keeper::run(
             ctx.keeper.clone(),
             ctx.queues.iter().map(|s| s.queue.clone()).collect(),
@@ -279,6 +289,10 @@ impl Worker {
         }
         keeper_done.cancel();
         let _ = keeping.await;
+        #[cfg(feature = "metrics")]
+        if let Some(g) = gauges {
+            let _ = g.await;
+        }
         drop(maintained);
         debug!(queues = ctx.names(), "worker stopped");
         failure.map_or(Ok(()), Err)

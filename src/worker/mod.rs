@@ -83,6 +83,12 @@ pub const DEFAULT_POLL_INTERVAL: Duration = Duration::from_secs(5);
 pub const MIN_POLL_INTERVAL: Duration = Duration::from_millis(10);
 /// Longest poll interval accepted: one hour.
 pub const MAX_POLL_INTERVAL: Duration = Duration::from_secs(3_600);
+/// Shortest interval of [`Worker::record_gauges_every`]: 100 ms.
+#[cfg(feature = "metrics")]
+pub const MIN_GAUGES_EVERY: Duration = Duration::from_millis(100);
+/// Longest interval of [`Worker::record_gauges_every`]: one hour.
+#[cfg(feature = "metrics")]
+pub const MAX_GAUGES_EVERY: Duration = Duration::from_secs(3_600);
 /// Most jobs leased in one claim call.
 pub const MAX_CLAIM_BATCH: usize = 64;
 /// Most jobs a consumer leases ahead of free handlers ([`Worker::prefetch`]).

@@ -163,6 +163,20 @@ impl Worker {
         self.settings.reaper = on;
         self
     }
+    /// Refreshes the gauges of every queue of this worker every `every`
+    /// ([`Queue::record_metrics`](crate::Queue::record_metrics): jobs per
+    /// state, backlog, lag, paused), from
+    /// [`MIN_GAUGES_EVERY`](super::MIN_GAUGES_EVERY) to
+    /// [`MAX_GAUGES_EVERY`](super::MAX_GAUGES_EVERY); off by default. A few
+    /// reads of the server per queue per refresh, nothing per job. Every
+    /// process that sets it reports the same numbers: scrape them with
+    /// `max` (or set it in one process).
+    #[cfg(feature = "metrics")]
+    pub fn record_gauges_every(mut self, every: std::time::Duration) -> Self {
+        self.settings.gauges_every = Some(every);
+        self
+    }
+
     /// How often the queue is reaped while busy (default
     /// [`DEFAULT_REAP_INTERVAL`](crate::maintenance::reaper::DEFAULT_REAP_INTERVAL); 1 ms to
     /// [`MAX_REAP_INTERVAL`](crate::maintenance::reaper::MAX_REAP_INTERVAL)).

@@ -40,6 +40,9 @@ pub(super) struct Settings {
     pub reap_interval: Duration,
     /// The delay of retries that ask for "the backoff" (`Job`: the job's own).
     pub backoff: RetryBackoff,
+    /// How often the worker refreshes its queues' gauges; `None`: never.
+    #[cfg(feature = "metrics")]
+    pub gauges_every: Option<Duration>,
 }
 
 /// The defaults a new [`Consumer`](super::Consumer) starts from.
@@ -57,6 +60,8 @@ impl Default for Settings {
             reaper: true,
             reap_interval: crate::maintenance::reaper::DEFAULT_REAP_INTERVAL,
             backoff: super::backoff::RetryBackoff::Job,
+            #[cfg(feature = "metrics")]
+            gauges_every: None,
         }
     }
 }
@@ -102,6 +107,15 @@ impl Settings {
             MAX_REAP_INTERVAL,
         )?;
         self.backoff.check()?;
+        #[cfg(feature = "metrics")]
+        if let Some(d) = self.gauges_every {
+            duration(
+                "record_gauges_every",
+                d,
+                super::MIN_GAUGES_EVERY,
+                super::MAX_GAUGES_EVERY,
+            )?;
+        }
         Ok(())
     }
 

@@ -1,4 +1,5 @@
-//! `stats`: jobs per state and whether paused, for one queue or all.
+//! `stats`: jobs per state, whether paused, and the lag of the job next in
+//! line, for one queue or all.
 
 use serde_json::json;
 
@@ -19,11 +20,15 @@ pub async fn stats(ctx: &Ctx) -> Result<Output, Failure> {
     let mut errors = Vec::new();
     for name in &names {
         let counts = match ctx.open(name).await {
-            Ok(q) => q.counts().await.map_err(|e| ctx.err(e)),
+            Ok(q) => match q.counts().await {
+                Ok(c) => q.lag().await.map(|lag| (c, lag)).map_err(|e| ctx.err(e)),
+                Err(e) => Err(ctx.err(e)),
+            },
             Err(f) => Err(f),
         };
         match counts {
-            Ok(c) => {
+            Ok((c, lag)) => {
+                let lag_ms = u64::try_from(lag.as_millis()).unwrap_or(u64::MAX);
                 docs.push(json!({
                     "queue": name,
                     "paused": c.paused,
@@ -33,10 +38,13 @@ pub async fn stats(ctx: &Ctx) -> Result<Output, Failure> {
                     "completed": c.completed,
                     "failed": c.failed,
                     "cancelled": c.cancelled,
+                    "backlog": c.pending,
+                    "lag_ms": lag_ms,
                 }));
                 let paused = if c.paused { "yes" } else { "no" };
                 let mut row = vec![name.clone(), paused.to_owned()];
                 row.extend([c.pending, c.delayed, c.active, c.completed, c.failed, c.cancelled].map(|n| n.to_string()));
+                row.push(crate::render::duration(lag));
                 rows.push(row);
             }
             // A lost connection ends the command; a queue that cannot be
@@ -61,6 +69,7 @@ pub async fn stats(ctx: &Ctx) -> Result<Output, Failure> {
                 "COMPLETED",
                 "FAILED",
                 "CANCELLED",
+                "LAG",
             ],
             &rows,
         )

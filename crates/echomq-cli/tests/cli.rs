@@ -131,6 +131,13 @@ async fn stats_counts_every_state() {
     ] {
         assert_eq!(row[state], n, "{state}: {row}");
     }
+    assert_eq!(row["backlog"], 2, "{row}");
+    let lag = row["lag_ms"].as_u64().unwrap();
+    assert_eq!(
+        std::time::Duration::from_millis(lag).as_secs(),
+        q.lag().await.unwrap().as_secs(),
+        "{row}"
+    );
 
     let run = echomq(&url, &["stats"]).await;
     assert_eq!(run.code, 0, "{run:?}");
@@ -143,7 +150,8 @@ async fn stats_counts_every_state() {
         run.stdout
     );
     let mail: Vec<&str> = lines[2].split_whitespace().collect();
-    assert_eq!(mail, ["mail", "yes", "2", "1", "1", "1", "1", "1"]);
+    assert_eq!(mail[..8], ["mail", "yes", "2", "1", "1", "1", "1", "1"]);
+    assert!(mail[8].ends_with('s'), "the lag: {}", run.stdout);
     let all = echomq(&url, &["stats", "--json"]).await.json();
     assert_eq!(all["queues"].as_array().unwrap().len(), 2);
 }
