@@ -60,6 +60,48 @@ pub const MAX_BATCH: usize = 1_000;
 /// let id = queue.enqueue(&serde_json::json!({"to": "ada@example.com"})).await?;
 /// # let _ = id; Ok(()) }
 /// ```
+///
+/// Most code needs the first two groups; the methods below are listed by
+/// what they are for:
+///
+/// - **Producing**: [`enqueue`](Self::enqueue),
+///   [`enqueue_with`](Self::enqueue_with) (with
+///   [`EnqueueOptions`](crate::EnqueueOptions): id, delay, priority, dedup,
+///   lane, kind), [`enqueue_bulk`](Self::enqueue_bulk),
+///   [`enqueue_bulk_with`](Self::enqueue_bulk_with), and for typed job
+///   kinds [`enqueue_job`](Self::enqueue_job) and
+///   [`enqueue_jobs`](Self::enqueue_jobs). Jobs are run by a
+///   [`Consumer`](crate::Consumer) / [`Worker`](crate::Worker).
+/// - **Reading a job or the queue**: [`job`](Self::job),
+///   [`wait`](Self::wait) (until a job finishes), [`counts`](Self::counts),
+///   [`lag`](Self::lag), [`list`](Self::list) (a state's jobs, a page at a
+///   time), [`events`](Self::events) (the lifecycle stream),
+///   [`server_time_ms`](Self::server_time_ms).
+/// - **Operating**: [`retry_failed`](Self::retry_failed),
+///   [`retry_all_failed`](Self::retry_all_failed), [`promote`](Self::promote),
+///   [`remove`](Self::remove), [`cancel`](Self::cancel),
+///   [`pause`](Self::pause), [`resume`](Self::resume),
+///   [`drain`](Self::drain), [`obliterate`](Self::obliterate) (the guide's
+///   [Operating a queue](crate::guide::operating_a_queue)).
+/// - **Throttles and lanes**: [`set_max_active`](Self::set_max_active),
+///   [`set_rate_limit`](Self::set_rate_limit),
+///   [`throttles`](Self::throttles), [`set_lane_cap`](Self::set_lane_cap),
+///   [`set_lane_weight`](Self::set_lane_weight), [`lanes`](Self::lanes) and
+///   the rest of their families ([Throttles](crate::guide::throttles),
+///   [Lanes](crate::guide::lanes)).
+/// - **Settings kept in the server**: [`set_events`](Self::set_events),
+///   [`layout`](Self::layout), [`upgrade_layout`](Self::upgrade_layout).
+/// - **Maintenance** (a worker's client does it for you):
+///   [`reap`](Self::reap), [`sweep`](Self::sweep), and with the
+///   `metrics` feature `record_metrics` (the gauges).
+/// - **Working by hand**, for a loop of your own instead of a consumer:
+///   [`claim`](Self::claim), then one settlement per
+///   [`Lease`](crate::Lease): [`complete`](Self::complete),
+///   [`retry`](Self::retry), [`fail`](Self::fail),
+///   [`release`](Self::release), [`snooze`](Self::snooze), or several at
+///   once with [`settle_many`](Self::settle_many) and
+///   [`settle_and_claim`](Self::settle_and_claim); [`extend`](Self::extend)
+///   renews a lease.
 #[derive(Clone)]
 pub struct Queue {
     inner: Arc<Inner>,
