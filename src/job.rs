@@ -114,7 +114,7 @@ pub const MAX_PROGRESS_BYTES: usize = 64 * 1024;
 ///  "finished_ms": 1764800000900, "deadline_ms": null,
 ///  "limits": {"max_attempts": 3, "max_stalls": 1, "timeout_ms": null,
 ///             "backoff": {"kind": "exponential", "base_ms": 1000, "max_ms": 3600000, "jitter": 0.0}},
-///  "progress": null, "first_started_ms": 1764800000010,
+///  "progress": null, "checkpoint": null, "first_started_ms": 1764800000010,
 ///  "errors": [{"at_ms": 1764800000900, "message": "smtp timeout"}],
 ///  "result": null, "holder": "worker-1", "cancel_requested_ms": null,
 ///  "lane": null, "kind": "email"}
@@ -154,6 +154,9 @@ pub struct JobInfo {
     pub limits: Limits,
     /// The progress its handler last reported ([`Job::progress`](crate::Job::progress)).
     pub progress: Option<serde_json::Value>,
+    /// The checkpoint its attempts stored last ([`Job::checkpoint`](crate::Job::checkpoint)),
+    /// which the next attempt resumes from.
+    pub checkpoint: Option<serde_json::Value>,
     /// When its first claim leased it (server ms).
     pub first_started_ms: Option<u64>,
     /// Its last [`ERRORS_KEPT`] errors (handler errors and fail reasons),

@@ -7,6 +7,7 @@
 //! - `inspect`: a job's record, counts, the server clock.
 
 mod backing;
+mod checkpoint;
 mod enqueue;
 pub(crate) mod inspect;
 mod options;
@@ -18,6 +19,7 @@ use serde::Serialize;
 use tokio::sync::mpsc;
 
 pub(crate) use self::backing::{Backing, Upkeep, UpkeepGuard};
+pub use self::checkpoint::MAX_CHECKPOINT_BYTES;
 pub use self::options::{
     DEFAULT_KEEP_COMPLETED, DEFAULT_KEEP_FAILED, DEFAULT_MAX_PAYLOAD_BYTES, MAX_PAYLOAD_LIMIT, QueueOptions, Retention,
 };

@@ -1,5 +1,5 @@
-//! `lua/progress.lua`: records a running job's progress, fenced like a
-//! settlement.
+//! `lua/progress.lua`: records a running job's progress or checkpoint,
+//! fenced like a settlement.
 
 use super::Spec;
 use super::call::unexpected;
@@ -13,14 +13,26 @@ pub(super) static SPEC: Spec = Spec::new(
     include_str!("../../lua/progress.lua"),
     &["job"],
     false,
-    &["token", "value"],
+    &["token", "value", "field"],
 );
 
-/// Records `value` (JSON, checked by the caller) as the progress of job
-/// `id`'s attempt `token`.
-pub(crate) async fn run(conn: &mut Conn, k: &Keys, id: &str, token: u64, value: &[u8]) -> Result<()> {
+/// Which of the attempt's fields a report writes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Field {
+    /// `pg`: the progress, evented.
+    Progress,
+    /// `ck`: the checkpoint the next attempt reads (an empty value clears it).
+    Checkpoint,
+}
+
+/// Records `value` (JSON, checked by the caller; empty clears a
+/// checkpoint) as `field` of job `id`'s attempt `token`.
+pub(crate) async fn run(conn: &mut Conn, k: &Keys, id: &str, token: u64, field: Field, value: &[u8]) -> Result<()> {
     let mut call = SPEC.call();
-    call.key(k.job(id)).arg(token).arg(value);
+    call.key(k.job(id)).arg(token).arg(value).arg(match field {
+        Field::Progress => "pg",
+        Field::Checkpoint => "ck",
+    });
     let mut r = call.run(conn).await?;
     match r.code()? {
         Code::Ok => Ok(()),

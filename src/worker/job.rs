@@ -227,6 +227,14 @@ impl<T> Job<T> {
             });
         }
         let q = &self.handle;
-        store::progress::run(&mut q.conn(), q.keys(), self.id(), self.token(), &bytes).await
+        store::progress::run(
+            &mut q.conn(),
+            q.keys(),
+            self.id(),
+            self.token(),
+            store::progress::Field::Progress,
+            &bytes,
+        )
+        .await
     }
 }

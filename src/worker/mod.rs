@@ -18,6 +18,7 @@
 //! - `event`: the [`WorkerEvent`]s observers see.
 
 pub(crate) mod backoff;
+mod checkpoint;
 mod claim;
 mod engine;
 mod erased;

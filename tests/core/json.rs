@@ -44,6 +44,7 @@ async fn a_job_serializes_to_the_documented_shape() {
         [
             "attempts",
             "cancel_requested_ms",
+            "checkpoint",
             "created_ms",
             "deadline_ms",
             "errors",

@@ -182,6 +182,9 @@ pub fn job_text(queue: &str, j: &JobInfo, now: u64) -> String {
     }
     rows.push(("limits", limits(&j.limits)));
     rows.push(("progress", j.progress.as_ref().map_or_else(|| "-".to_owned(), compact)));
+    if let Some(c) = &j.checkpoint {
+        rows.push(("checkpoint", compact(c)));
+    }
     rows.push(("result", j.result.as_ref().map_or_else(|| "-".to_owned(), compact)));
     match (&j.last_error, j.state) {
         // an attempt before the one that completed failed

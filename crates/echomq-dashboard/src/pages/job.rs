@@ -106,6 +106,13 @@ fn record(job: &JobInfo, events: &[FeedEvent]) -> String {
             pretty(p.to_string().as_bytes())
         );
     }
+    if let Some(c) = &job.checkpoint {
+        let _ = write!(
+            out,
+            "<h2>Checkpoint</h2><p class=\"hint\">Where the next attempt resumes.</p><pre id=\"job-checkpoint\">{}</pre>",
+            pretty(c.to_string().as_bytes())
+        );
+    }
     if let Some(r) = &job.result {
         let _ = write!(
             out,
