@@ -44,6 +44,8 @@ local woken = 0
 local mint = minter(seq_key)
 -- whether payloads are split (lib/payload.lua), read with the queue's settings
 local split = payload_split(prefix)
+-- the queue's priority aging (lib/keyspace.lua pending_score), nil for none
+local aging = queue_aging(prefix)
 -- new jobs' set moves, applied in one ZADD per set (lib/mint.lua store_job)
 local adds = {pending = {}, delayed = {}}
 
@@ -129,7 +131,7 @@ for j = 0, n - 1 do
   end
   if status == CODE.OK then
     local score, h
-    id, score, h = new_job(mint(n - j), id, payload, priority, lm, lane, due, now, kind, tp, split)
+    id, score, h = new_job(mint(n - j), id, payload, priority, lm, lane, due, now, kind, tp, split, aging, j)
     if mk then hold(mk, id, dedup_ttl, dedup, h) end
     if store_job(prefix, pending_key, delayed_key, id, score, due, h, lane, adds) then woken = woken + 1 end
   end

@@ -77,7 +77,7 @@ for i, t in ipairs(ticks) do
       if rcall('EXISTS', prefix .. 'job:' .. id) == 0 then
         local score, h
         id, score, h = new_job(rcall('INCR', seq_key), id, payload, priority, lm, '', nil, now, kind, nil,
-          payload_split(prefix))
+          payload_split(prefix), queue_aging(prefix), made)
         store_job(prefix, pending_key, nil, id, score, nil, h, '')
         status = CODE.OK
         made = made + 1

@@ -25,7 +25,7 @@
 -- its own score; delayed due now; finished at its finish time), and it is
 -- removed from any other set. A hash without a payload is deleted; one
 -- with an unknown state becomes pending; one without a valid score `sc`
--- gets a fresh one (priority 0, the next mint number, as lib/mint.lua
+-- gets a fresh one (priority 0, the next mint number, or now with aging, as lib/mint.lua
 -- new_job computes it), since every later move back to pending ZADDs at `sc`. A
 -- non-numeric finish time `ft` counts as now. Phase 1..6 ZSCANs that set:
 -- members whose job key is missing, or is not a hash, are removed.
@@ -160,7 +160,7 @@ local function check_job(jk, usable)
       skipped = skipped + 1
       return
     end
-    sc = 127 * PRIO_STEP + seq
+    sc = tonumber(pending_score(0, seq, queue_aging(prefix), now, 0))
     rcall('HSET', jk, 'sc', sc)
     repaired = repaired + 1
   end

@@ -3,7 +3,7 @@
 -- the Rust side): the job key's parts, the pending score, the wake list,
 -- the obliterating mark, dedup and effect markers, SCAN patterns.
 --
--- Needs: base (rcall, sget).
+-- Needs: base (rcall, sget, int_s).
 
 -- The queue prefix and job id of job key `jk` (PREFIX:{Q}:job:ID: the
 -- first '}' closes the hash tag, as neither prefix nor queue holds one).
@@ -14,6 +14,26 @@ end
 -- Pending scores: (127 - priority) * 2^45 + mint number, so ZPOPMIN takes
 -- the highest priority first, then the oldest; an exact integer in a double.
 local PRIO_STEP = 35184372088832
+
+-- With priority aging (`aging` ms of waiting worth one priority level,
+-- aging.lua): (ready - AGE_EPOCH + (127 - priority) * aging) * 1024 + nth,
+-- ready being the server ms the job became ready (enqueued, or due) and
+-- nth its place among the jobs of the call that minted it (at most 1,023;
+-- a call mints at most 1,000): a job of priority p is taken before one of
+-- priority p + d enqueued more than d * aging ms after it, so a waiting
+-- job's effective priority rises with its wait without rescoring anyone.
+-- Below 2^50 until about 2060 for agings up to an hour (aging.lua's most).
+local AGE_EPOCH = 1735689600000 -- 2025-01-01T00:00:00Z
+
+-- The pending score of a job of `priority` minted as number `seq` (the
+-- queue's `aging`, or nil; the job's `ready` ms and `nth` for aging).
+local function pending_score(priority, seq, aging, ready, nth)
+  if aging then
+    return int_s(((ready - AGE_EPOCH) + (127 - priority) * aging) * 1024 + math.min(nth, 1023))
+  end
+  -- as decimal strings: a number argument is formatted with %.17g, which costs more
+  return int_s((127 - priority) * PRIO_STEP + seq)
+end
 
 -- Leaves up to `n` wake tokens for consumers blocked on the wake list
 -- (capped so a busy queue does not grow it without bound).

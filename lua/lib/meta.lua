@@ -5,8 +5,9 @@
 -- `paused` (lib/claim.lua), and from layout 3 on the queue's limits `max`,
 -- `rate` and `hold` (lib/throttle.lua; a key of their own, `limits`, in
 -- layout 2) and `ln`, set while lanes may be in use (lib/lanes.lua), so a
--- queue that uses neither pays no command for them; and a table for other
--- reads a call makes once (call_cache).
+-- queue that uses neither pays no command for them; `ag`, the priority
+-- aging (lib/keyspace.lua pending_score); and a table for other reads a
+-- call makes once (call_cache).
 --
 -- Needs: base (hfields).
 
@@ -24,7 +25,7 @@ local function call_cache()
   return meta_cache
 end
 
--- {evoff, evmax, v, paused, max, rate, hold, ln} of the queue whose keys
+-- {evoff, evmax, v, paused, max, rate, hold, ln, ag} of the queue whose keys
 -- start with `prefix` (each false when absent, as HMGET answers; all nil
 -- for a key of another type). A script that changes one of them later in
 -- its call must not read it here, or must write its cached value too
@@ -33,7 +34,7 @@ local function queue_meta(prefix)
   if prefix == meta_prefix then return meta_last end
   local m = meta_seen[prefix]
   if not m then
-    m = hfields(prefix .. 'meta', 'evoff', 'evmax', 'v', 'paused', 'max', 'rate', 'hold', 'ln') or {}
+    m = hfields(prefix .. 'meta', 'evoff', 'evmax', 'v', 'paused', 'max', 'rate', 'hold', 'ln', 'ag') or {}
     meta_seen[prefix] = m
   end
   meta_prefix, meta_last = prefix, m
@@ -46,4 +47,12 @@ end
 local function meta_v3(prefix)
   local v = tonumber(queue_meta(prefix)[3])
   return v ~= nil and v >= 3
+end
+
+-- The queue's priority aging: ms of waiting worth one priority level
+-- (aging.lua sets it), or nil for none.
+local function queue_aging(prefix)
+  local ag = tonumber(queue_meta(prefix)[9])
+  if ag and ag > 0 then return ag end
+  return nil
 end

@@ -1,7 +1,7 @@
 -- lib/mint.lua: new jobs: their numbers, ids, pending scores and first
 -- fields, and storing them (enqueue.lua, schedule_fire.lua).
 --
--- Needs: base (rcall, int_s, now_str), keyspace (PRIO_STEP), payload (put_payload), events (events_on, emit),
+-- Needs: base (rcall, int_s, now_str), keyspace (pending_score), payload (put_payload), events (events_on, emit),
 -- lanes (lane_push).
 
 -- Hands out job numbers from the counter `seq_key`: `mint(left)` returns
@@ -30,11 +30,12 @@ end
 -- its lane ("" for none); `kind` its kind ("" or nil for none: no `kd`
 -- field, as records from before kinds have none); `tp` its traceparent
 -- ("" or nil for none); `split` whether the queue splits payloads
--- (lib/payload.lua payload_split).
-local function new_job(seq, id, payload, priority, lm, lane, due, now, kind, tp, split)
+-- (lib/payload.lua payload_split); `aging` the queue's priority aging (nil
+-- for none: lib/meta.lua queue_aging) and `nth` the job's place in its call
+-- (lib/keyspace.lua pending_score).
+local function new_job(seq, id, payload, priority, lm, lane, due, now, kind, tp, split, aging, nth)
   if id == '' then id = int_s(seq) end
-  -- as decimal strings: a number argument is formatted with %.17g, which costs more
-  local score = int_s((127 - priority) * PRIO_STEP + seq)
+  local score = pending_score(priority, seq, aging, due or now, nth or 0)
   local h = {'st', due and 'delayed' or 'pending', 'sc', score, 'ct', now_str(now)}
   put_payload(h, payload, split)
   if lm ~= '' then h[#h + 1] = 'lm'; h[#h + 1] = lm end

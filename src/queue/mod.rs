@@ -6,6 +6,7 @@
 //!   extend: the low-level calls a [`Consumer`](crate::Consumer) makes.
 //! - `inspect`: a job's record, counts, the server clock.
 
+mod aging;
 mod backing;
 mod checkpoint;
 mod enqueue;
@@ -18,6 +19,7 @@ use std::sync::Arc;
 use serde::Serialize;
 use tokio::sync::mpsc;
 
+pub use self::aging::MAX_PRIORITY_AGING;
 pub(crate) use self::backing::{Backing, Upkeep, UpkeepGuard};
 pub use self::checkpoint::MAX_CHECKPOINT_BYTES;
 pub use self::options::{

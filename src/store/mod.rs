@@ -228,6 +228,7 @@ scripts! {
     lane_config,
     lanes,
     throttle,
+    aging,
     #[cfg(feature = "cron")]
     schedule_upsert,
     #[cfg(feature = "cron")]
