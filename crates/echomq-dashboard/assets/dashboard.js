@@ -107,6 +107,9 @@
     return td;
   }
 
+  // Events in plain words (as html.rs event_words).
+  var WORDS = { promoted: "due", rate_limited: "rate limited", cancel_requested: "cancel requested" };
+
   function feed(events) {
     var table = document.getElementById("feed");
     if (!table || !events.length) { return; }
@@ -118,7 +121,7 @@
       var time = document.createElement("time");
       time.textContent = ev.at;
       cell(row, null).appendChild(time);
-      cell(row, ev.event, "event").setAttribute("data-kind", ev.event);
+      cell(row, WORDS[ev.event] || ev.event, "event").setAttribute("data-kind", ev.event);
       var job = cell(row, null);
       if (ev.job !== null) {
         var a = document.createElement("a");

@@ -16,11 +16,17 @@ use crate::Shared;
 use crate::html::segment;
 use crate::pages::{Failure, base_of, open};
 
-/// The form every action posts.
+/// The form every action posts (a bulk action on a state names it).
 #[derive(Deserialize)]
 pub(crate) struct Token {
     csrf: Option<String>,
+    state: Option<String>,
 }
+
+/// The most jobs one bulk action on a state goes through (in pages of
+/// BULK_PAGE): a bound on one request's work; press again for more.
+const BULK_MAX: usize = 10_000;
+const BULK_PAGE: usize = 500;
 
 /// A 403 unless the CSRF checks pass.
 fn refused(shared: &Shared, headers: &HeaderMap, form: &Token) -> Option<Response> {
@@ -37,7 +43,8 @@ fn refused(shared: &Shared, headers: &HeaderMap, form: &Token) -> Option<Respons
 
 /// A 303 to `to` (relative to the dashboard's root, through `up`).
 fn back(up: &str, to: &str, done: &str) -> Response {
-    let loc = format!("{up}{to}?done={done}");
+    let sep = if to.contains('?') { '&' } else { '?' };
+    let loc = format!("{up}{to}{sep}done={done}");
     let mut r = StatusCode::SEE_OTHER.into_response();
     if let Ok(v) = HeaderValue::from_str(&loc) {
         r.headers_mut().insert(LOCATION, v);
@@ -45,7 +52,9 @@ fn back(up: &str, to: &str, done: &str) -> Response {
     r
 }
 
-/// `POST /queues/{queue}/{action}`: pause, resume.
+/// `POST /queues/{queue}/{action}`: pause, resume, and the bulk actions on
+/// a state: `retry-all` (failed), `run-all` (delayed), `remove-all` and
+/// `cancel-all` (of the form's `state`).
 pub(crate) async fn queue(
     State(shared): State<Arc<Shared>>,
     Path((name, action)): Path<(String, String)>,
@@ -67,6 +76,27 @@ pub(crate) async fn queue(
             queue.resume().await?;
             "resumed"
         }
+        "retry-all" => {
+            let n = queue.retry_all_failed().await?;
+            return Ok(bulk_back(&uri, &original, &name, "failed", "retried", n));
+        }
+        "run-all" => {
+            let n = queue.promote_all().await?;
+            return Ok(bulk_back(&uri, &original, &name, "delayed", "promoted", n));
+        }
+        "remove-all" | "cancel-all" => {
+            let state = crate::pages::STATES
+                .into_iter()
+                .find(|s| Some(s.as_str()) == form.state.as_deref())
+                .ok_or_else(|| Failure::BadRequest("no such state".into()))?;
+            let cancel = action == "cancel-all";
+            if state == echomq::JobState::Active && !cancel || cancel && state.is_terminal() {
+                return Err(Failure::BadRequest(format!("no {action} for {} jobs", state.as_str())));
+            }
+            let n = bulk(&queue, state, cancel).await?;
+            let done = if cancel { "cancelled" } else { "removed" };
+            return Ok(bulk_back(&uri, &original, &name, state.as_str(), done, n));
+        }
         other => return Err(Failure::NotFound(format!("no action {other}"))),
     };
     tracing::info!(queue = %name, outcome = done, "queue action from the dashboard");
@@ -75,6 +105,124 @@ pub(crate) async fn queue(
         &format!("queues/{}", segment(&name)),
         done,
     ))
+}
+
+/// Removes (or cancels) the jobs in `state`, page by page, up to
+/// BULK_MAX; answers how many it did.
+async fn bulk(queue: &echomq::Queue, state: echomq::JobState, cancel: bool) -> Result<u64, Failure> {
+    // Removed and cancelled waiting jobs leave the state's set, so each
+    // page is its head again; an active job asked to cancel stays, so
+    // those are paged through.
+    let stays = state == echomq::JobState::Active;
+    let mut done = 0u64;
+    let mut seen = 0usize;
+    let mut after = None;
+    while seen < BULK_MAX {
+        let page = queue.list(state, after.as_ref(), BULK_PAGE).await?;
+        if page.jobs.is_empty() {
+            break;
+        }
+        seen += page.jobs.len();
+        let ids: Vec<&str> = page.jobs.iter().map(|j| j.id.as_str()).collect();
+        let changed = apply(queue, &ids, if cancel { "cancel" } else { "remove" }).await?;
+        done += changed;
+        if stays {
+            match page.next {
+                Some(next) => after = Some(next),
+                None => break,
+            }
+        } else if changed == 0 {
+            // what is left there cannot be moved (it changed state meanwhile)
+            break;
+        }
+    }
+    Ok(done)
+}
+
+/// Applies `action` (retry, remove, cancel) to `ids`; answers how many it
+/// changed (the others were in another state by then, or gone).
+async fn apply(queue: &echomq::Queue, ids: &[&str], action: &str) -> Result<u64, Failure> {
+    let n = match action {
+        "retry" => queue
+            .retry_failed(ids)
+            .await?
+            .iter()
+            .filter(|(_, m)| matches!(m, Moved::Done))
+            .count(),
+        "remove" => queue
+            .remove(ids)
+            .await?
+            .iter()
+            .filter(|(_, r)| matches!(r, Ok(Moved::Done)))
+            .count(),
+        "cancel" => queue
+            .cancel_many(ids)
+            .await?
+            .iter()
+            .filter(|(_, r)| matches!(r, Ok(Cancel::Cancelled | Cancel::Requested)))
+            .count(),
+        other => return Err(Failure::NotFound(format!("no action {other}"))),
+    };
+    Ok(n as u64)
+}
+
+/// Back to the state's tab of the queue with how many jobs a bulk action changed.
+fn bulk_back(uri: &Uri, original: &OriginalUri, name: &str, state: &str, done: &str, n: u64) -> Response {
+    tracing::info!(queue = %name, outcome = done, jobs = n, "bulk action from the dashboard");
+    back(
+        &base_of(uri, original).up,
+        &format!("queues/{}?state={state}&n={n}", segment(name)),
+        done,
+    )
+}
+
+/// `POST /queues/{queue}/selected`: `action` (retry, remove, cancel) on
+/// the jobs ticked in the list (`id`, repeated).
+pub(crate) async fn selected(
+    State(shared): State<Arc<Shared>>,
+    Path(name): Path<String>,
+    uri: Uri,
+    original: OriginalUri,
+    headers: HeaderMap,
+    body: axum::body::Bytes,
+) -> Result<Response, Failure> {
+    let mut csrf = None;
+    let mut action = String::new();
+    let mut state = String::new();
+    let mut ids = Vec::new();
+    for (k, v) in form_urlencoded::parse(&body) {
+        match &*k {
+            "csrf" => csrf = Some(v.into_owned()),
+            "action" => action = v.into_owned(),
+            "state" => state = v.into_owned(),
+            "id" => ids.push(v.into_owned()),
+            _ => {}
+        }
+    }
+    let token = Token { csrf, state: None };
+    if let Some(r) = refused(&shared, &headers, &token) {
+        return Ok(r);
+    }
+    if ids.len() > BULK_PAGE {
+        return Err(Failure::BadRequest(format!("at most {BULK_PAGE} jobs at once")));
+    }
+    let queue = open(&shared, &name).await?;
+    let refs: Vec<&str> = ids.iter().map(String::as_str).collect();
+    let n = if refs.is_empty() {
+        0
+    } else {
+        apply(&queue, &refs, &action).await?
+    };
+    let done = match action.as_str() {
+        "retry" => "retried",
+        "remove" => "removed",
+        _ => "cancelled",
+    };
+    let state = crate::pages::STATES
+        .into_iter()
+        .find(|s| s.as_str() == state)
+        .map_or("failed", |s| s.as_str());
+    Ok(bulk_back(&uri, &original, &name, state, done, n))
 }
 
 fn moved(m: &Moved, done: &'static str) -> &'static str {

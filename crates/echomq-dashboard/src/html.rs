@@ -145,6 +145,18 @@ pub(crate) fn page(app: &str, base: &Base, crumbs: &str, live: &str, body: &str)
     )
 }
 
+/// An event's name in plain words, as the pages show it (dashboard.js has
+/// the same words): "promoted" is internal jargon for a delayed job that
+/// became due.
+pub(crate) fn event_words(kind: &str) -> &str {
+    match kind {
+        "promoted" => "due",
+        "rate_limited" => "rate limited",
+        "cancel_requested" => "cancel requested",
+        other => other,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

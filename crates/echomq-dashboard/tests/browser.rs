@@ -243,6 +243,42 @@ async fn counts_move_and_a_failed_job_is_retried_from_the_browser() {
     let job = queue.job(flaky_id).await.unwrap();
     assert_eq!((job.state, job.attempts), (JobState::Completed, 2));
 
+    // Two more fail for good; "retry all failed" on the failed tab retries both.
+    for i in 0..2 {
+        let opts = EnqueueOptions::new().id(format!("bulk-{i}")).max_attempts(1);
+        queue.enqueue_with(&Work { flaky: true }, &opts).await.unwrap();
+    }
+    let failed_two = "return document.querySelector('[data-count=\"failed\"]')?.textContent === '2';";
+    c.goto(&format!("http://{addr}/admin/queues/queues/browser?state=failed"))
+        .await
+        .unwrap();
+    until(&c, "two failed jobs", failed_two).await;
+    c.goto(&format!("http://{addr}/admin/queues/queues/browser?state=failed"))
+        .await
+        .unwrap();
+    c.wait()
+        .for_element(Locator::Css("button[data-action=\"retry-all\"]"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    until(
+        &c,
+        "the bulk retry's notice",
+        "return document.querySelector('.notice')?.textContent === '2 jobs moved back to pending.';",
+    )
+    .await;
+    shot(&c, "5-bulk-retry.png").await;
+    for i in 0..2 {
+        let id = format!("bulk-{i}");
+        let start = Instant::now();
+        while queue.job(&id).await.unwrap().state != JobState::Completed {
+            assert!(start.elapsed() < WAIT, "{id} did not complete after the bulk retry");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
     c.close().await.unwrap();
     consumer.shutdown().await.unwrap();
     let _ = std::fs::remove_dir_all(profile);

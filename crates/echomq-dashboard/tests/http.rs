@@ -415,3 +415,86 @@ async fn a_burst_past_the_read_cap_is_skipped_and_marked() {
     })
     .await;
 }
+
+/// A same-origin POST of `body` (the CSRF token is added) to `uri`.
+async fn act(app: &Router, uri: &str, body: &str) -> (StatusCode, String) {
+    let req = post(
+        uri,
+        &[("sec-fetch-site", "same-origin")],
+        &format!("csrf={SECRET}&{body}"),
+    );
+    let (status, headers, _) = call(app, req).await;
+    let to = headers
+        .get("location")
+        .map(|v| v.to_str().unwrap().to_owned())
+        .unwrap_or_default();
+    (status, to)
+}
+
+// Bulk actions: retry every failed job, run every delayed one now, remove
+// or cancel a state's jobs, and act on the jobs ticked in the list; the
+// page offers them and says how many jobs changed; a bad state is a 400
+// and a missing token a 403, changing nothing.
+#[tokio::test]
+async fn bulk_actions_act_on_a_state_or_a_selection() {
+    let server = LocalServer::start().unwrap();
+    let client = Client::connect(&server.url()).await.unwrap();
+    let queue = client.queue("bulk").await.unwrap();
+    let app = mounted(&client, 10);
+    let base = "/admin/queues/queues/bulk";
+    for i in 0..3 {
+        let id = format!("f{i}");
+        queue
+            .enqueue_with(&i, &EnqueueOptions::new().id(&id).max_attempts(1))
+            .await
+            .unwrap();
+        let l = queue.claim(1, Duration::from_secs(30)).await.unwrap().remove(0);
+        queue.fail(&l, "boom").await.unwrap();
+    }
+    for i in 0..2 {
+        let opts = EnqueueOptions::new()
+            .id(format!("d{i}"))
+            .delay(Duration::from_secs(3_600));
+        queue.enqueue_with(&i, &opts).await.unwrap();
+    }
+    let (_, page) = get(&app, &format!("{base}?state=failed")).await;
+    assert!(page.contains("data-action=\"retry-all\""), "{page}");
+    assert!(page.contains("name=\"id\" value=\"f0\" form=\"bulk\""), "{page}");
+
+    // no token: nothing
+    let (status, _, _) = call(&app, post(&format!("{base}/retry-all"), &[], "")).await;
+    assert_eq!(status, StatusCode::FORBIDDEN);
+    assert_eq!(queue.counts().await.unwrap().failed, 3);
+    let (status, _) = act(&app, &format!("{base}/remove-all"), "state=nonsense").await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+
+    // two of them ticked, then the rest by state
+    let (status, to) = act(
+        &app,
+        &format!("{base}/selected"),
+        "state=failed&action=retry&id=f0&id=f2",
+    )
+    .await;
+    assert_eq!(status, StatusCode::SEE_OTHER);
+    assert!(to.ends_with("queues/bulk?state=failed&n=2&done=retried"), "{to}");
+    let c = queue.counts().await.unwrap();
+    assert_eq!((c.failed, c.pending), (1, 2));
+    let (_, page) = get(&app, &format!("{base}?state=failed&n=2&done=retried")).await;
+    assert!(page.contains("2 jobs moved back to pending."), "{page}");
+    let (_, to) = act(&app, &format!("{base}/retry-all"), "state=failed").await;
+    assert!(to.contains("n=1&done=retried"), "{to}");
+    assert_eq!(queue.counts().await.unwrap().pending, 3);
+
+    let (_, to) = act(&app, &format!("{base}/run-all"), "state=delayed").await;
+    assert!(to.contains("n=2&done=promoted"), "{to}");
+    assert_eq!(queue.counts().await.unwrap().pending, 5);
+    let (_, to) = act(&app, &format!("{base}/cancel-all"), "state=pending").await;
+    assert!(to.contains("n=5&done=cancelled"), "{to}");
+    let (_, to) = act(&app, &format!("{base}/remove-all"), "state=cancelled").await;
+    assert!(to.contains("n=5&done=removed"), "{to}");
+    let c = queue.counts().await.unwrap();
+    assert_eq!((c.pending, c.delayed, c.failed, c.cancelled), (0, 0, 0, 0));
+    // a finished state has no cancel
+    let (status, _) = act(&app, &format!("{base}/cancel-all"), "state=completed").await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+}

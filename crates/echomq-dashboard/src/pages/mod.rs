@@ -106,7 +106,7 @@ fn notice(done: Option<&str>) -> String {
         Some("removed") => "Removed.",
         Some("cancelled") => "Cancelled: it will not run.",
         Some("cancel-requested") => "Cancel requested: its handler is told to stop.",
-        Some("promoted") => "Promoted: it is pending now.",
+        Some("promoted") => "Moved to pending: it runs at the next free slot.",
         Some("paused") => "Paused: no new claims until resumed.",
         Some("resumed") => "Resumed.",
         Some("not-found") => "No such job any more.",
@@ -120,7 +120,7 @@ fn notice(done: Option<&str>) -> String {
 }
 
 /// The hidden CSRF field of every form.
-fn token_field(shared: &Shared) -> String {
+pub(super) fn token_field(shared: &Shared) -> String {
     format!(
         "<input type=\"hidden\" name=\"csrf\" value=\"{}\">",
         escape(shared.csrf.token())
@@ -129,9 +129,15 @@ fn token_field(shared: &Shared) -> String {
 
 /// A one-button POST form.
 fn button(shared: &Shared, action: &str, label: &str, class: &str) -> String {
+    button_as(shared, action, label, label, class)
+}
+
+/// A one-button POST form whose button says `label` and is named `name`
+/// (its `data-action`).
+fn button_as(shared: &Shared, action: &str, label: &str, name: &str, class: &str) -> String {
     format!(
         "<form method=\"post\" action=\"{action}\" class=\"inline\">{}\
-         <button type=\"submit\" class=\"{class}\" data-action=\"{label}\">{label}</button></form>",
+         <button type=\"submit\" class=\"{class}\" data-action=\"{name}\">{label}</button></form>",
         token_field(shared)
     )
 }
@@ -164,7 +170,9 @@ fn job_buttons(shared: &Shared, link: &str, state: JobState) -> String {
         } else {
             ""
         };
-        out.push_str(&button(shared, &format!("{link}/{a}"), a, class));
+        // "promote" is the API's word; the page says what it does
+        let label = if *a == "promote" { "run now" } else { a };
+        out.push_str(&button_as(shared, &format!("{link}/{a}"), label, a, class));
     }
     out
 }

@@ -12,7 +12,7 @@ use echomq::JobState;
 use echomq::admin::ListCursor;
 use serde::Deserialize;
 
-use super::{Failure, STATES, base_of, button, count, html, job_buttons, notice, open};
+use super::{Failure, STATES, base_of, button, count, html, job_buttons, notice, open, token_field};
 use crate::Shared;
 use crate::feed::FeedEvent;
 use crate::html::{escape, excerpt, page, segment, time};
@@ -23,6 +23,8 @@ pub(crate) struct Listing {
     state: Option<String>,
     after: Option<String>,
     done: Option<String>,
+    /// How many jobs a bulk action changed.
+    n: Option<u64>,
 }
 
 /// `/queues/{queue}`: one state's jobs, a page at a time.
@@ -76,7 +78,8 @@ pub(crate) async fn queue(
         .unwrap_or_default();
         let _ = write!(
             rows,
-            "<tr data-job=\"{id}\"><td><a href=\"{link}\">{id}</a></td><td class=\"num\">{}</td>\
+            "<tr data-job=\"{id}\"><td class=\"pick\"><input type=\"checkbox\" name=\"id\" value=\"{id}\" form=\"bulk\" \
+             aria-label=\"select {id}\"></td><td><a href=\"{link}\">{id}</a></td><td class=\"num\">{}</td>\
              <td class=\"num\">{}</td><td>{when}</td><td class=\"{}\">{}</td><td class=\"actions\">",
             job.attempts,
             job.failures,
@@ -92,7 +95,7 @@ pub(crate) async fn queue(
         rows.push_str("</td></tr>");
     }
     if rows.is_empty() {
-        rows = "<tr><td colspan=\"6\" class=\"empty\">No jobs here.</td></tr>".into();
+        rows = "<tr><td colspan=\"7\" class=\"empty\">No jobs here.</td></tr>".into();
     }
     let when_head = match state {
         JobState::Delayed => "due",
@@ -129,12 +132,25 @@ pub(crate) async fn queue(
     } else {
         button(&shared, &format!("{here}/pause"), "pause", "")
     };
+    let bulk = bulk_forms(&shared, &here, state, listing.jobs.is_empty());
+    let notice = match (q.n, q.done.as_deref()) {
+        (Some(n), Some(done)) => format!(
+            "<p class=\"notice\" role=\"status\">{n} {} {}.</p>",
+            if n == 1 { "job" } else { "jobs" },
+            match done {
+                "retried" => "moved back to pending",
+                "promoted" => "moved to pending, to run now",
+                "cancelled" => "cancelled (a running one by request)",
+                _ => "removed",
+            }
+        ),
+        _ => notice(q.done.as_deref()),
+    };
     let body = format!(
-        "{notice}<h1>{n} <span class=\"badge paused\" data-paused{hidden}>paused</span> {control}</h1>{tabs}\
-         <table id=\"jobs\" data-state=\"{st}\"><thead><tr><th scope=\"col\">id</th><th scope=\"col\" class=\"num\">attempts</th>\
+        "{notice}<h1>{n} <span class=\"badge paused\" data-paused{hidden}>paused</span> {control}</h1>{tabs}{bulk}\
+         <table id=\"jobs\" data-state=\"{st}\"><thead><tr><th scope=\"col\" class=\"pick\"></th><th scope=\"col\">id</th><th scope=\"col\" class=\"num\">attempts</th>\
          <th scope=\"col\" class=\"num\">failures</th><th scope=\"col\">{when_head}</th><th scope=\"col\">last error</th>\
          <th scope=\"col\"></th></tr></thead><tbody>{rows}</tbody></table>{paging}{feed}",
-        notice = notice(q.done.as_deref()),
         n = escape(&name),
         hidden = if c.paused { "" } else { " hidden" },
         st = state.as_str(),
@@ -145,6 +161,65 @@ pub(crate) async fn queue(
         StatusCode::OK,
         page(&shared.opts.title, &base, &crumbs, &live, &body),
     ))
+}
+
+/// The bulk actions of a state's tab: on every job of the state (one
+/// button each, a form naming the state), and on the jobs ticked in the
+/// list (the `bulk` form the rows' checkboxes belong to).
+fn bulk_forms(shared: &Shared, here: &str, state: JobState, empty: bool) -> String {
+    if empty {
+        return String::new();
+    }
+    let st = state.as_str();
+    let all: &[(&str, &str, &str)] = match state {
+        JobState::Failed => &[
+            ("retry-all", "retry all failed", ""),
+            ("remove-all", "remove all failed", "danger"),
+        ],
+        JobState::Delayed => &[
+            ("run-all", "run all now", ""),
+            ("cancel-all", "cancel all delayed", "danger"),
+            ("remove-all", "remove all delayed", "danger"),
+        ],
+        JobState::Pending => &[
+            ("cancel-all", "cancel all pending", "danger"),
+            ("remove-all", "remove all pending", "danger"),
+        ],
+        JobState::Active => &[("cancel-all", "cancel all running", "danger")],
+        JobState::Completed => &[("remove-all", "remove all completed", "danger")],
+        _ => &[("remove-all", "remove all cancelled", "danger")],
+    };
+    let picked: &[&str] = match state {
+        JobState::Failed => &["retry", "remove"],
+        JobState::Delayed | JobState::Pending => &["cancel", "remove"],
+        JobState::Active => &["cancel"],
+        _ => &["remove"],
+    };
+    let mut out = String::from("<div class=\"bulk\">");
+    for (action, label, class) in all {
+        let _ = write!(
+            out,
+            "<form method=\"post\" action=\"{here}/{action}\" class=\"inline\">{}\
+             <input type=\"hidden\" name=\"state\" value=\"{st}\">\
+             <button type=\"submit\" class=\"{class}\" data-action=\"{action}\">{label}</button></form>",
+            token_field(shared)
+        );
+    }
+    let _ = write!(
+        out,
+        "<form id=\"bulk\" method=\"post\" action=\"{here}/selected\" class=\"inline\">{}\
+         <input type=\"hidden\" name=\"state\" value=\"{st}\">",
+        token_field(shared)
+    );
+    for a in picked {
+        let class = if *a == "retry" { "" } else { "danger" };
+        let _ = write!(
+            out,
+            "<button type=\"submit\" name=\"action\" value=\"{a}\" class=\"{class}\" data-action=\"{a}-selected\">{a} selected</button>"
+        );
+    }
+    out.push_str("</form></div>");
+    out
 }
 
 /// The queue page's feed of latest events; `jobs` is the URL prefix of
@@ -182,11 +257,12 @@ fn feed_row(ev: &FeedEvent, jobs: &str) -> String {
         None => String::new(),
     };
     format!(
-        "<tr data-event=\"{id}\"><td><time>{at}</time></td><td class=\"event\" data-kind=\"{kind}\">{kind}</td>\
+        "<tr data-event=\"{id}\"><td><time>{at}</time></td><td class=\"event\" data-kind=\"{kind}\">{words}</td>\
          <td>{job}</td><td class=\"num\">{attempt}</td><td class=\"err\">{err}</td></tr>",
         id = escape(&ev.id),
         at = time(ev.at_ms),
         kind = escape(&ev.kind),
+        words = escape(crate::html::event_words(&ev.kind)),
         attempt = ev.attempt.map(|a| a.to_string()).unwrap_or_default(),
         err = escape(&excerpt(ev.error.as_deref().unwrap_or(""), 120)),
     )
