@@ -2,6 +2,7 @@
 
 use super::MAX_IDS;
 use crate::error::{Error, Result};
+use crate::job::JobState;
 use crate::queue::{MAX_BATCH, Queue};
 use crate::store;
 use crate::store::obliterate::Obliterated;
@@ -293,5 +294,79 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(q.claim(10, Duration::from_secs(60)).await.unwrap().len(), 1);
+    }
+}
+
+impl Queue {
+    /// Removes the finished jobs of `state` (completed, failed or
+    /// cancelled) that finished more than `older_than` ago on the server's
+    /// clock, with their records, a thousand per call, at most `limit` in
+    /// all; answers how many it removed. Retention does this as jobs
+    /// finish ([`QueueOptions::keep_completed`](crate::QueueOptions::keep_completed));
+    /// this is for a one-off clean-up (`echomq clean`).
+    ///
+    /// ```no_run
+    /// # async fn demo(queue: echomq::Queue) -> echomq::Result<()> {
+    /// use std::time::Duration;
+    /// let gone = queue.clean(echomq::JobState::Completed, Duration::from_secs(7 * 86_400), 100_000).await?;
+    /// # let _ = gone; Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::InvalidOption`] for a state that is not finished or a
+    /// `limit` of 0; server errors (what was removed stays removed).
+    pub async fn clean(&self, state: JobState, older_than: std::time::Duration, limit: u64) -> Result<u64> {
+        let k = self.keys();
+        let set = match state {
+            JobState::Completed => &k.completed,
+            JobState::Failed => &k.failed,
+            JobState::Cancelled => &k.cancelled,
+            other => {
+                return Err(Error::InvalidOption {
+                    name: "clean state",
+                    reason: format!(
+                        "{} jobs are not finished: only completed, failed or cancelled",
+                        other.as_str()
+                    ),
+                });
+            }
+        };
+        if limit == 0 {
+            return Err(Error::InvalidOption {
+                name: "clean limit",
+                reason: "at least 1".into(),
+            });
+        }
+        let age = u64::try_from(older_than.as_millis()).unwrap_or(u64::MAX);
+        let mut removed = 0u64;
+        while removed < limit {
+            let now = self.server_time_ms().await?;
+            let Some(before) = now.checked_sub(age) else { break };
+            let take = (limit - removed).min(MAX_IDS as u64);
+            // finished sets are scored by finish time (server ms)
+            let ids: Vec<String> = redis::cmd("ZRANGEBYSCORE")
+                .arg(set)
+                .arg("-inf")
+                .arg(format!("({before}"))
+                .arg("LIMIT")
+                .arg(0)
+                .arg(take)
+                .query_async(&mut self.conn())
+                .await
+                .map_err(Error::from_redis)?;
+            if ids.is_empty() {
+                break;
+            }
+            let refs: Vec<&str> = ids.iter().map(String::as_str).collect();
+            let done = per_id(self.remove_call(&refs).await?)
+                .iter()
+                .filter(|(_, r)| matches!(r, Ok(Moved::Done)))
+                .count() as u64;
+            removed += done;
+            if done == 0 {
+                break;
+            }
+        }
+        Ok(removed)
     }
 }

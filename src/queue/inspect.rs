@@ -140,6 +140,23 @@ impl Queue {
         })
     }
 
+    /// The id of the job that holds dedup id `dedup_id` now
+    /// ([`EnqueueOptions::dedup`](crate::EnqueueOptions::dedup) and
+    /// `dedup_for`), or `None` when no job does: what an enqueue with it
+    /// would answer as `Deduplicated`.
+    ///
+    /// # Errors
+    /// [`Error::InvalidId`] for a bad dedup id; server errors.
+    pub async fn dedup_holder(&self, dedup_id: &str) -> Result<Option<String>> {
+        crate::validate::id("dedup id", dedup_id)?;
+        let holder: Option<String> = redis::cmd("GET")
+            .arg(format!("{}de:{dedup_id}", self.keys().base))
+            .query_async(&mut self.conn())
+            .await
+            .map_err(Error::from_redis)?;
+        Ok(holder)
+    }
+
     /// How long the job next in line has waited since it was created, on
     /// the server's clock: zero when nothing is pending. With lanes in use,
     /// the first pending job in the pending set's order stands for it (an

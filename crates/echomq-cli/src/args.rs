@@ -153,6 +153,22 @@ pub enum Command {
         yes: bool,
     },
 
+    /// Remove the finished jobs of a state older than a duration
+    ///
+    /// Completed, failed or cancelled jobs that finished more than
+    /// --older-than ago (on the server's clock), records and all, at most
+    /// --limit; retention does this as jobs finish, this is a one-off.
+    Clean {
+        /// completed, failed or cancelled
+        state: State,
+        /// Finished longer ago than this (e.g. 7d, 12h, 30m)
+        #[arg(long, value_parser = parse_duration)]
+        older_than: std::time::Duration,
+        /// The most jobs to remove
+        #[arg(long, default_value_t = 100_000)]
+        limit: u64,
+    },
+
     /// Delete every key of the queue: jobs, sets, counters, schedules, user keys
     ///
     /// Refused while jobs are active unless --force: forced, the running

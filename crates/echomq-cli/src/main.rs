@@ -142,6 +142,11 @@ async fn run(cli: Cli) -> Result<Output, Failure> {
         Command::Pause => ops::pause(&ctx, true).await,
         Command::Resume => ops::pause(&ctx, false).await,
         Command::Drain { yes } => ops::drain(&ctx, yes).await,
+        Command::Clean {
+            state,
+            older_than,
+            limit,
+        } => ops::clean(&ctx, state, older_than, limit).await,
         Command::Obliterate { force, yes } => ops::obliterate(&ctx, force, yes).await,
         Command::Schedules { action: None } => schedules::list(&ctx).await,
         Command::Schedules {

@@ -231,6 +231,31 @@ pub async fn drain(ctx: &Ctx, yes: bool) -> Result<Output, Failure> {
     ))
 }
 
+/// `clean`: removes the jobs of a finished state that finished more than
+/// `older_than` ago, at most `limit`.
+///
+/// # Errors
+/// A [`Failure`]: a state that is not finished, no such queue, a server error.
+pub async fn clean(
+    ctx: &Ctx,
+    state: crate::args::State,
+    older_than: std::time::Duration,
+    limit: u64,
+) -> Result<Output, Failure> {
+    let q = ctx.open_given().await?;
+    let st = state.job_state();
+    let removed = q.clean(st, older_than, limit).await.map_err(|e| ctx.err(e))?;
+    Ok(Output::ok(
+        json!({"queue": q.name(), "state": st, "removed": removed}),
+        format!(
+            "removed {removed} {} jobs of queue {} finished more than {} ago\n",
+            st.as_str(),
+            q.name(),
+            crate::render::duration(older_than)
+        ),
+    ))
+}
+
 /// `obliterate`: deletes every key of the queue; without `yes`, says what
 /// that is and exits 1; refused (exit 1) while jobs are active unless `force`.
 ///

@@ -664,3 +664,34 @@ async fn doctor_strict_schedules_time_and_earlier_errors() {
     );
     assert!(!show.stdout.contains("last error"), "{}", show.stdout);
 }
+
+// clean: the completed jobs finished longer ago than --older-than go, the
+// newer ones stay; a state that is not finished is refused (exit 1).
+#[tokio::test]
+async fn clean_removes_old_finished_jobs() {
+    let (server, client) = server().await;
+    let url = server.url();
+    let q = client.queue("tidy").await.unwrap();
+    completed(&q, "old-1").await;
+    completed(&q, "old-2").await;
+    let done_at = q.job("old-2").await.unwrap().finished_ms.unwrap();
+    // a wait past the finish, on the server's clock
+    let mut now = q.server_time_ms().await.unwrap();
+    while now <= done_at + 1_000 {
+        tokio::time::sleep(Duration::from_millis(done_at + 1_001 - now)).await;
+        now = q.server_time_ms().await.unwrap();
+    }
+    completed(&q, "new-1").await;
+    let run = echomq(
+        &url,
+        &["-q", "tidy", "--json", "clean", "completed", "--older-than", "1s"],
+    )
+    .await;
+    assert_eq!(run.code, 0, "{run:?}");
+    assert_eq!(run.json()["removed"], 2, "{run:?}");
+    assert!(q.job("old-1").await.is_err());
+    assert_eq!(q.job("new-1").await.unwrap().state, JobState::Completed);
+    let bad = echomq(&url, &["-q", "tidy", "clean", "pending", "--older-than", "1s"]).await;
+    assert_eq!(bad.code, 1, "{bad:?}");
+    assert!(bad.stderr.contains("not finished"), "{bad:?}");
+}

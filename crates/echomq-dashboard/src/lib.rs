@@ -347,6 +347,7 @@ pub fn router(source: impl Into<Source>, opts: DashboardOptions) -> Router {
         .route("/assets/dashboard.js", get(pages::js))
         .route("/queues/{queue}", get(pages::queue))
         .route("/queues/{queue}/selected", post(actions::selected))
+        .route("/queues/{queue}/find", get(pages::find))
         .route("/queues/{queue}/{action}", post(actions::queue))
         .route("/queues/{queue}/jobs/{id}", get(pages::job))
         .route("/queues/{queue}/jobs/{id}/{action}", post(actions::job))

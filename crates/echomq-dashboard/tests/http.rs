@@ -498,3 +498,31 @@ async fn bulk_actions_act_on_a_state_or_a_selection() {
     let (status, _) = act(&app, &format!("{base}/cancel-all"), "state=completed").await;
     assert_eq!(status, StatusCode::BAD_REQUEST);
 }
+
+// Find: by job id, by dedup id (the holder's page), and a notice for
+// neither (an id the library refuses included).
+#[tokio::test]
+async fn find_goes_to_the_job_by_id_or_dedup_id() {
+    let server = LocalServer::start().unwrap();
+    let client = Client::connect(&server.url()).await.unwrap();
+    let queue = client.queue("find").await.unwrap();
+    let app = mounted(&client, 10);
+    queue.enqueue_with(&1, &EnqueueOptions::new().id("order-7")).await.unwrap();
+    let held = queue.enqueue_with(&2, &EnqueueOptions::new().dedup("invoice-9")).await.unwrap();
+    let to = |q: &str| {
+        let app = app.clone();
+        let uri = format!("/admin/queues/queues/find/find?q={q}");
+        async move {
+            let (status, headers, _) = call(&app, Request::get(uri).body(Body::empty()).unwrap()).await;
+            assert_eq!(status, StatusCode::SEE_OTHER);
+            headers["location"].to_str().unwrap().to_owned()
+        }
+    };
+    assert!(to("order-7").await.ends_with("queues/find/jobs/order-7"));
+    assert!(to("invoice-9").await.ends_with(&format!("queues/find/jobs/{}", held.id)));
+    assert!(to("nothing-here").await.ends_with("queues/find?done=no-match"));
+    assert!(to("%00bad").await.ends_with("queues/find?done=no-match"));
+    let (_, page) = get(&app, "/admin/queues/queues/find?done=no-match").await;
+    assert!(page.contains("No job has that id"), "{page}");
+    assert!(page.contains("action=\"../queues/find/find\""), "{page}");
+}

@@ -17,7 +17,7 @@ use serde::Deserialize;
 use crate::Shared;
 use crate::html::{Base, base, escape};
 pub(crate) use job::job;
-pub(crate) use queue::queue;
+pub(crate) use queue::{find, queue};
 pub(crate) use queues::index;
 
 /// The states, in the order tabs and columns show them.
@@ -110,6 +110,7 @@ fn notice(done: Option<&str>) -> String {
         Some("paused") => "Paused: no new claims until resumed.",
         Some("resumed") => "Resumed.",
         Some("not-found") => "No such job any more.",
+        Some("no-match") => "No job has that id, and no job holds that dedup id.",
         Some("wrong-state") => "Nothing done: the job is not in a state this acts on.",
         Some("dedup-held") => "Not retried: another job holds its dedup id now; retry it once that job has finished.",
         Some("finished") => "Nothing done: the job has already finished.",

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use axum::extract::{OriginalUri, Path, Query, State};
 use axum::http::{StatusCode, Uri};
-use axum::response::Response;
+use axum::response::{IntoResponse, Response};
 use echomq::JobState;
 use echomq::admin::ListCursor;
 use serde::Deserialize;
@@ -147,7 +147,9 @@ pub(crate) async fn queue(
         _ => notice(q.done.as_deref()),
     };
     let body = format!(
-        "{notice}<h1>{n} <span class=\"badge paused\" data-paused{hidden}>paused</span> {control}</h1>{tabs}{bulk}\
+        "{notice}<h1>{n} <span class=\"badge paused\" data-paused{hidden}>paused</span> {control}\
+         <form method=\"get\" action=\"{here}/find\" class=\"find\"><input name=\"q\" placeholder=\"job id or dedup id\" \
+         aria-label=\"find a job by id or dedup id\"><button type=\"submit\">find</button></form></h1>{tabs}{bulk}\
          <table id=\"jobs\" data-state=\"{st}\"><thead><tr><th scope=\"col\" class=\"pick\"></th><th scope=\"col\">id</th><th scope=\"col\" class=\"num\">attempts</th>\
          <th scope=\"col\" class=\"num\">failures</th><th scope=\"col\">{when_head}</th><th scope=\"col\">last error</th>\
          <th scope=\"col\"></th></tr></thead><tbody>{rows}</tbody></table>{paging}{feed}",
@@ -161,6 +163,49 @@ pub(crate) async fn queue(
         StatusCode::OK,
         page(&shared.opts.title, &base, &crumbs, &live, &body),
     ))
+}
+
+/// The query of the find form.
+#[derive(Deserialize)]
+pub(crate) struct Find {
+    q: Option<String>,
+}
+
+/// `GET /queues/{queue}/find?q=`: the job whose id is `q`, else the job
+/// that holds dedup id `q` (a 303 to its page), else the queue's page
+/// with a notice. Searching by kind, lane or error text is not offered:
+/// the server has no index of those.
+pub(crate) async fn find(
+    State(shared): State<Arc<Shared>>,
+    Path(name): Path<String>,
+    uri: Uri,
+    original: OriginalUri,
+    Query(f): Query<Find>,
+) -> Result<Response, Failure> {
+    let base = base_of(&uri, &original);
+    let queue = open(&shared, &name).await?;
+    let q = f.q.unwrap_or_default();
+    let q = q.trim();
+    let here = format!("{}queues/{}", base.up, segment(&name));
+    let mut found = None;
+    if !q.is_empty() {
+        match queue.job(q).await {
+            Ok(job) => found = Some(job.id),
+            Err(echomq::Error::JobNotFound(_) | echomq::Error::InvalidId { .. }) => {
+                found = queue.dedup_holder(q).await.ok().flatten();
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+    let to = match found {
+        Some(id) => format!("{here}/jobs/{}", segment(&id)),
+        None => format!("{here}?done=no-match"),
+    };
+    let mut r = StatusCode::SEE_OTHER.into_response();
+    if let Ok(v) = axum::http::HeaderValue::from_str(&to) {
+        r.headers_mut().insert(axum::http::header::LOCATION, v);
+    }
+    Ok(r)
 }
 
 /// The bulk actions of a state's tab: on every job of the state (one
