@@ -224,6 +224,12 @@ impl JobInfo {
     /// # Errors
     /// [`Error::Decode`] when it does not decode into `T`.
     pub fn decode<T: DeserializeOwned>(&self) -> Result<T> {
+        if crate::compression::is_compressed(&self.payload) {
+            return Err(Error::Decode {
+                id: self.id.clone(),
+                source: crate::compression::undecodable(&self.payload),
+            });
+        }
         serde_json::from_slice(&self.payload).map_err(|source| Error::Decode {
             id: self.id.clone(),
             source,

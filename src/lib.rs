@@ -121,6 +121,7 @@
 pub mod acl;
 pub mod admin;
 pub mod client;
+mod compression;
 mod conn;
 pub mod durability;
 pub mod effect;

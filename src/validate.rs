@@ -17,6 +17,9 @@ use crate::error::{Error, Result, excerpt};
 
 /// Longest queue name accepted, in bytes.
 pub const MAX_QUEUE_NAME_BYTES: usize = 200;
+/// The largest payload limit accepted ([`QueueOptions::max_payload_bytes`](crate::QueueOptions::max_payload_bytes)),
+/// and the most a compressed payload may hold once inflated: 64 MiB.
+pub const MAX_PAYLOAD_LIMIT: usize = 64 * 1024 * 1024;
 /// Longest caller-chosen job id or dedup id accepted, in bytes.
 pub const MAX_ID_BYTES: usize = 256;
 /// Longest job kind accepted ([`JobKind::KIND`](crate::JobKind::KIND)), in bytes.

@@ -77,6 +77,7 @@ pub(crate) fn job_info(id: &str, fields: HashFields, deadline_ms: Option<u64>) -
     for part in parts.into_iter().flatten() {
         info.payload.extend_from_slice(&part);
     }
+    info.payload = crate::compression::readable(std::mem::take(&mut info.payload), &info.id);
     Ok(info)
 }
 

@@ -296,6 +296,8 @@ impl Queue {
                 limit,
             });
         }
+        #[cfg(feature = "compression")]
+        let bytes = crate::compression::compress(bytes, self.inner.opts.compress_above);
         Ok(bytes)
     }
 }

@@ -9,8 +9,7 @@ use crate::limits::{Backoff, Limits};
 
 /// Default limit on an encoded payload: 512 KiB.
 pub const DEFAULT_MAX_PAYLOAD_BYTES: usize = 512 * 1024;
-/// The largest payload limit accepted: 64 MiB.
-pub const MAX_PAYLOAD_LIMIT: usize = 64 * 1024 * 1024;
+pub use crate::validate::MAX_PAYLOAD_LIMIT;
 /// Default retention of completed jobs: the newest 1,000.
 pub const DEFAULT_KEEP_COMPLETED: Retention = Retention::Newest(1_000);
 /// Default retention of failed jobs: the newest 10,000.
@@ -84,6 +83,9 @@ pub struct QueueOptions {
     pub(crate) keep_failed: Retention,
     pub(crate) limits: Limits,
     pub(crate) durability: Durability,
+    /// Payloads longer than this are stored compressed (`None`: never).
+    #[cfg(feature = "compression")]
+    pub(crate) compress_above: Option<usize>,
 }
 
 impl Default for QueueOptions {
@@ -95,6 +97,8 @@ impl Default for QueueOptions {
             keep_failed: DEFAULT_KEEP_FAILED,
             limits: Limits::default(),
             durability: Durability::Primary,
+            #[cfg(feature = "compression")]
+            compress_above: None,
         }
     }
 }
@@ -103,6 +107,21 @@ impl QueueOptions {
     /// The defaults (see each setter).
     pub fn new() -> Self {
         Self::default()
+    }
+    /// Stores the JSON payloads this handle enqueues that are longer than
+    /// `bytes` as LZ4 blocks, when that makes them smaller (feature
+    /// `compression`; default: never). Readers give back the JSON
+    /// whatever the form (claims, [`Queue::job`](crate::Queue::job),
+    /// listings), so it may be turned on or off at any time, per producer;
+    /// but every process that reads the queue must be built with the
+    /// feature, or a compressed payload fails to decode there. The
+    /// payload limit ([`max_payload_bytes`](Self::max_payload_bytes))
+    /// counts the JSON, before compression. What it saves and costs:
+    /// `benches/README.md`, "Compressed payloads".
+    #[cfg(feature = "compression")]
+    pub fn compress_above(mut self, bytes: usize) -> Self {
+        self.compress_above = Some(bytes);
+        self
     }
     /// Key prefix (default [`DEFAULT_PREFIX`], `"emq"`). Must not contain braces.
     pub fn prefix(mut self, prefix: impl Into<String>) -> Self {

@@ -78,14 +78,18 @@ pub(super) fn read_leases(r: &mut Reply, queue: &Arc<str>, claimed_ms: u64) -> R
     let wait = Some(Duration::from_millis(r.uint()?)).filter(|w| !w.is_zero());
     let mut leases = Vec::with_capacity(r.remaining() / 10);
     while r.remaining() > 0 {
+        let id = r.string()?;
+        let (token, attempt, failures) = (r.uint()?, r.uint()?, r.uint()?);
+        let limits = Limits::decode(&r.bytes()?);
+        let payload = crate::compression::readable(r.bytes()?, &id);
         leases.push(Lease {
             queue: queue.clone(),
-            id: r.string()?,
-            token: r.uint()?,
-            attempt: r.uint()?,
-            failures: r.uint()?,
-            limits: Limits::decode(&r.bytes()?),
-            payload: r.bytes()?,
+            id,
+            token,
+            attempt,
+            failures,
+            limits,
+            payload,
             lane: Some(r.string()?).filter(|l| !l.is_empty()),
             kind: Some(r.string()?).filter(|k| !k.is_empty()),
             created_ms: r.uint()?,

@@ -32,8 +32,9 @@ const LAYERS: &[&[&str]] = &[
     // Foundations: the error type, the validation rules, key naming, the
     // negative controls' switch, and the guide (text only).
     &["error", "validate", "keys", "faults", "guide"],
-    // Plain data, no I/O: a job's limits, the job as data, the lease, settlements.
-    &["limits", "job", "lease", "settlement"],
+    // Plain data, no I/O: a job's limits, the job as data, the lease,
+    // settlements, the compressed payload format.
+    &["limits", "job", "lease", "settlement", "compression"],
     // Trace context carried with a job (feature `otel`): a sink, no I/O.
     &["otel"],
     // The connection: single server, Sentinel, Cluster, TLS, durability

@@ -507,8 +507,14 @@ async fn find_goes_to_the_job_by_id_or_dedup_id() {
     let client = Client::connect(&server.url()).await.unwrap();
     let queue = client.queue("find").await.unwrap();
     let app = mounted(&client, 10);
-    queue.enqueue_with(&1, &EnqueueOptions::new().id("order-7")).await.unwrap();
-    let held = queue.enqueue_with(&2, &EnqueueOptions::new().dedup("invoice-9")).await.unwrap();
+    queue
+        .enqueue_with(&1, &EnqueueOptions::new().id("order-7"))
+        .await
+        .unwrap();
+    let held = queue
+        .enqueue_with(&2, &EnqueueOptions::new().dedup("invoice-9"))
+        .await
+        .unwrap();
     let to = |q: &str| {
         let app = app.clone();
         let uri = format!("/admin/queues/queues/find/find?q={q}");
@@ -519,7 +525,11 @@ async fn find_goes_to_the_job_by_id_or_dedup_id() {
         }
     };
     assert!(to("order-7").await.ends_with("queues/find/jobs/order-7"));
-    assert!(to("invoice-9").await.ends_with(&format!("queues/find/jobs/{}", held.id)));
+    assert!(
+        to("invoice-9")
+            .await
+            .ends_with(&format!("queues/find/jobs/{}", held.id))
+    );
     assert!(to("nothing-here").await.ends_with("queues/find?done=no-match"));
     assert!(to("%00bad").await.ends_with("queues/find?done=no-match"));
     let (_, page) = get(&app, "/admin/queues/queues/find?done=no-match").await;
