@@ -163,6 +163,12 @@
   }
 
   var source = new EventSource(url);
+  // Close the stream as the page goes: a browser keeps at most six
+  // connections to a host over HTTP/1.1, and a stream it has not closed yet
+  // when the next page loads holds one of them (seen: a form post waiting
+  // a minute for a free connection after a few pages).
+  window.addEventListener("pagehide", function () { source.close(); });
+  window.addEventListener("beforeunload", function () { source.close(); });
   source.onopen = function () { badge.textContent = "live"; badge.className = "live on"; };
   source.onerror = function () { badge.textContent = "offline"; badge.className = "live"; };
   source.addEventListener("counts", function (ev) {
