@@ -28,8 +28,8 @@
 -- REPLY: {code:code, now:int, lt:int, look:int, missed:int, (tick:int,
 --   status:code, id:str)*}
 -- code OK, NOT_FOUND (no such schedule: its index member is removed) or
--- STALE (its expression or zone is no longer `cron` and `tz`: nothing
--- written); lt after the call; look: the schedule's look time now
+-- STALE (its expression or zone is no longer `cron` and `tz`, or it was
+-- paused: nothing written); lt after the call; look: the schedule's look time now
 -- (9007199254740991 when no tick follows); missed: the latest missed tick
 -- taken (0: none); then one group per job made (status OK) or found
 -- (EXISTS).
@@ -42,10 +42,15 @@ local NEVER = 9007199254740991
 local now = server_now()
 -- A queue being obliterated makes no more jobs.
 if obliterating(prefix) then return {CODE.NOT_FOUND, now, 0, 0, 0} end
-local f = hfields(sched_key, 'ex', 'tz', 'lt', 'mi', 'gr', 'p', 'pr', 'lm', 'kd')
+local f = hfields(sched_key, 'ex', 'tz', 'lt', 'mi', 'gr', 'p', 'pr', 'lm', 'kd', 'ps')
 if not f or not f[1] then
   rcall('ZREM', index_key, name)
   return {CODE.NOT_FOUND, now, 0, 0, 0}
+end
+-- paused since the pass read it (schedule_pause.lua): never due
+if f[10] then
+  rcall('ZADD', index_key, NEVER, name)
+  return {CODE.STALE, now, 0, 0, 0}
 end
 if f[1] ~= cron or f[2] ~= tz then return {CODE.STALE, now, 0, 0, 0} end
 local lt = tonumber(f[3]) or now

@@ -17,13 +17,14 @@
 -- tick done (it made its job, or was passed over as missed), or the time
 -- the schedule or its timing was set: schedule_fire takes only ticks after
 -- it; ct, ut: created, updated (server ms); nj: jobs made; mt: the latest
--- tick found missed.
+-- tick found missed; ps: paused at (server ms, schedule_pause.lua).
 --
 -- A new schedule starts at TIME: its first tick is the first one after
 -- it. An update that changes the expression or the zone moves lt up to
 -- TIME (the new timing starts now: no tick before the update is taken
 -- under it); any other change keeps lt. Every change puts the schedule's
--- look time at TIME, so schedulers read it again at once. The index
+-- look time at TIME, so schedulers read it again at once (a paused one
+-- keeps its place at NEVER until it is resumed). The index
 -- member is written before the hash (and schedule_remove deletes the hash
 -- first), so a torn write leaves at worst a member without a hash, which
 -- schedule_due drops.
@@ -36,7 +37,7 @@ local index_key, sched_key = KEYS[1], KEYS[2]
 local name = ARGV[1]
 local fields = {'ex', 'tz', 'p', 'pr', 'lm', 'mi', 'gr', 'kd'}
 local now = server_now()
-local cur = hfields(sched_key, 'ex', 'tz', 'p', 'pr', 'lm', 'mi', 'gr', 'kd', 'lt')
+local cur = hfields(sched_key, 'ex', 'tz', 'p', 'pr', 'lm', 'mi', 'gr', 'kd', 'lt', 'ps')
 if not cur then
   return redis.error_reply('ERR ' .. sched_key .. ' holds a value of another type; echomq did not write it')
 end
@@ -62,7 +63,8 @@ for i = 1, #fields do
   if (cur[i] or '') ~= ARGV[i + 1] then same = false end
 end
 if same then return {now, 'unchanged'} end
-rcall('ZADD', index_key, now, name)
+-- a paused schedule stays paused (never due in the index: schedule_pause.lua)
+if not cur[10] then rcall('ZADD', index_key, now, name) end
 if (cur[1] ~= ARGV[2] or cur[2] ~= ARGV[3]) and (tonumber(cur[9]) or 0) < now then
   h[#h + 1] = 'lt'; h[#h + 1] = now_s
 end

@@ -73,6 +73,8 @@ pub struct ScheduleInfo {
     pub jobs: u64,
     /// The latest tick found missed (taken more than `grace` late), if any.
     pub last_missed_ms: Option<u64>,
+    /// When it was paused ([`Queue::pause_schedule`]; server ms), while it is.
+    pub paused_ms: Option<u64>,
 }
 
 impl ScheduleInfo {
@@ -106,6 +108,7 @@ impl ScheduleInfo {
             next_tick_ms: None,
             jobs: 0,
             last_missed_ms: None,
+            paused_ms: None,
         };
         let (mut have_cron, mut have_zone, mut have_last) = (false, false, false);
         let text = |v: &[u8]| String::from_utf8_lossy(v).into_owned();
@@ -114,7 +117,7 @@ impl ScheduleInfo {
             match f.as_str() {
                 "ex" => (info.cron, have_cron) = (text(&v), true),
                 "tz" => (info.time_zone, have_zone) = (text(&v), true),
-                "p" => info.payload = v,
+                "p" => info.payload = crate::compression::readable(v, name),
                 "pr" => info.priority = text(&v).parse().unwrap_or(0),
                 "lm" => info.limits = Limits::decode(&v),
                 "kd" => info.kind = Some(text(&v)).filter(|k| !k.is_empty()),
@@ -125,6 +128,7 @@ impl ScheduleInfo {
                 "lt" => (info.done_through_ms, have_last) = (num(&v).unwrap_or(0), true),
                 "nj" => info.jobs = num(&v).unwrap_or(0),
                 "mt" => info.last_missed_ms = num(&v),
+                "ps" => info.paused_ms = num(&v),
                 _ => {}
             }
         }
@@ -218,6 +222,67 @@ impl Queue {
         store::schedule_remove::run(&mut self.conn(), self.keys(), name).await
     }
 
+    /// Pauses schedule `name`: no scheduler makes a job for it until
+    /// [`resume_schedule`](Self::resume_schedule) (a pass already under way
+    /// makes none either), and it is still listed, with
+    /// [`ScheduleInfo::paused_ms`]. Returns whether it was running; an
+    /// update of a paused schedule keeps it paused.
+    ///
+    /// # Errors
+    /// [`Error::InvalidId`] for a bad name; [`Error::InvalidOption`] when
+    /// there is no such schedule; server errors.
+    pub async fn pause_schedule(&self, name: &str) -> Result<bool> {
+        self.set_schedule_paused(name, true).await
+    }
+
+    /// Resumes schedule `name`: the ticks that passed while it was paused
+    /// are skipped (not made up), and the next one after now makes its job.
+    /// Returns whether it was paused.
+    ///
+    /// # Errors
+    /// As [`pause_schedule`](Self::pause_schedule).
+    pub async fn resume_schedule(&self, name: &str) -> Result<bool> {
+        let changed = self.set_schedule_paused(name, false).await?;
+        self.upkeep().nudge_schedules(self.base());
+        Ok(changed)
+    }
+
+    async fn set_schedule_paused(&self, name: &str, paused: bool) -> Result<bool> {
+        crate::validate::schedule_name(name)?;
+        store::schedule_pause::run(&mut self.conn(), self.keys(), name, paused)
+            .await?
+            .ok_or_else(|| no_schedule(name))
+    }
+
+    /// Enqueues schedule `name`'s job now, outside its ticks: its payload,
+    /// priority, limits and kind, under a minted id (a tick's own job,
+    /// `cron:NAME@TICK`, is not touched, and the schedule's ticks go on as
+    /// before). Works on a paused schedule too.
+    ///
+    /// # Errors
+    /// [`Error::InvalidId`] for a bad name; [`Error::InvalidOption`] when
+    /// there is no such schedule; the enqueue's errors.
+    pub async fn run_schedule_now(&self, name: &str) -> Result<crate::job::Enqueued> {
+        let s = self.schedule(name).await?.ok_or_else(|| no_schedule(name))?;
+        let payload = serde_json::value::RawValue::from_string(String::from_utf8_lossy(&s.payload).into_owned())
+            .map_err(|source| Error::Decode {
+                id: format!("schedule:{name}"),
+                source,
+            })?;
+        let mut opts = crate::job::EnqueueOptions::new()
+            .priority(s.priority)
+            .max_attempts(s.limits.max_attempts)
+            .max_stalls(s.limits.max_stalls)
+            .backoff(s.limits.backoff);
+        if let Some(t) = s.limits.timeout {
+            opts = opts.timeout(t);
+        }
+        if let Some(k) = &s.kind {
+            opts = opts.kind(k.clone());
+        }
+        self.enqueue_with(&payload, &opts).await
+    }
+
     /// Reads schedule `name`; `None` when there is none.
     ///
     /// # Errors
@@ -270,5 +335,13 @@ impl Queue {
             );
         }
         Ok(out)
+    }
+}
+
+/// The error for a schedule that is not there.
+fn no_schedule(name: &str) -> Error {
+    Error::InvalidOption {
+        name: "schedule",
+        reason: format!("no schedule {:?} in this queue", crate::error::excerpt(name)),
     }
 }

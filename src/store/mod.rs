@@ -234,6 +234,8 @@ scripts! {
     #[cfg(feature = "cron")]
     schedule_remove,
     #[cfg(feature = "cron")]
+    schedule_pause,
+    #[cfg(feature = "cron")]
     schedule_due,
     #[cfg(feature = "cron")]
     schedule_fire,

@@ -17,6 +17,7 @@ mod api;
 mod common;
 mod guards;
 mod missed;
+mod pause;
 mod processes;
 
 use std::collections::BTreeMap;

@@ -183,7 +183,8 @@ pub enum Command {
         yes: bool,
     },
 
-    /// List the cron schedules of the queue (or of every queue), or remove one
+    /// List the cron schedules of the queue (or of every queue), or remove,
+    /// pause, resume or run one
     Schedules {
         /// Remove a schedule instead of listing
         #[command(subcommand)]
@@ -224,6 +225,21 @@ pub enum Command {
 pub enum SchedulesAction {
     /// Remove a schedule: no job is made for it from now on (jobs it made stay)
     Remove {
+        /// The schedule's name
+        name: String,
+    },
+    /// Pause a schedule: no job is made for it until it is resumed
+    Pause {
+        /// The schedule's name
+        name: String,
+    },
+    /// Resume a paused schedule: the ticks that passed meanwhile are skipped
+    Resume {
+        /// The schedule's name
+        name: String,
+    },
+    /// Enqueue the schedule's job now, outside its ticks
+    Run {
         /// The schedule's name
         name: String,
     },

@@ -152,6 +152,15 @@ async fn run(cli: Cli) -> Result<Output, Failure> {
         Command::Schedules {
             action: Some(SchedulesAction::Remove { name }),
         } => schedules::remove(&ctx, &name).await,
+        Command::Schedules {
+            action: Some(SchedulesAction::Pause { name }),
+        } => schedules::pause(&ctx, &name, true).await,
+        Command::Schedules {
+            action: Some(SchedulesAction::Resume { name }),
+        } => schedules::pause(&ctx, &name, false).await,
+        Command::Schedules {
+            action: Some(SchedulesAction::Run { name }),
+        } => schedules::run_now(&ctx, &name).await,
         Command::Doctor { strict } => doctor::doctor(&ctx, strict).await,
         Command::Watch { from, count } => watch::watch(&ctx, from, count, json).await,
     }

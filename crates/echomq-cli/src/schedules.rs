@@ -1,5 +1,5 @@
 //! `schedules`: the cron schedules of a queue or of every queue, and
-//! `schedules remove NAME`.
+//! `schedules remove|pause|resume|run NAME`.
 
 use echomq::{Missed, ScheduleInfo};
 use serde_json::{Value, json};
@@ -26,6 +26,7 @@ fn schedule_json(queue: &str, s: &ScheduleInfo) -> Value {
         "done_through_ms": s.done_through_ms,
         "jobs": s.jobs,
         "last_missed_ms": s.last_missed_ms,
+        "paused_ms": s.paused_ms,
         "missed": missed(s.missed),
         "grace_ms": u64::try_from(s.grace.as_millis()).unwrap_or(u64::MAX),
         "priority": s.priority,
@@ -73,7 +74,11 @@ pub async fn list(ctx: &Ctx) -> Result<Output, Failure> {
                     s.name.clone(),
                     s.cron.clone(),
                     s.time_zone.clone(),
-                    when_opt(s.next_tick_ms, now),
+                    if s.paused_ms.is_some() {
+                        "paused".to_owned()
+                    } else {
+                        when_opt(s.next_tick_ms, now)
+                    },
                     s.jobs.to_string(),
                     format!("{} (grace {})", missed(s.missed), duration(s.grace)),
                     when_opt(s.last_missed_ms, now),
@@ -111,6 +116,50 @@ pub async fn remove(ctx: &Ctx, name: &str) -> Result<Output, Failure> {
         format!(
             "removed schedule {name} of queue {}: it makes no more jobs (the jobs it made stay)\n",
             q.name()
+        ),
+    ))
+}
+
+/// Pauses (`paused`) or resumes schedule `name` of the queue given.
+///
+/// # Errors
+/// A [`Failure`]: no such queue or schedule, a server error.
+pub async fn pause(ctx: &Ctx, name: &str, paused: bool) -> Result<Output, Failure> {
+    let q = ctx.open_given().await?;
+    let changed = if paused {
+        q.pause_schedule(name).await
+    } else {
+        q.resume_schedule(name).await
+    }
+    .map_err(|e| ctx.err(e))?;
+    let (word, already) = if paused {
+        ("paused: it makes no job until resumed", "already paused")
+    } else {
+        ("resumed: its next tick after now makes its job", "not paused")
+    };
+    Ok(Output::ok(
+        json!({"queue": q.name(), "schedule": name, "paused": paused, "changed": changed}),
+        format!(
+            "schedule {name} of queue {}: {}\n",
+            q.name(),
+            if changed { word } else { already }
+        ),
+    ))
+}
+
+/// Enqueues schedule `name`'s job now.
+///
+/// # Errors
+/// A [`Failure`]: no such queue or schedule, a server error.
+pub async fn run_now(ctx: &Ctx, name: &str) -> Result<Output, Failure> {
+    let q = ctx.open_given().await?;
+    let done = q.run_schedule_now(name).await.map_err(|e| ctx.err(e))?;
+    Ok(Output::ok(
+        json!({"queue": q.name(), "schedule": name, "enqueued": done}),
+        format!(
+            "schedule {name} of queue {}: job {} enqueued now\n",
+            q.name(),
+            crate::ctx::shell_quote(&done.id)
         ),
     ))
 }

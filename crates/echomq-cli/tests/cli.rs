@@ -695,3 +695,32 @@ async fn clean_removes_old_finished_jobs() {
     assert_eq!(bad.code, 1, "{bad:?}");
     assert!(bad.stderr.contains("not finished"), "{bad:?}");
 }
+
+// schedules pause | resume | run: the schedule's state follows, the list
+// says "paused", run makes one job; an unknown schedule is exit 1.
+#[tokio::test]
+async fn schedules_pause_resume_and_run() {
+    let (server, client) = server().await;
+    let url = server.url();
+    let q = client.queue("cron").await.unwrap();
+    let nightly = echomq::schedule::Schedule::new("nightly", "0 0 3 * * *");
+    q.upsert_schedule(&nightly, &serde_json::json!({"r": 1})).await.unwrap();
+    let run = echomq(&url, &["-q", "cron", "schedules", "pause", "nightly"]).await;
+    assert_eq!(run.code, 0, "{run:?}");
+    assert!(q.schedule("nightly").await.unwrap().unwrap().paused_ms.is_some());
+    let list = echomq(&url, &["-q", "cron", "schedules"]).await;
+    assert!(list.stdout.contains("paused"), "{}", list.stdout);
+    let now = echomq(&url, &["-q", "cron", "--json", "schedules", "run", "nightly"]).await;
+    assert_eq!(now.code, 0, "{now:?}");
+    let id = now.json()["enqueued"]["id"].as_str().unwrap().to_owned();
+    assert_eq!(
+        q.job(&id).await.unwrap().decode::<Value>().unwrap(),
+        serde_json::json!({"r": 1})
+    );
+    let run = echomq(&url, &["-q", "cron", "schedules", "resume", "nightly"]).await;
+    assert_eq!(run.code, 0, "{run:?}");
+    assert!(q.schedule("nightly").await.unwrap().unwrap().paused_ms.is_none());
+    let none = echomq(&url, &["-q", "cron", "schedules", "pause", "nope"]).await;
+    assert_eq!(none.code, 1, "{none:?}");
+    assert!(none.stderr.contains("no schedule"), "{none:?}");
+}
