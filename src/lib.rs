@@ -90,7 +90,7 @@
 //!   keys, effect markers and atomic completion.
 //! - [`maintenance`]: the [`Reaper`], the consistency sweep, and the
 //!   maintenance task that also runs the scheduling passes.
-//! - [`schedule`] (feature `cron`, on by default): leaderless cron
+//! - `schedule` (feature `cron`, on by default; [the guide](crate::guide::schedules)): leaderless cron
 //!   schedules stored in the server, one job per tick.
 //! - [`partition`]: one logical queue spread over several, for a cluster.
 //! - [`events`]: lifecycle events, one capped stream per queue written by

@@ -22,9 +22,9 @@
 //! reaping after a clock step (see [`MAX_STEP_HOLD`]).
 //!
 //! With the `cron` feature the same task runs the scheduling passes of each
-//! queue's cron schedules ([`crate::schedule`]): when a schedule's next
+//! queue's cron schedules (`crate::schedule`): when a schedule's next
 //! tick comes on the server's clock, and at least every
-//! [`LOOK_INTERVAL`](crate::schedule::LOOK_INTERVAL) a look (so a schedule
+//! `schedule::LOOK_INTERVAL` a look (so a schedule
 //! stored by another process is picked up within it). A pass makes jobs;
 //! it never runs a handler.
 //!
