@@ -214,9 +214,14 @@ pub enum Command {
         /// kept) or an event id printed earlier (resume after it)
         #[arg(long, default_value = "$", value_parser = parse_from)]
         from: echomq::EventCursor,
-        /// Stop after this many events
+        /// Stop after this many events (waiting for new ones if the
+        /// history has fewer, unless --no-follow)
         #[arg(long)]
         count: Option<u64>,
+        /// Print the events kept from --from to the newest, then exit
+        /// instead of waiting for new ones (as `tail` without -f)
+        #[arg(long)]
+        no_follow: bool,
     },
 }
 

@@ -162,6 +162,6 @@ async fn run(cli: Cli) -> Result<Output, Failure> {
             action: Some(SchedulesAction::Run { name }),
         } => schedules::run_now(&ctx, &name).await,
         Command::Doctor { strict } => doctor::doctor(&ctx, strict).await,
-        Command::Watch { from, count } => watch::watch(&ctx, from, count, json).await,
+        Command::Watch { from, count, no_follow } => watch::watch(&ctx, from, count, !no_follow, json).await,
     }
 }

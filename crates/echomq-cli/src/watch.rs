@@ -10,24 +10,37 @@ use crate::exit::Failure;
 use crate::render::iso;
 
 /// Prints the events of the queue given with `-q` from `from`, one line
-/// each, until Ctrl-C or `count` events. A stretch of events trimmed away
-/// unread is reported on stderr and the watch goes on.
+/// each, until Ctrl-C or `count` events, or (without `follow`) until the
+/// newest event the stream holds. A stretch of events trimmed away unread
+/// is reported on stderr and the watch goes on.
 ///
 /// # Errors
 /// A [`Failure`]: no such queue, a server error.
-pub async fn watch(ctx: &Ctx, from: EventCursor, count: Option<u64>, json: bool) -> Result<Output, Failure> {
+pub async fn watch(
+    ctx: &Ctx,
+    from: EventCursor,
+    count: Option<u64>,
+    follow: bool,
+    json: bool,
+) -> Result<Output, Failure> {
     let q = ctx.open_given().await?;
     let mut reader = q.events(from).await.map_err(|e| ctx.err(e))?;
     let mut printed = 0u64;
     let stop = tokio::signal::ctrl_c();
     tokio::pin!(stop);
     while count.is_none_or(|n| printed < n) {
-        let ev = tokio::select! {
-            ev = reader.next() => ev,
-            _ = &mut stop => break,
+        let ev = if follow {
+            tokio::select! {
+                ev = reader.next() => ev.map(Some),
+                _ = &mut stop => break,
+            }
+        } else {
+            reader.next_within(std::time::Duration::ZERO).await
         };
         let ev = match ev {
-            Ok(ev) => ev,
+            Ok(Some(ev)) => ev,
+            // --no-follow: the newest event was printed
+            Ok(None) => break,
             Err(e @ Error::EventsTrimmed { .. }) => {
                 eprintln!("echomq: {e}");
                 continue;

@@ -549,6 +549,17 @@ async fn watch_prints_events_and_resumes_from_an_id() {
     assert_eq!(run.stdout.lines().count(), 1, "{run:?}");
     let run = echomq(&s.url(), &["-q", "watched", "watch", "--from", "junk"]).await;
     assert_eq!(run.code, 2, "{run:?}");
+    // --no-follow: a --count larger than the history prints what is there
+    // (4 events) and exits instead of waiting for more
+    let run = echomq(
+        &s.url(),
+        &["-q", "watched", "watch", "--from", "0", "--count", "100", "--no-follow"],
+    )
+    .await;
+    assert_eq!(run.code, 0, "{run:?}");
+    assert_eq!(run.stdout.lines().count(), 4, "{run:?}");
+    let run = echomq(&s.url(), &["-q", "watched", "watch", "--no-follow"]).await;
+    assert_eq!((run.code, run.stdout.as_str()), (0, ""), "from now: nothing yet");
 }
 
 // enqueue: a JSON payload into an existing queue (created, then existing
