@@ -280,3 +280,35 @@ pub(crate) async fn job(
     tracing::info!(queue = %name, job_id = %id, action = %action, outcome = done, "job action from the dashboard");
     Ok(back(up, &jpath, done))
 }
+
+/// `POST /queues/{queue}/schedules/{name}/{action}`: pause, resume, run.
+pub(crate) async fn schedule(
+    State(shared): State<Arc<Shared>>,
+    Path((queue_name, name, action)): Path<(String, String, String)>,
+    uri: Uri,
+    original: OriginalUri,
+    headers: HeaderMap,
+    Form(form): Form<Token>,
+) -> Result<Response, Failure> {
+    if let Some(r) = refused(&shared, &headers, &form) {
+        return Ok(r);
+    }
+    let queue = open(&shared, &queue_name).await?;
+    let r = match action.as_str() {
+        "pause" => queue.pause_schedule(&name).await.map(|_| "schedule-paused"),
+        "resume" => queue.resume_schedule(&name).await.map(|_| "schedule-resumed"),
+        "run" => queue.run_schedule_now(&name).await.map(|_| "schedule-run"),
+        other => return Err(Failure::NotFound(format!("no action {other}"))),
+    };
+    let done = match r {
+        Ok(done) => done,
+        Err(echomq::Error::InvalidOption { name: "schedule", .. }) => "no-schedule",
+        Err(e) => return Err(e.into()),
+    };
+    tracing::info!(queue = %queue_name, schedule = %name, outcome = done, "schedule action from the dashboard");
+    Ok(back(
+        &base_of(&uri, &original).up,
+        &format!("queues/{}/schedules", segment(&queue_name)),
+        done,
+    ))
+}

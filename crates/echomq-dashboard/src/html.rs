@@ -133,6 +133,12 @@ pub(crate) fn pretty(bytes: &[u8]) -> String {
 pub(crate) fn page(app: &str, base: &Base, crumbs: &str, live: &str, body: &str) -> String {
     let (up, root) = (&base.up, &base.root);
     let app = escape(app);
+    // a page without a live stream has no live badge to say "offline"
+    let badge = if live.is_empty() {
+        ""
+    } else {
+        "<span id=\"live\" class=\"live\" title=\"live updates\">offline</span>"
+    };
     format!(
         "<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\
          <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\
@@ -140,7 +146,7 @@ pub(crate) fn page(app: &str, base: &Base, crumbs: &str, live: &str, body: &str)
          <link rel=\"stylesheet\" href=\"{up}assets/dashboard.css\">\
          <script src=\"{up}assets/dashboard.js\" defer></script></head>\
          <body data-live=\"{live}\"><header><a class=\"brand\" href=\"{root}\">{app}</a>{crumbs}\
-         <span id=\"live\" class=\"live\" title=\"live updates\">offline</span></header>\
+         {badge}</header>\
          <main>{body}</main></body></html>\n"
     )
 }

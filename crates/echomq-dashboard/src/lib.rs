@@ -7,8 +7,10 @@
 //! minute at the default period); a queue's jobs per state, page by page,
 //! and its latest events (a live feed); a job's record (payload,
 //! attempts, errors, progress, result, holder, lane, kind, and a timeline
-//! from its events, or from its timestamps); and it acts: retry, remove,
-//! cancel and promote a job, pause and resume a queue. Counts, throughput
+//! from its events, or from its timestamps); a queue's cron schedules; and
+//! it acts: retry, remove, cancel and run now a job (or every job of a
+//! state, or the ticked ones), pause and resume a queue, pause, resume and
+//! run a schedule; it finds a job by id or dedup id. Counts, throughput
 //! and the feed update live over server-sent events, sampled once a second
 //! by default. Pages are server-rendered HTML with a little embedded CSS
 //! and JavaScript: no framework, no CDN, no fonts from elsewhere.
@@ -58,8 +60,11 @@
 //! works under any path (`Router::nest`), and at the root too. Routes,
 //! relative to the mount point: `/` (queues), `/queues/{queue}?state=&after=`
 //! (a state's jobs, paged by [`echomq::admin::ListCursor`], and the
-//! queue's latest events), `/queues/{queue}/jobs/{id}`, `/events` (the
-//! live stream), `/assets/*`, and the POST actions under `/queues/{queue}/…`.
+//! queue's latest events), `/queues/{queue}/jobs/{id}`,
+//! `/queues/{queue}/find?q=` (a job by id or dedup id),
+//! `/queues/{queue}/schedules`, `/events` (the live stream), `/assets/*`,
+//! and the POST actions under `/queues/{queue}/…` (a job's, a state's bulk
+//! ones, the ticked jobs' at `selected`, a schedule's).
 //!
 //! axum's `nest` routes the mount point without its trailing slash only
 //! (`/admin/queues`, not `/admin/queues/`): the nested router never sees
@@ -348,6 +353,8 @@ pub fn router(source: impl Into<Source>, opts: DashboardOptions) -> Router {
         .route("/queues/{queue}", get(pages::queue))
         .route("/queues/{queue}/selected", post(actions::selected))
         .route("/queues/{queue}/find", get(pages::find))
+        .route("/queues/{queue}/schedules", get(pages::schedules))
+        .route("/queues/{queue}/schedules/{name}/{action}", post(actions::schedule))
         .route("/queues/{queue}/{action}", post(actions::queue))
         .route("/queues/{queue}/jobs/{id}", get(pages::job))
         .route("/queues/{queue}/jobs/{id}/{action}", post(actions::job))

@@ -279,6 +279,30 @@ async fn counts_move_and_a_failed_job_is_retried_from_the_browser() {
         }
     }
 
+    // The schedules page: pause one from the browser.
+    let nightly = echomq::schedule::Schedule::new("nightly", "0 0 3 * * *");
+    queue.upsert_schedule(&nightly, &Work { flaky: false }).await.unwrap();
+    c.goto(&format!("http://{addr}/admin/queues/queues/browser/schedules"))
+        .await
+        .unwrap();
+    c.wait()
+        .for_element(Locator::Css(
+            "tr[data-schedule=\"nightly\"] button[data-action=\"pause\"]",
+        ))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    until(
+        &c,
+        "the schedule paused",
+        "return document.querySelector('tr[data-schedule=\"nightly\"]')?.dataset.state === 'paused';",
+    )
+    .await;
+    shot(&c, "6-schedules.png").await;
+    assert!(queue.schedule("nightly").await.unwrap().unwrap().paused_ms.is_some());
+
     c.close().await.unwrap();
     consumer.shutdown().await.unwrap();
     let _ = std::fs::remove_dir_all(profile);

@@ -536,3 +536,62 @@ async fn find_goes_to_the_job_by_id_or_dedup_id() {
     assert!(page.contains("No job has that id"), "{page}");
     assert!(page.contains("action=\"../queues/find/find\""), "{page}");
 }
+
+// The schedules page lists each schedule with pause/resume and run now;
+// the actions need the token and act through the library.
+#[tokio::test]
+async fn the_schedules_page_pauses_resumes_and_runs() {
+    let server = LocalServer::start().unwrap();
+    let client = Client::connect(&server.url()).await.unwrap();
+    let queue = client.queue("cron").await.unwrap();
+    let app = mounted(&client, 10);
+    let nightly = echomq::schedule::Schedule::new("nightly <b>", "0 0 3 * * *").time_zone("Europe/Berlin");
+    queue
+        .upsert_schedule(&nightly, &serde_json::json!({"r": 1}))
+        .await
+        .unwrap();
+    let base = "/admin/queues/queues/cron/schedules";
+    let (status, page) = get(&app, base).await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(
+        page.contains("nightly &lt;b&gt;") && page.contains("Europe/Berlin"),
+        "{page}"
+    );
+    assert!(page.contains("data-state=\"running\""), "{page}");
+    let one = format!("{base}/nightly%20%3Cb%3E");
+    let (status, _, _) = call(&app, post(&format!("{one}/pause"), &[], "")).await;
+    assert_eq!(status, StatusCode::FORBIDDEN);
+    let (status, to) = act(&app, &format!("{one}/pause"), "").await;
+    assert_eq!(status, StatusCode::SEE_OTHER);
+    assert!(to.ends_with("queues/cron/schedules?done=schedule-paused"), "{to}");
+    assert!(
+        queue
+            .schedule("nightly <b>")
+            .await
+            .unwrap()
+            .unwrap()
+            .paused_ms
+            .is_some()
+    );
+    let (_, page) = get(&app, &format!("{base}?done=schedule-paused")).await;
+    assert!(
+        page.contains("data-state=\"paused\"") && page.contains("Paused: the schedule"),
+        "{page}"
+    );
+    let (_, to) = act(&app, &format!("{one}/run"), "").await;
+    assert!(to.ends_with("done=schedule-run"), "{to}");
+    assert_eq!(queue.counts().await.unwrap().pending, 1);
+    let (_, to) = act(&app, &format!("{one}/resume"), "").await;
+    assert!(to.ends_with("done=schedule-resumed"), "{to}");
+    assert!(
+        queue
+            .schedule("nightly <b>")
+            .await
+            .unwrap()
+            .unwrap()
+            .paused_ms
+            .is_none()
+    );
+    let (_, to) = act(&app, &format!("{base}/gone/run"), "").await;
+    assert!(to.ends_with("done=no-schedule"), "{to}");
+}

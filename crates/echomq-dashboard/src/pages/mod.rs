@@ -1,11 +1,13 @@
 //! The pages: queues, a queue's jobs per state, a job.
 //!
-//! One file per page: `queues.rs` (the index), `queue.rs`, `job.rs`; what
+//! One file per page: `queues.rs` (the index), `queue.rs`, `job.rs`,
+//! `schedules.rs`; what
 //! they share (the response, failures, forms, the assets) is here.
 
 mod job;
 mod queue;
 mod queues;
+mod schedules;
 
 use axum::extract::OriginalUri;
 use axum::http::header::{CACHE_CONTROL, CONTENT_TYPE};
@@ -19,6 +21,7 @@ use crate::html::{Base, base, escape};
 pub(crate) use job::job;
 pub(crate) use queue::{find, queue};
 pub(crate) use queues::index;
+pub(crate) use schedules::schedules;
 
 /// The states, in the order tabs and columns show them.
 pub(crate) const STATES: [JobState; 6] = [
@@ -111,6 +114,10 @@ fn notice(done: Option<&str>) -> String {
         Some("resumed") => "Resumed.",
         Some("not-found") => "No such job any more.",
         Some("no-match") => "No job has that id, and no job holds that dedup id.",
+        Some("schedule-paused") => "Paused: the schedule makes no job until resumed.",
+        Some("schedule-resumed") => "Resumed: the ticks that passed while paused are skipped.",
+        Some("schedule-run") => "Its job is enqueued now.",
+        Some("no-schedule") => "No such schedule any more.",
         Some("wrong-state") => "Nothing done: the job is not in a state this acts on.",
         Some("dedup-held") => "Not retried: another job holds its dedup id now; retry it once that job has finished.",
         Some("finished") => "Nothing done: the job has already finished.",
@@ -135,7 +142,7 @@ fn button(shared: &Shared, action: &str, label: &str, class: &str) -> String {
 
 /// A one-button POST form whose button says `label` and is named `name`
 /// (its `data-action`).
-fn button_as(shared: &Shared, action: &str, label: &str, name: &str, class: &str) -> String {
+pub(super) fn button_as(shared: &Shared, action: &str, label: &str, name: &str, class: &str) -> String {
     format!(
         "<form method=\"post\" action=\"{action}\" class=\"inline\">{}\
          <button type=\"submit\" class=\"{class}\" data-action=\"{name}\">{label}</button></form>",
@@ -181,7 +188,7 @@ fn job_buttons(shared: &Shared, link: &str, state: JobState) -> String {
 /// The notice query every page takes.
 #[derive(Deserialize)]
 pub(crate) struct Done {
-    done: Option<String>,
+    pub(super) done: Option<String>,
 }
 
 /// The stylesheet.

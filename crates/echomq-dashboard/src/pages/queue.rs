@@ -157,7 +157,10 @@ pub(crate) async fn queue(
         hidden = if c.paused { "" } else { " hidden" },
         st = state.as_str(),
     );
-    let crumbs = format!(" / <a href=\"{here}\">{}</a>", escape(&name));
+    let crumbs = format!(
+        " / <a href=\"{here}\">{}</a> <a class=\"sub\" href=\"{here}/schedules\">schedules</a>",
+        escape(&name)
+    );
     let live = format!("{up}events?queue={qs}");
     Ok(html(
         StatusCode::OK,
