@@ -595,3 +595,31 @@ async fn the_schedules_page_pauses_resumes_and_runs() {
     let (_, to) = act(&app, &format!("{base}/gone/run"), "").await;
     assert!(to.ends_with("done=no-schedule"), "{to}");
 }
+
+// The lanes page: each lane's jobs, cap, weight and turn, and the queue's
+// throttles; escaped, paged.
+#[tokio::test]
+async fn the_lanes_page_shows_lanes_and_throttles() {
+    let server = LocalServer::start().unwrap();
+    let client = Client::connect(&server.url()).await.unwrap();
+    let queue = client.queue("laned").await.unwrap();
+    let app = mounted(&client, 10);
+    queue.set_max_active(Some(7)).await.unwrap();
+    queue.set_lane_cap("acme", Some(1)).await.unwrap();
+    for lane in ["acme", "acme", "<b>beta</b>"] {
+        queue.enqueue_with(&1, &EnqueueOptions::new().lane(lane)).await.unwrap();
+    }
+    let _held = queue.claim(1, Duration::from_secs(30)).await.unwrap();
+    let (status, page) = get(&app, "/admin/queues/queues/laned/lanes").await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(page.contains("<tr data-lane=\"acme\">"), "{page}");
+    assert!(
+        page.contains("&lt;b&gt;beta&lt;/b&gt;") && !page.contains("<b>beta</b>"),
+        "{page}"
+    );
+    assert!(page.contains("<dt>global cap</dt><dd>7</dd>"), "{page}");
+    let (_, page) = get(&app, "/admin/queues/queues/laned").await;
+    assert!(page.contains("href=\"../queues/laned/lanes\""), "{page}");
+    let (status, _) = get(&app, "/admin/queues/queues/laned/lanes?after=junk").await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+}

@@ -1,10 +1,11 @@
 //! The pages: queues, a queue's jobs per state, a job.
 //!
 //! One file per page: `queues.rs` (the index), `queue.rs`, `job.rs`,
-//! `schedules.rs`; what
+//! `schedules.rs`, `lanes.rs`; what
 //! they share (the response, failures, forms, the assets) is here.
 
 mod job;
+mod lanes;
 mod queue;
 mod queues;
 mod schedules;
@@ -19,6 +20,7 @@ use serde::Deserialize;
 use crate::Shared;
 use crate::html::{Base, base, escape};
 pub(crate) use job::job;
+pub(crate) use lanes::lanes;
 pub(crate) use queue::{find, queue};
 pub(crate) use queues::index;
 pub(crate) use schedules::schedules;

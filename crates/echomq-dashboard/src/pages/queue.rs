@@ -158,7 +158,8 @@ pub(crate) async fn queue(
         st = state.as_str(),
     );
     let crumbs = format!(
-        " / <a href=\"{here}\">{}</a> <a class=\"sub\" href=\"{here}/schedules\">schedules</a>",
+        " / <a href=\"{here}\">{}</a> <a class=\"sub\" href=\"{here}/schedules\">schedules</a> \
+         <a class=\"sub\" href=\"{here}/lanes\">lanes</a>",
         escape(&name)
     );
     let live = format!("{up}events?queue={qs}");
