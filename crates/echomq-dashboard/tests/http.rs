@@ -136,22 +136,45 @@ async fn listings_are_paged() {
             .unwrap();
     }
     let app = mounted(&client, 2);
-    let mut uri = "/admin/queues/queues/paged?state=pending".to_owned();
-    let mut seen = Vec::new();
-    loop {
-        let (status, page) = get(&app, &uri).await;
-        assert_eq!(status, StatusCode::OK);
-        seen.extend(page.match_indices("<tr data-job=\"").map(|(at, m)| {
-            let rest = &page[at + m.len()..];
-            rest[..rest.find('"').unwrap()].to_owned()
-        }));
-        let Some(at) = page.find("rel=\"next\"") else { break };
+    let ids = |page: &str| -> Vec<String> {
+        page.match_indices("<tr data-job=\"")
+            .map(|(at, m)| {
+                let rest = &page[at + m.len()..];
+                rest[..rest.find('"').unwrap()].to_owned()
+            })
+            .collect()
+    };
+    // the link with `rel` on the page, as a URI to get
+    let follow = |page: &str, rel: &str| -> Option<String> {
+        let at = page.find(&format!("rel=\"{rel}\""))?;
         let href_at = page[..at].rfind("href=\"").unwrap() + 6;
         let href = &page[href_at..page[href_at..].find('"').unwrap() + href_at];
         // `../queues/paged?...` seen from /admin/queues/queues/paged.
-        uri = format!("/admin/queues/{}", href.trim_start_matches("../").replace("&amp;", "&"));
+        Some(format!(
+            "/admin/queues/{}",
+            href.trim_start_matches("../").replace("&amp;", "&")
+        ))
+    };
+    let mut uri = "/admin/queues/queues/paged?state=pending".to_owned();
+    let mut seen = Vec::new();
+    let mut pages = Vec::new();
+    loop {
+        let (status, page) = get(&app, &uri).await;
+        assert_eq!(status, StatusCode::OK);
+        seen.extend(ids(&page));
+        pages.push(ids(&page));
+        let Some(next) = follow(&page, "next") else { break };
+        uri = next;
     }
     assert_eq!(seen, ["job-0", "job-1", "job-2", "job-3", "job-4"]);
+    // and back: "previous page" walks the same pages in reverse
+    let mut back = vec![ids(&get(&app, &uri).await.1)];
+    while let Some(prev) = follow(&get(&app, &uri).await.1, "prev") {
+        uri = prev;
+        back.push(ids(&get(&app, &uri).await.1));
+    }
+    back.reverse();
+    assert_eq!(back, pages);
     assert_eq!(queue.counts().await.unwrap().pending, 5);
     assert_eq!(queue.job("job-0").await.unwrap().state, JobState::Pending);
 }

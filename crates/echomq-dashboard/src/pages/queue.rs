@@ -25,7 +25,13 @@ pub(crate) struct Listing {
     done: Option<String>,
     /// How many jobs a bulk action changed.
     n: Option<u64>,
+    /// The cursors of the pages before this one (for "previous page").
+    prev: Option<String>,
 }
+
+/// How many earlier pages a listing's "previous page" links remember (the
+/// URL carries their cursors); further back, "first page" goes on.
+const PREV_KEPT: usize = 20;
 
 /// `/queues/{queue}`: one state's jobs, a page at a time.
 pub(crate) async fn queue(
@@ -103,20 +109,46 @@ pub(crate) async fn queue(
         JobState::Pending => "enqueued",
         _ => "finished",
     };
+    // The pages before this one: their cursors, oldest first, joined by
+    // newlines (ids hold no control characters), the last PREV_KEPT.
+    let prev: Vec<&str> = q
+        .prev
+        .as_deref()
+        .map_or_else(Vec::new, |p| p.split('\n').filter(|c| !c.is_empty()).collect());
+    let link = |after: Option<&str>, prev: &[&str]| {
+        let mut url = format!("{here}?state={}", state.as_str());
+        if let Some(a) = after {
+            let _ = write!(url, "&amp;after={}", segment(a));
+        }
+        let kept = &prev[prev.len().saturating_sub(PREV_KEPT)..];
+        if !kept.is_empty() {
+            let _ = write!(url, "&amp;prev={}", segment(&kept.join("\n")));
+        }
+        url
+    };
     let mut paging = String::from("<p class=\"paging\">");
     if after.is_some() {
+        let _ = write!(paging, "<a href=\"{}\" rel=\"first\">first page</a> ", link(None, &[]));
+        let (back, rest) = match prev.split_last() {
+            Some((last, rest)) => (Some(*last), rest),
+            None => (None, &[][..]),
+        };
         let _ = write!(
             paging,
-            "<a href=\"{here}?state={}\" rel=\"first\">first page</a> ",
-            state.as_str()
+            "<a href=\"{}\" rel=\"prev\">previous page</a> ",
+            link(back, rest)
         );
     }
     if let Some(next) = &listing.next {
+        let mut before = prev.clone();
+        let here_after = q.after.clone().unwrap_or_default();
+        if !here_after.is_empty() {
+            before.push(&here_after);
+        }
         let _ = write!(
             paging,
-            "<a href=\"{here}?state={}&amp;after={}\" rel=\"next\">next page</a>",
-            state.as_str(),
-            segment(&next.to_string())
+            "<a href=\"{}\" rel=\"next\">next page</a>",
+            link(Some(&next.to_string()), &before)
         );
     }
     paging.push_str("</p>");
