@@ -28,11 +28,13 @@ mod lifecycle;
 mod list;
 mod pause;
 pub(crate) mod queues;
+mod workers;
 
 pub use self::cancel::Cancel;
 pub use self::lifecycle::Moved;
 pub use self::list::{ListCursor, Page};
 pub use self::queues::DISCOVERY_STEP;
+pub use self::workers::{ANNOUNCE_EVERY, FORGET_AFTER, WorkerInfo};
 
 /// Most job ids one operator call takes.
 pub const MAX_IDS: usize = 1_000;

@@ -258,6 +258,7 @@ impl Worker {
                 tokio::spawn(crate::metrics::refresh(queues, every, keeper_done.clone()))
             })
         };
+        let announcing = tokio::spawn(super::registry::announce(ctx.clone(), keeper_done.clone()));
         let keeping = tokio::spawn(keeper::Keeper::run(
             ctx.keeper.clone(),
             ctx.queues.iter().map(|s| s.queue.clone()).collect(),
@@ -289,6 +290,7 @@ impl Worker {
         }
         keeper_done.cancel();
         let _ = keeping.await;
+        let _ = announcing.await;
         #[cfg(feature = "metrics")]
         if let Some(g) = gauges {
             let _ = g.await;

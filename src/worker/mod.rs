@@ -29,6 +29,7 @@ mod job;
 pub(crate) mod job_task;
 mod keeper;
 mod prefetch;
+mod registry;
 mod setters;
 mod settings;
 mod settler;

@@ -8,7 +8,7 @@
 //! and its latest events (a live feed); a job's record (payload,
 //! attempts, errors, progress, result, holder, lane, kind, and a timeline
 //! from its events, or from its timestamps); a queue's cron schedules, its
-//! lanes and throttles; and
+//! lanes and throttles, and the workers serving it; and
 //! it acts: retry, remove, cancel and run now a job (or every job of a
 //! state, or the ticked ones), pause and resume a queue, pause, resume and
 //! run a schedule; it finds a job by id or dedup id. Counts, throughput
@@ -63,7 +63,8 @@
 //! (a state's jobs, paged by [`echomq::admin::ListCursor`], and the
 //! queue's latest events), `/queues/{queue}/jobs/{id}`,
 //! `/queues/{queue}/find?q=` (a job by id or dedup id),
-//! `/queues/{queue}/schedules`, `/queues/{queue}/lanes`, `/events` (the
+//! `/queues/{queue}/schedules`, `/queues/{queue}/lanes`,
+//! `/queues/{queue}/workers`, `/events` (the
 //! live stream), `/assets/*`,
 //! and the POST actions under `/queues/{queue}/…` (a job's, a state's bulk
 //! ones, the ticked jobs' at `selected`, a schedule's).
@@ -357,6 +358,7 @@ pub fn router(source: impl Into<Source>, opts: DashboardOptions) -> Router {
         .route("/queues/{queue}/find", get(pages::find))
         .route("/queues/{queue}/schedules", get(pages::schedules))
         .route("/queues/{queue}/lanes", get(pages::lanes))
+        .route("/queues/{queue}/workers", get(pages::workers))
         .route("/queues/{queue}/schedules/{name}/{action}", post(actions::schedule))
         .route("/queues/{queue}/{action}", post(actions::queue))
         .route("/queues/{queue}/jobs/{id}", get(pages::job))

@@ -646,3 +646,29 @@ async fn the_lanes_page_shows_lanes_and_throttles() {
     let (status, _) = get(&app, "/admin/queues/queues/laned/lanes?after=junk").await;
     assert_eq!(status, StatusCode::BAD_REQUEST);
 }
+
+// The workers page lists the workers serving the queue, escaped.
+#[tokio::test]
+async fn the_workers_page_lists_running_workers() {
+    let server = LocalServer::start().unwrap();
+    let client = Client::connect(&server.url()).await.unwrap();
+    let queue = client.queue("served").await.unwrap();
+    let app = mounted(&client, 10);
+    let (_, page) = get(&app, "/admin/queues/queues/served/workers").await;
+    assert!(page.contains("No worker has announced itself"), "{page}");
+    let w = echomq::Consumer::new(queue.clone(), |_job: echomq::Job<u32>| async move {
+        Ok::<_, echomq::HandlerError>(())
+    })
+    .name("<i>w-1</i>")
+    .concurrency(4)
+    .spawn()
+    .unwrap();
+    let page = page_until(&app, "/admin/queues/queues/served/workers", "the worker listed", |p| {
+        p.contains("data-worker=\"&lt;i&gt;w-1&lt;/i&gt;\"")
+    })
+    .await;
+    assert!(page.contains("0 of 4"), "{page}");
+    w.shutdown().await.unwrap();
+    let (_, page) = get(&app, "/admin/queues/queues/served").await;
+    assert!(page.contains("href=\"../queues/served/workers\""), "{page}");
+}

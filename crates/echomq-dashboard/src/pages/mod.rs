@@ -1,7 +1,7 @@
 //! The pages: queues, a queue's jobs per state, a job.
 //!
 //! One file per page: `queues.rs` (the index), `queue.rs`, `job.rs`,
-//! `schedules.rs`, `lanes.rs`; what
+//! `schedules.rs`, `lanes.rs`, `workers.rs`; what
 //! they share (the response, failures, forms, the assets) is here.
 
 mod job;
@@ -9,6 +9,7 @@ mod lanes;
 mod queue;
 mod queues;
 mod schedules;
+mod workers;
 
 use axum::extract::OriginalUri;
 use axum::http::header::{CACHE_CONTROL, CONTENT_TYPE};
@@ -24,6 +25,7 @@ pub(crate) use lanes::lanes;
 pub(crate) use queue::{find, queue};
 pub(crate) use queues::index;
 pub(crate) use schedules::schedules;
+pub(crate) use workers::workers;
 
 /// The states, in the order tabs and columns show them.
 pub(crate) const STATES: [JobState; 6] = [

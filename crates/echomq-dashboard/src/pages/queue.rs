@@ -191,7 +191,7 @@ pub(crate) async fn queue(
     );
     let crumbs = format!(
         " / <a href=\"{here}\">{}</a> <a class=\"sub\" href=\"{here}/schedules\">schedules</a> \
-         <a class=\"sub\" href=\"{here}/lanes\">lanes</a>",
+         <a class=\"sub\" href=\"{here}/lanes\">lanes</a> <a class=\"sub\" href=\"{here}/workers\">workers</a>",
         escape(&name)
     );
     let live = format!("{up}events?queue={qs}");
