@@ -34,15 +34,7 @@ impl Queue {
                 limit: MAX_CHECKPOINT_BYTES,
             });
         }
-        store::progress::run(
-            &mut self.conn(),
-            self.keys(),
-            lease.id(),
-            lease.token(),
-            store::progress::Field::Checkpoint,
-            &bytes,
-        )
-        .await
+        self.write_checkpoint(lease, &bytes).await
     }
 
     /// Removes the checkpoint of the job `lease` holds (fenced as
@@ -53,15 +45,13 @@ impl Queue {
     /// server errors.
     pub async fn clear_checkpoint(&self, lease: &Lease) -> Result<()> {
         lease.check_queue(self.base())?;
-        store::progress::run(
-            &mut self.conn(),
-            self.keys(),
-            lease.id(),
-            lease.token(),
-            store::progress::Field::Checkpoint,
-            b"",
-        )
-        .await
+        self.write_checkpoint(lease, b"").await
+    }
+
+    /// The fenced write of `lease`'s checkpoint (empty: none).
+    async fn write_checkpoint(&self, lease: &Lease, bytes: &[u8]) -> Result<()> {
+        let field = store::progress::Field::Checkpoint;
+        store::progress::run(&mut self.conn(), self.keys(), lease.id(), lease.token(), field, bytes).await
     }
 
     /// The checkpoint job `id`'s attempts stored last, decoded; `Ok(None)`

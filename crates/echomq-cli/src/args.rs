@@ -68,37 +68,7 @@ pub enum Command {
     /// The queue must exist (a typo never makes a new queue) unless
     /// --create is given. Prints the job's id and what happened: created,
     /// existing (--id already there), deduplicated (--dedup held).
-    Enqueue {
-        /// The payload, JSON; "-" reads it from stdin
-        payload: String,
-        /// A caller-chosen job id (not all digits)
-        #[arg(long)]
-        id: Option<String>,
-        /// Run it after this delay (e.g. 90s, 5m, 2h; 1500ms)
-        #[arg(long, value_parser = parse_duration)]
-        delay: Option<std::time::Duration>,
-        /// Priority, -128 to 127 (higher first)
-        #[arg(long, allow_negative_numbers = true)]
-        priority: Option<i8>,
-        /// Its lane (tenant, customer)
-        #[arg(long)]
-        lane: Option<String>,
-        /// Its kind (the handler a router picks)
-        #[arg(long)]
-        kind: Option<String>,
-        /// A dedup id, held for --dedup-for (default: until the job finishes)
-        #[arg(long)]
-        dedup: Option<String>,
-        /// How long the dedup id holds, whether or not the job finished
-        #[arg(long, value_parser = parse_duration, requires = "dedup")]
-        dedup_for: Option<std::time::Duration>,
-        /// Handler failures before it fails for good
-        #[arg(long)]
-        max_attempts: Option<u32>,
-        /// Make the queue if it is not on the server yet
-        #[arg(long)]
-        create: bool,
-    },
+    Enqueue(EnqueueArgs),
 
     /// Show a job's whole record
     Show {
@@ -223,6 +193,40 @@ pub enum Command {
         #[arg(long)]
         no_follow: bool,
     },
+}
+
+/// What `enqueue` takes: the payload and the job's options.
+#[derive(Debug, clap::Args)]
+pub struct EnqueueArgs {
+    /// The payload, JSON; "-" reads it from stdin
+    pub payload: String,
+    /// A caller-chosen job id (not all digits)
+    #[arg(long)]
+    pub id: Option<String>,
+    /// Run it after this delay (e.g. 90s, 5m, 2h; 1500ms)
+    #[arg(long, value_parser = parse_duration)]
+    pub delay: Option<std::time::Duration>,
+    /// Priority, -128 to 127 (higher first)
+    #[arg(long, allow_negative_numbers = true)]
+    pub priority: Option<i8>,
+    /// Its lane (tenant, customer)
+    #[arg(long)]
+    pub lane: Option<String>,
+    /// Its kind (the handler a router picks)
+    #[arg(long)]
+    pub kind: Option<String>,
+    /// A dedup id, held for --dedup-for (default: until the job finishes)
+    #[arg(long)]
+    pub dedup: Option<String>,
+    /// How long the dedup id holds, whether or not the job finished
+    #[arg(long, value_parser = parse_duration, requires = "dedup")]
+    pub dedup_for: Option<std::time::Duration>,
+    /// Handler failures before it fails for good
+    #[arg(long)]
+    pub max_attempts: Option<u32>,
+    /// Make the queue if it is not on the server yet
+    #[arg(long)]
+    pub create: bool,
 }
 
 /// What `schedules` does instead of listing.

@@ -1,27 +1,13 @@
 //! `enqueue`: one job from the command line.
 
 use std::io::Read as _;
-use std::time::Duration;
 
 use echomq::{EnqueueOptions, EnqueueStatus, QueueOptions};
 use serde_json::json;
 
+use crate::args::EnqueueArgs;
 use crate::ctx::{Ctx, Output};
 use crate::exit::Failure;
-
-/// What `enqueue` was given.
-pub struct Enqueue {
-    pub payload: String,
-    pub id: Option<String>,
-    pub delay: Option<Duration>,
-    pub priority: Option<i8>,
-    pub lane: Option<String>,
-    pub kind: Option<String>,
-    pub dedup: Option<String>,
-    pub dedup_for: Option<Duration>,
-    pub max_attempts: Option<u32>,
-    pub create: bool,
-}
 
 /// Enqueues one job into the queue given (which must exist unless
 /// `create`), with the options given; the library checks each of them.
@@ -29,7 +15,7 @@ pub struct Enqueue {
 /// # Errors
 /// A [`Failure`]: a payload that is not JSON, a bad option, no such queue,
 /// a server error.
-pub async fn enqueue(ctx: &Ctx, e: Enqueue) -> Result<Output, Failure> {
+pub async fn enqueue(ctx: &Ctx, e: EnqueueArgs) -> Result<Output, Failure> {
     let text = if e.payload == "-" {
         let mut s = String::new();
         std::io::stdin()

@@ -107,32 +107,7 @@ async fn run(cli: Cli) -> Result<Output, Failure> {
         Command::Stats => stats::stats(&ctx).await,
         Command::Jobs { state, limit, after } => jobs::jobs(&ctx, state, limit, after).await,
         Command::Show { id } => jobs::show(&ctx, &id).await,
-        Command::Enqueue {
-            payload,
-            id,
-            delay,
-            priority,
-            lane,
-            kind,
-            dedup,
-            dedup_for,
-            max_attempts,
-            create,
-        } => {
-            let e = enqueue::Enqueue {
-                payload,
-                id,
-                delay,
-                priority,
-                lane,
-                kind,
-                dedup,
-                dedup_for,
-                max_attempts,
-                create,
-            };
-            enqueue::enqueue(&ctx, e).await
-        }
+        Command::Enqueue(e) => enqueue::enqueue(&ctx, e).await,
         Command::Retry { all: true, .. } => ops::all(&ctx, Action::Retry).await,
         Command::Retry { ids, .. } => ops::per_id(&ctx, Action::Retry, &ids).await,
         Command::Promote { all: true, .. } => ops::all(&ctx, Action::Promote).await,
