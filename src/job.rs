@@ -9,6 +9,7 @@ use crate::error::{Error, Result};
 use crate::limits::Limits;
 
 mod enqueue;
+mod json;
 mod kind;
 
 pub use self::enqueue::{EnqueueOptions, EnqueueStatus, Enqueued};
@@ -140,7 +141,7 @@ pub struct JobInfo {
     pub stalls: u64,
     /// The raw JSON payload (serialized as the JSON it holds, or as a
     /// string if it is not JSON).
-    #[serde(serialize_with = "payload_json")]
+    #[serde(serialize_with = "json::payload_json")]
     pub payload: Vec<u8>,
     /// The last error recorded (handler error text, "panicked", "stalled", …).
     pub last_error: Option<String>,
@@ -191,15 +192,6 @@ pub struct JobError {
     /// The error text (at most 4 KiB).
     #[serde(rename(serialize = "message", deserialize = "e"), alias = "message")]
     pub message: String,
-}
-
-/// A payload as the JSON it holds (a string when it does not parse).
-fn payload_json<S: serde::Serializer>(payload: &[u8], s: S) -> std::result::Result<S::Ok, S::Error> {
-    use serde::Serialize;
-    match serde_json::from_slice::<&serde_json::value::RawValue>(payload) {
-        Ok(raw) => raw.serialize(s),
-        Err(_) => String::from_utf8_lossy(payload).serialize(s),
-    }
 }
 
 impl JobInfo {

@@ -404,48 +404,6 @@ impl Limits {
     }
 }
 
-/// Whole milliseconds, as the JSON forms carry durations.
-fn ms(d: Duration) -> u64 {
-    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
-}
-
-/// In JSON: `{"kind": "fixed", "delay_ms": N, "jitter": F}` or
-/// `{"kind": "exponential", "base_ms": N, "max_ms": N, "jitter": F}` (`F`
-/// the jitter fraction, 0 for none), as the CLI prints it.
-impl serde::Serialize for Backoff {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
-        use serde::ser::SerializeMap;
-        let mut m = s.serialize_map(Some(4))?;
-        match self.without_jitter() {
-            Backoff::Exponential { base, max } => {
-                m.serialize_entry("kind", "exponential")?;
-                m.serialize_entry("base_ms", &ms(base))?;
-                m.serialize_entry("max_ms", &ms(max))?;
-            }
-            Backoff::Fixed(d) | Backoff::Jittered(Jittered { base: d, .. }) => {
-                m.serialize_entry("kind", "fixed")?;
-                m.serialize_entry("delay_ms", &ms(d))?;
-            }
-        }
-        m.serialize_entry("jitter", &self.jitter_fraction())?;
-        m.end()
-    }
-}
-
-/// In JSON: `{"max_attempts": N, "max_stalls": N, "backoff": {..},
-/// "timeout_ms": N or null}`.
-impl serde::Serialize for Limits {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
-        use serde::ser::SerializeMap;
-        let mut m = s.serialize_map(Some(4))?;
-        m.serialize_entry("max_attempts", &self.max_attempts)?;
-        m.serialize_entry("max_stalls", &self.max_stalls)?;
-        m.serialize_entry("backoff", &self.backoff)?;
-        m.serialize_entry("timeout_ms", &self.timeout.map(ms))?;
-        m.end()
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
