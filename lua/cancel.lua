@@ -40,7 +40,7 @@ for i = 3, #ARGV do
         emit_job(prefix, 'cancel_requested', id, jk)
       end
       code = CODE.REQUESTED
-    elseif st == 'completed' or st == 'failed' or st == 'cancelled' then
+    elseif st == 'completed' or st == 'failed' or st == 'cancelled' or st == 'expired' then
       code = CODE.FINISHED
     else
       -- a state echomq did not write: the sweep repairs it; leave it

@@ -2,9 +2,10 @@
 --
 -- KEYS[1] seq      mint counter          KEYS[2] pending (zset)
 -- KEYS[3] delayed  (zset)                KEYS[4] wake (list)
+-- KEYS[5] expiring (zset: the jobs with an expiry, lib/expiry.lua)
 -- ARGV[1] prefix  key prefix "emq:{Q}:" (job and dedup keys are built from
 --                 it; they carry the same hash tag, so they live in the same slot)
--- ARGV[2] jobs    number of jobs N, then 11 fields per job:
+-- ARGV[2] jobs    number of jobs N, then 12 fields per job:
 --   id          "" to mint one from seq
 --   payload     JSON bytes
 --   priority    integer -128..127, higher runs first
@@ -23,6 +24,11 @@
 --               hand it to the worker, which routes the job by it)
 --   traceparent "" for none, else the W3C traceparent of the enqueuing
 --               span (kept as `tp`; claims hand it to the worker)
+--   expires     "" for none; else the job's expiry (kept as `xa`): "MS",
+--               milliseconds from the server's now, or "@MS", ms since the
+--               Unix epoch on the server's clock. A job not started by then
+--               ends expired (lib/expiry.lua); a debounce keeps the
+--               holder's expiry.
 --
 -- REPLY: {now:int, (status:code, id:str)*}
 -- One (status, id) per job, in order: OK created,
@@ -35,7 +41,7 @@
 --
 -- Events (lib/events.lua, unless the queue turned them off): enqueued (each
 -- job stored), replaced (a debounce).
-local seq_key, pending_key, delayed_key, wake_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local seq_key, pending_key, delayed_key, wake_key, expiring_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local prefix = ARGV[1]
 local n = tonumber(ARGV[2])
 local now = server_now()
@@ -48,6 +54,8 @@ local split = payload_split(prefix)
 local aging = queue_aging(prefix)
 -- new jobs' set moves, applied in one ZADD per set (lib/mint.lua store_job)
 local adds = {pending = {}, delayed = {}}
+-- the new jobs with an expiry, for one ZADD to expiring
+local expiring = {}
 
 -- Sets dedup marker `mk` to job `id`: for `ttl` ms, or (ttl 0) until the
 -- job finishes, which finish() and remove.lua learn from the job's `dd`
@@ -93,7 +101,7 @@ end
 
 for j = 0, n - 1 do
   -- job j's fields, named here once in the header's order
-  local b = 3 + j * 11
+  local b = 3 + j * 12
   local id, payload = ARGV[b], ARGV[b + 1]
   local priority, when = tonumber(ARGV[b + 2]), ARGV[b + 3]
   -- The due time, or nil to be pending at once.
@@ -106,7 +114,7 @@ for j = 0, n - 1 do
   if due and due <= now then due = nil end
   local lm, dedup, dedup_ttl = ARGV[b + 4], ARGV[b + 5], tonumber(ARGV[b + 6])
   local replacing = ARGV[b + 7] == '1'
-  local lane, kind, tp = ARGV[b + 8], ARGV[b + 9], ARGV[b + 10]
+  local lane, kind, tp, expires = ARGV[b + 8], ARGV[b + 9], ARGV[b + 10], ARGV[b + 11]
   local status = CODE.OK
   local mk
   if dedup ~= '' then
@@ -133,11 +141,18 @@ for j = 0, n - 1 do
     local score, h
     id, score, h = new_job(mint(n - j), id, payload, priority, lm, lane, due, now, kind, tp, split, aging, j)
     if mk then hold(mk, id, dedup_ttl, dedup, h) end
+    if expires ~= '' then
+      local xa = string.sub(expires, 1, 1) == '@' and string.sub(expires, 2) or int_s(now + tonumber(expires))
+      h[#h + 1] = 'xa'; h[#h + 1] = xa
+      expiring[#expiring + 1] = xa
+      expiring[#expiring + 1] = id
+    end
     if store_job(prefix, pending_key, delayed_key, id, score, due, h, lane, adds) then woken = woken + 1 end
   end
   out[#out + 1] = status
   out[#out + 1] = id
 end
 add_all(adds, pending_key, delayed_key)
+if #expiring > 0 then rcall('ZADD', expiring_key, unpack(expiring)) end
 if woken > 0 then wake(wake_key, woken) end
 return out

@@ -1,10 +1,10 @@
 -- remove: deletes jobs that are not active (pending, delayed, completed,
--- failed or cancelled), with their dedup markers; or, in drain mode, the oldest
+-- failed, cancelled or expired), with their dedup markers; or, in drain mode, the oldest
 -- pending and delayed jobs. An active job is leased to a worker and is
 -- never removed here (cancel it, or wait for it to finish).
 --
 -- KEYS[1] pending  KEYS[2] delayed  KEYS[3] completed  KEYS[4] failed
--- KEYS[5] cancelled
+-- KEYS[5] cancelled  KEYS[6] expired
 -- ARGV[1] prefix  key prefix "emq:{Q}:"
 -- ARGV[2] limit   drain mode (no ids): at most this many pending and
 --                 delayed jobs per call
@@ -18,7 +18,8 @@
 -- Events (lib/events.lua, unless the queue turned them off): removed.
 local prefix, limit = ARGV[1], tonumber(ARGV[2])
 local now = server_now()
-local sets = {pending = KEYS[1], delayed = KEYS[2], completed = KEYS[3], failed = KEYS[4], cancelled = KEYS[5]}
+local sets = {pending = KEYS[1], delayed = KEYS[2], completed = KEYS[3], failed = KEYS[4], cancelled = KEYS[5],
+  expired = KEYS[6]}
 local out = {now, 0, 0}
 local removed = 0
 

@@ -6,6 +6,7 @@
 --
 -- KEYS[1] active  KEYS[2] pending  KEYS[3] delayed  KEYS[4] completed
 -- KEYS[5] failed  KEYS[6] wake  KEYS[7] token  KEYS[8] meta  KEYS[9] cancelled
+-- KEYS[10] expired
 -- ARGV[1] prefix     key prefix "emq:{Q}:" (job keys are built from it, same slot)
 -- ARGV[2] keep_completed  retention of completed jobs: "N" (-1 all, 0 delete the record, n newest n)
 --                         or "N/AGE_MS" (and none finished more than AGE_MS ago)
@@ -28,13 +29,15 @@
 -- A retry counts a failure and fails the job for good at its own
 -- max_attempts; a snooze and a release count neither a failure nor a stall.
 -- A job whose cancel was requested ends cancelled on any settlement but a
--- complete.
+-- complete. A retry, release or snooze that would make a job wait until
+-- its expiry or later ends it expired instead (lib/expiry.lua).
 --
 -- REPLY: {now:int, (code:code, due:int)*, [deadline:int, wait:int, (id:str,
 --   token:int, attempt:int, failures:int, limits:str, payload:str, lane:str,
 --   kind:str, created:int, traceparent:str)*]}
 -- One (code, due) per item, in order: OK, FAILED (a retry failed the job
--- for good), CANCELLED (the job ended cancelled), ALREADY (this
+-- for good), CANCELLED (the job ended cancelled), EXPIRED (the job ended
+-- expired), ALREADY (this
 -- settlement already happened with this token), NOT_FOUND, LEASE_LOST
 -- (nothing changed); due is the delayed job's due time (server ms), 0
 -- otherwise. When M was sent, claim.lua's reply after its `now` follows.
@@ -43,10 +46,11 @@
 -- global cap that this call's claim leaves free wake other consumers.
 --
 -- Events (lib/events.lua, unless the queue turned them off): completed,
--- retried, failed, released, snoozed, rate_limited, cancelled (one per item
--- applied), claimed (each job leased after).
+-- retried, failed, released, snoozed, rate_limited, cancelled, expired (one
+-- per item applied), claimed (each job leased after; expired, each job a
+-- claim found past its expiry).
 local k = {active = KEYS[1], pending = KEYS[2], delayed = KEYS[3], completed = KEYS[4], failed = KEYS[5],
-  wake = KEYS[6], token = KEYS[7], meta = KEYS[8], cancelled = KEYS[9]}
+  wake = KEYS[6], token = KEYS[7], meta = KEYS[8], cancelled = KEYS[9], expired = KEYS[10]}
 local prefix = ARGV[1]
 local keep_completed, keep_failed = retention(ARGV[2]), retention(ARGV[3])
 local n = tonumber(ARGV[4])
@@ -84,7 +88,7 @@ for i = 1, n do
       r = settle_retry(moves, k, prefix, jk, id, token, now, tonumber(delay) or -1, text, keep_failed, owner)
     elseif op == 'f' then r = settle_fail(moves, prefix, jk, id, token, now, text, keep_failed, owner)
     else
-      r = settle_requeue(moves, k, prefix, jk, id, token, now, op, tonumber(delay) or 0, owner)
+      r = settle_requeue(moves, k, prefix, jk, id, token, now, op, tonumber(delay) or 0, keep_failed, owner)
       if op == 'h' then hold_starts(prefix, owner.ln, now + (tonumber(delay) or 0)) end
     end
   end
@@ -93,7 +97,7 @@ for i = 1, n do
 end
 apply_moves(moves, k, prefix, keep_completed, keep_failed, now)
 if claim_max then
-  claim_jobs(k, prefix, now, tonumber(claim_lease), tonumber(claim_max), false, claim_holder, out)
+  claim_jobs(k, prefix, now, tonumber(claim_lease), tonumber(claim_max), false, claim_holder, out, keep_failed)
   wake_freed(prefix, moves)
 end
 return out

@@ -4,18 +4,19 @@
 -- a torn AOF tail) or a lost key left behind.
 --
 -- KEYS[1] pending  KEYS[2] active  KEYS[3] delayed  KEYS[4] completed
--- KEYS[5] failed   KEYS[6] cancelled
--- KEYS[7] seq (mint counter, for a job that lost its score)
+-- KEYS[5] failed   KEYS[6] cancelled  KEYS[7] expired
+-- KEYS[8] seq (mint counter, for a job that lost its score)
+-- KEYS[9] expiring (the jobs with an expiry, lib/expiry.lua)
 -- ARGV[1] prefix  key prefix "emq:{Q}:"
--- ARGV[2] phase   "jobs", a set's KEYS index 1..6, "held", "ring", "markers"
+-- ARGV[2] phase   "jobs", a set's KEYS index 1..7, "held", "ring", "markers"
 --                 or "keys"
 -- ARGV[3] cursor  "0" to start (ignored by "keys")
 -- ARGV[4] count   COUNT hint per step
--- ARGV[5] chain   optional; "chain": a phase among 1..6, "held", "ring"
+-- ARGV[5] chain   optional; "chain": a phase among 1..7, "held", "ring"
 --                 that ends in this call goes on into the next of them,
 --                 while fewer than `count` were checked (so a small queue's
 --                 sets are swept in one call)
--- KEYS[8..] with phase "keys": job hashes (PREFIX .. "job:" .. ID) and
+-- KEYS[10..] with phase "keys": job hashes (PREFIX .. "job:" .. ID) and
 --           dedup markers (PREFIX .. "de:" .. DEDUP) to check, as a walk
 --           of the keyspace found them (maintenance/sweep.rs: one walk for
 --           all the queues of a prefix, instead of a SCAN per queue)
@@ -27,7 +28,9 @@
 -- with an unknown state becomes pending; one without a valid score `sc`
 -- gets a fresh one (priority 0, the next mint number, or now with aging, as lib/mint.lua
 -- new_job computes it), since every later move back to pending ZADDs at `sc`. A
--- non-numeric finish time `ft` counts as now. Phase 1..6 ZSCANs that set:
+-- non-numeric finish time `ft` counts as now. A waiting job with an expiry
+-- (`xa`) is put back on expiring if a torn write lost it there (claims
+-- would still expire it; the reaper's pass would not). Phase 1..7 ZSCANs that set:
 -- members whose job key is missing, or is not a hash, are removed.
 --
 -- Lanes (lib/lanes.lua): in phase "jobs" a laned job is also put on
@@ -46,7 +49,7 @@
 -- would recur at the same cursor on every run and wedge the sweep there).
 -- Skipped, never deleted (they may be someone's data), and counted: a key
 -- under the job pattern that is not a hash; a job whose set key, or the
--- seq key, holds another type; in phase 1..6, a set key of another type.
+-- seq key, holds another type; in phase 1..7, a set key of another type.
 --
 -- Phase "keys" checks each key given as phase "jobs" or "markers" checks
 -- what its SCAN finds; a key gone since the walk saw it is passed over
@@ -56,13 +59,14 @@
 -- `phase` is the phase the cursor belongs to (the one asked for, or with
 -- "chain" the one reached).
 local prefix, phase, cursor, count = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
-local seq_key = KEYS[7]
+local seq_key, expiring_key = KEYS[8], KEYS[9]
 local now = server_now()
 -- A queue being obliterated is left to it.
 if obliterating(prefix) then return {'0', 0, 0, 0, phase} end
-local sets = {pending = 1, active = 2, delayed = 3, completed = 4, failed = 5, cancelled = 6}
-local NSETS = 6
+local sets = {pending = 1, active = 2, delayed = 3, completed = 4, failed = 5, cancelled = 6, expired = 7}
+local NSETS = 7
 local checked, repaired, skipped = 0, 0, 0
+local done_states = {completed = true, failed = true, cancelled = true, expired = true}
 
 -- True for a key that is a sorted set or absent (a command on it cannot
 -- raise WRONGTYPE).
@@ -132,7 +136,7 @@ local function check_job(jk, usable)
     return
   end
   local id = string.sub(jk, #prefix + 5)
-  local f = rcall('HMGET', jk, 'p', 'st', 'sc', 'ft', 'ln')
+  local f = rcall('HMGET', jk, 'p', 'st', 'sc', 'ft', 'ln', 'xa')
   if not f[1] then
     rcall('DEL', jk)
     for i = 1, NSETS do
@@ -176,7 +180,7 @@ local function check_job(jk, usable)
     end
   elseif not held then
     local score = now
-    if st == 'completed' or st == 'failed' or st == 'cancelled' then score = score_of(f[4]) or now end
+    if done_states[st] then score = score_of(f[4]) or now end
     rcall('ZADD', KEYS[want], score, id)
     repaired = repaired + 1
   end
@@ -184,6 +188,12 @@ local function check_job(jk, usable)
     if i ~= want and usable[i] and rcall('ZREM', KEYS[i], id) == 1 then repaired = repaired + 1 end
   end
   if ln then check_lane(id, st, sc, ln) end
+  local xa = score_of(f[6])
+  if xa and (st == 'pending' or st == 'delayed') and zset_or_none(expiring_key)
+    and not rcall('ZSCORE', expiring_key, id) then
+    rcall('ZADD', expiring_key, xa, id)
+    repaired = repaired + 1
+  end
 end
 
 local function usable_sets()
@@ -193,7 +203,6 @@ local function usable_sets()
 end
 
 -- Checks one dedup marker (phase "markers", see there).
-local done_states = {completed = true, failed = true, cancelled = true}
 local function check_marker(mk)
   local mine = prefix .. 'de:'
   local id = sget(mk)
@@ -218,7 +227,7 @@ end
 if phase == 'keys' then
   local usable = usable_sets()
   local jobs, markers = prefix .. 'job:', prefix .. 'de:'
-  for i = 8, #KEYS do
+  for i = 10, #KEYS do
     local k = KEYS[i]
     if string.sub(k, 1, #jobs) == jobs then
       check_job(k, usable)
@@ -325,7 +334,7 @@ local function run_set_phase(name, cur)
   return phase_set(tonumber(name), cur)
 end
 
-local set_phases = {'1', '2', '3', '4', '5', '6', 'held', 'ring'}
+local set_phases = {'1', '2', '3', '4', '5', '6', '7', 'held', 'ring'}
 local at = nil
 for i, name in ipairs(set_phases) do
   if name == phase then at = i end

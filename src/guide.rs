@@ -22,6 +22,9 @@
 //!
 //! - [`operating_a_queue`]: pause and resume, retry, promote, remove,
 //!   drain, obliterate, list, cancel, finding queues.
+//! - [`job_lifetimes`]: how long a job may wait before it is pointless
+//!   (expires-at), and how long it keeps others like it out (unique
+//!   lifetimes).
 //! - [`schedules`]: leaderless cron schedules, one job per tick, missed
 //!   ticks, daylight saving.
 //! - [`lanes`]: tenants sharing a queue fairly, with caps and weights.
@@ -73,6 +76,9 @@ pub mod web_apps {}
 
 #[doc = include_str!("../docs/operating-a-queue.md")]
 pub mod operating_a_queue {}
+
+#[doc = include_str!("../docs/job-lifetimes.md")]
+pub mod job_lifetimes {}
 
 #[doc = include_str!("../docs/schedules.md")]
 pub mod schedules {}

@@ -43,6 +43,10 @@ pub enum JobState {
     Failed,
     /// Cancelled by an operator ([`Queue::cancel`](crate::Queue::cancel)); it does not run again.
     Cancelled,
+    /// Not started before its expiry ([`EnqueueOptions::expires_at`](crate::EnqueueOptions::expires_at),
+    /// [`discard_after`](crate::EnqueueOptions::discard_after)), so it never runs (again).
+    /// Kept as failed jobs are.
+    Expired,
 }
 
 impl JobState {
@@ -54,6 +58,7 @@ impl JobState {
             "completed" => JobState::Completed,
             "failed" => JobState::Failed,
             "cancelled" => JobState::Cancelled,
+            "expired" => JobState::Expired,
             _ => return None,
         })
     }
@@ -67,22 +72,27 @@ impl JobState {
             JobState::Completed => "completed",
             JobState::Failed => "failed",
             JobState::Cancelled => "cancelled",
+            JobState::Expired => "expired",
         }
     }
 
-    /// True for the finished states: `Completed`, `Failed` and `Cancelled`.
+    /// True for the finished states: `Completed`, `Failed`, `Cancelled` and `Expired`.
     pub fn is_terminal(self) -> bool {
-        matches!(self, JobState::Completed | JobState::Failed | JobState::Cancelled)
+        matches!(
+            self,
+            JobState::Completed | JobState::Failed | JobState::Cancelled | JobState::Expired
+        )
     }
 
     /// Every state, in the order a job goes through them.
-    pub const ALL: [JobState; 6] = [
+    pub const ALL: [JobState; 7] = [
         JobState::Pending,
         JobState::Delayed,
         JobState::Active,
         JobState::Completed,
         JobState::Failed,
         JobState::Cancelled,
+        JobState::Expired,
     ];
 }
 
@@ -176,6 +186,9 @@ pub struct JobInfo {
     pub lane: Option<String>,
     /// Its kind ([`EnqueueOptions::kind`], [`JobKind::KIND`]), if it has one.
     pub kind: Option<String>,
+    /// Its expiry (server ms), if it has one: not started by then, it ends
+    /// [`JobState::Expired`] ([`EnqueueOptions::expires_at`]).
+    pub expires_at_ms: Option<u64>,
 }
 
 /// How many of a job's errors its record keeps ([`JobInfo::errors`]).
@@ -247,6 +260,24 @@ pub struct Counts {
     pub failed: u64,
     /// Cancelled and still retained (kept as failed jobs are).
     pub cancelled: u64,
+    /// Expired unstarted and still retained (kept as failed jobs are).
+    #[serde(default)]
+    pub expired: u64,
     /// Whether the queue is paused ([`Queue::pause`](crate::Queue::pause)).
     pub paused: bool,
+}
+
+impl Counts {
+    /// The count of jobs in `state`.
+    pub fn of(&self, state: JobState) -> u64 {
+        match state {
+            JobState::Pending => self.pending,
+            JobState::Delayed => self.delayed,
+            JobState::Active => self.active,
+            JobState::Completed => self.completed,
+            JobState::Failed => self.failed,
+            JobState::Cancelled => self.cancelled,
+            JobState::Expired => self.expired,
+        }
+    }
 }

@@ -28,6 +28,10 @@ pub(crate) struct Keys {
     pub completed: String,
     pub failed: String,
     pub cancelled: String,
+    /// Jobs that ended past their expiry (kept as failed jobs are).
+    pub expired: String,
+    /// The jobs with an expiry, scored by it (`lua/lib/expiry.lua`).
+    pub expiring: String,
     pub seq: String,
     /// The fencing-token counter (tokens never repeat for a queue).
     pub token: String,
@@ -83,6 +87,8 @@ impl Keys {
             completed: k("completed"),
             failed: k("failed"),
             cancelled: k("cancelled"),
+            expired: k("expired"),
+            expiring: k("expiring"),
             seq: k("seq"),
             token: k("token"),
             meta: k("meta"),
@@ -104,7 +110,7 @@ impl Keys {
 
     /// Every fixed key of the queue (not the job records, markers or user
     /// keys): what obliterate deletes last, and what the hash-tag test checks.
-    pub fn own(&self) -> [&String; 21] {
+    pub fn own(&self) -> [&String; 23] {
         [
             &self.pending,
             &self.active,
@@ -112,6 +118,8 @@ impl Keys {
             &self.completed,
             &self.failed,
             &self.cancelled,
+            &self.expired,
+            &self.expiring,
             &self.seq,
             &self.token,
             &self.meta,

@@ -64,6 +64,7 @@ pub(crate) fn settled(queue: &str, outcome: Outcome) {
         Outcome::Released => "released",
         Outcome::Snoozed { .. } => "snoozed",
         Outcome::Cancelled => "cancelled",
+        Outcome::Expired => "expired",
         Outcome::AlreadySettled => "already",
     };
     counter!("echomq_jobs_settled_total", "queue" => queue.to_owned(), "outcome" => name).increment(1);
@@ -109,6 +110,7 @@ impl Queue {
             ("completed", counts.completed),
             ("failed", counts.failed),
             ("cancelled", counts.cancelled),
+            ("expired", counts.expired),
         ] {
             #[allow(clippy::cast_precision_loss)]
             gauge!("echomq_jobs", "queue" => q.clone(), "state" => state).set(n as f64);

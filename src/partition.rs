@@ -228,6 +228,7 @@ impl PartitionedQueue {
             sum.completed += c.completed;
             sum.failed += c.failed;
             sum.cancelled += c.cancelled;
+            sum.expired += c.expired;
             sum.paused &= c.paused;
         }
         Ok(sum)

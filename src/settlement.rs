@@ -39,6 +39,10 @@ pub enum Outcome {
     /// a complete of a job an operator asked to cancel
     /// ([`Queue::cancel`](crate::Queue::cancel)).
     Cancelled,
+    /// The job ended expired: a retry, release or snooze would have made it
+    /// wait until its expiry ([`EnqueueOptions::expires_at`](crate::EnqueueOptions::expires_at))
+    /// or later, so it can no longer start in time.
+    Expired,
     /// This settlement already happened with this token (the first reply
     /// was lost and the call was sent again); nothing changed now.
     AlreadySettled,

@@ -7,15 +7,30 @@
 -- payload (joined_payload), events (events_on, record_job), lanes (LANED, LANE_BLOCKED,
 -- LANE_IDLE, LANE_SLACK, lane_key, held_member, lane_active, lane_cap, lane_weight,
 -- lane_shut, reopen_lanes, lanes_in_use, mark_lanes), throttle (rate_room, rate_log, lane_rate, lane_log,
--- queue_room), sets (promote_due), fence (mint_tokens).
+-- queue_room), sets (promote_due, new_moves, unlease, apply_moves, KEEP_ALL), fence (mint_tokens),
+-- expiry (past_expiry, expire).
 
 -- The fields of job record `jk` a lease needs, in this order: p, f, a,
--- lm, kd, ct, st, ln, tp (lease_job reads them by position), and the rest
--- of a split payload, p2, p3, p4 (lib/payload.lua); nil for a key of
--- another type. (One HGETALL instead, picking the fields in Lua, measured
--- the same: what it saved the server the loop cost.)
+-- lm, kd, ct, st, ln, tp (lease_job reads them by position), the rest
+-- of a split payload, p2, p3, p4 (lib/payload.lua), and xa, its expiry
+-- (lib/expiry.lua); nil for a key of another type. (One HGETALL instead,
+-- picking the fields in Lua, measured the same: what it saved the server
+-- the loop cost.)
 local function lease_fields(jk)
-  return hfields(jk, 'p', 'f', 'a', 'lm', 'kd', 'ct', 'st', 'ln', 'tp', 'p2', 'p3', 'p4')
+  return hfields(jk, 'p', 'f', 'a', 'lm', 'kd', 'ct', 'st', 'ln', 'tp', 'p2', 'p3', 'p4', 'xa')
+end
+
+-- Ends picked job `id` expired instead of leasing it when its expiry has
+-- passed (`job`: its lease_fields; `lane` its lane, whose slot the pick
+-- took, or nil). `ended` collects the moves (created on first use).
+-- Returns true when it ended the job.
+local function expired_pick(ended, prefix, jk, id, job, lane, now, keep)
+  if not (job and job[1] and past_expiry(job[13], now)) then return false end
+  if not ended.moves then ended.moves = new_moves() end
+  if lane then unlease(ended.moves, id, lane) end
+  expire(ended.moves, prefix, jk, id, now, keep, rcall('HGET', jk, 'dd') or nil)
+  ended.n = ended.n + 1
+  return true
 end
 
 -- True when unlaned jobs wait in `pending` (laned ones sit above them, at LANED).
@@ -237,7 +252,9 @@ end
 -- cleared (a consumer that finds nothing waits for a slot to free, which
 -- wakes it, or for the time `wait` says) and `wait` is the ms until the
 -- queue's window reopens (0: no time to wait for; a freed slot wakes).
--- `k` holds pending, active, delayed, wake, token, meta; `holder` names
+-- A picked job whose expiry has passed ends expired instead (expired_pick;
+-- kept as `keep`, the queue's retention of failed jobs says).
+-- `k` holds pending, active, delayed, wake, token, meta, expired; `holder` names
 -- the claiming consumer (stored as `hd`).
 -- Appends {deadline, wait, id_1, token_1, attempt_1, failures_1, limits_1,
 -- payload_1, lane_1, kind_1, created_1, traceparent_1, ...} to `out` (lane,
@@ -245,7 +262,7 @@ end
 -- "0" if it has none);
 -- `wait` also says when the first stopped lane reopens, when the claim
 -- leased fewer than `limit` jobs.
-local function claim_jobs(k, prefix, now, lease, limit, promote, holder, out)
+local function claim_jobs(k, prefix, now, lease, limit, promote, holder, out, keep)
   local deadline = now + lease
   out[#out + 1] = deadline
   out[#out + 1] = 0
@@ -270,6 +287,7 @@ local function claim_jobs(k, prefix, now, lease, limit, promote, holder, out)
   local logged = {}
   local deadline_s = int_s(deadline)
   local zargs = {}
+  local ended = {n = 0}
   if not lanes_in_use(prefix) then
     local popped = rcall('ZPOPMIN', k.pending, limit)
     -- Nothing left to hand out: clear stale wake tokens so idle consumers sleep.
@@ -308,6 +326,7 @@ local function claim_jobs(k, prefix, now, lease, limit, promote, holder, out)
       -- on pending too, and leasing it would run it again. Its id just
       -- leaves pending; the sweep puts the job where its state says.
       if job and job[7] and job[7] ~= 'pending' then job = nil end
+      if expired_pick(ended, prefix, jk, id, job, nil, now, keep) then job = nil end
       lease_job(prefix, jk, id, job, token, now, deadline_s, holder, '', zargs, out)
       if rn and #zargs > 2 * #logged then logged[#logged + 1] = int_s(token) end
     end
@@ -331,8 +350,9 @@ local function claim_jobs(k, prefix, now, lease, limit, promote, holder, out)
     for _, pick in ipairs(picked) do
       local jk = prefix .. 'job:' .. pick.id
       token = token + 1
-      lease_job(prefix, jk, pick.id, pick.job or lease_fields(jk), token, now, deadline_s, holder, pick.lane or '',
-        zargs, out)
+      local job = pick.job or lease_fields(jk)
+      if expired_pick(ended, prefix, jk, pick.id, job, pick.lane, now, keep) then job = nil end
+      lease_job(prefix, jk, pick.id, job, token, now, deadline_s, holder, pick.lane or '', zargs, out)
       if #zargs > 2 * #logged then
         logged[#logged + 1] = int_s(token)
         if pick.lane and lane_limits then
@@ -348,4 +368,9 @@ local function claim_jobs(k, prefix, now, lease, limit, promote, holder, out)
   end
   if #zargs > 0 then rcall('ZADD', k.active, unpack(zargs)) end
   if rn then rate_log(prefix .. 'limits:log', rw, now, logged) end
+  if ended.moves then
+    apply_moves(ended.moves, k, prefix, KEEP_ALL, keep, now)
+    -- the jobs behind the expired ones are someone's to claim now
+    wake(k.wake, ended.n)
+  end
 end

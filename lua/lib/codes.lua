@@ -17,6 +17,7 @@ local CODE = {
   REQUESTED = 10,      -- cancel: the job is active; the request is recorded for its holder
   CANCELLED = 11,      -- the job is cancelled (at once, or by a settlement or a reap after a request)
   FINISHED = 12,       -- cancel: the job had already finished; nothing changed
+  EXPIRED = 13,        -- the job ended expired: it can no longer start before its expiry
   NOT_FOUND = -1,      -- no such job
   LEASE_LOST = -2,     -- not active under this token: nothing changed
   REFUSED = -3,        -- a declared effect was refused: nothing changed

@@ -29,17 +29,19 @@ local function settled_before(lo, op, token)
 end
 
 -- Checks that the caller still owns job `jk` with `token` (a string, as
--- sent). Returns nil and the job's owner fields {dd, lo, cx, ln} when it does, or
+-- sent). Returns nil and the job's owner fields {dd, lo, cx, ln, a, tk,
+-- kd, xa} when it does, or
 -- the reply to send: {ALREADY, now} when settlement `op` already happened
 -- with this token (its reply was lost; remembered for the job's last
 -- LO_KEEP settlements), {NOT_FOUND, now} for a missing job, {LEASE_LOST,
 -- now} for a lost lease.
 local function check_owner(jk, token, op, now)
-  local cur = hfields(jk, 'st', 'tk', 'lo', 'dd', 'cx', 'ln', 'a', 'kd')
+  local cur = hfields(jk, 'st', 'tk', 'lo', 'dd', 'cx', 'ln', 'a', 'kd', 'xa')
   if not cur or not cur[1] then return {CODE.NOT_FOUND, now} end
   if cur[1] == 'active' and cur[2] == token then
-    -- a, tk and kd too: the settlement's event needs them (emit_job)
-    return nil, {dd = cur[4], lo = cur[3], cx = cur[5], ln = cur[6], a = cur[7], tk = token, kd = cur[8]}
+    -- a, tk and kd too: the settlement's event needs them (emit_job); xa:
+    -- a settlement that makes the job wait checks its expiry
+    return nil, {dd = cur[4], lo = cur[3], cx = cur[5], ln = cur[6], a = cur[7], tk = token, kd = cur[8], xa = cur[9]}
   end
   if op and cur[3] and settled_before(cur[3], op, token) then
     return {CODE.ALREADY, now}

@@ -1,5 +1,5 @@
 -- lib/sets.lua: a job's moves between the state sets (pending, delayed,
--- active, completed, failed, cancelled), batched per call, and the
+-- active, completed, failed, cancelled, expired), batched per call, and the
 -- retention of finished jobs.
 --
 -- Needs: base (rcall, hfields, int_s, now_str), keyspace (wake, release_dedup),
@@ -67,7 +67,8 @@ end
 -- commands per job instead of eight. Hash writes are not deferred, so a
 -- later check in the same call sees every earlier settlement.
 local function new_moves()
-  return {unlease = {}, held = {}, lanes = {}, completed = {}, failed = {}, cancelled = {}, delete = {}}
+  return {unlease = {}, held = {}, lanes = {}, completed = {}, failed = {}, cancelled = {}, expired = {},
+    delete = {}}
 end
 
 -- Job `id` (of lane `ln`, or nil) leaves the active set: every end of a
@@ -95,7 +96,7 @@ local function retention(s)
 end
 local KEEP_ALL = {n = -1, age = 0}
 
--- Terminal move into state `state` (completed, failed or cancelled) at `now`: releases
+-- Terminal move into state `state` (completed, failed, cancelled or expired) at `now`: releases
 -- the job's dedup marker `dd` if it still holds it; with retention `keep`
 -- of 0 records the record is deleted, otherwise it is stamped with `fields`.
 -- Its event is named after the state (`owner`: fence.lua check_owner's
@@ -174,7 +175,8 @@ local function wake_freed(prefix, moves)
 end
 
 -- `k` holds active and the finished sets moves may go to (completed,
--- failed, cancelled); cancelled jobs are kept as failed ones are.
+-- failed, cancelled, expired); cancelled and expired jobs are kept as
+-- failed ones are.
 local function apply_moves(moves, k, prefix, keep_completed, keep_failed, now)
   if #moves.unlease > 0 then
     -- Slots freed under a global cap wake consumers that found none
@@ -197,7 +199,8 @@ local function apply_moves(moves, k, prefix, keep_completed, keep_failed, now)
       if not s or s >= LANE_BLOCKED then lane_settle(prefix, lane) end
     end
   end
-  for _, m in ipairs({{'completed', keep_completed}, {'failed', keep_failed}, {'cancelled', keep_failed}}) do
+  for _, m in ipairs({{'completed', keep_completed}, {'failed', keep_failed}, {'cancelled', keep_failed},
+    {'expired', keep_failed}}) do
     local into = moves[m[1]]
     if #into > 0 then
       -- A finish is never scored below the newest of its set: after the

@@ -4,7 +4,7 @@
 --
 -- Needs: base (rcall, int_s), codes (CODE), defaults (ERRORS_KEEP), keyspace (wake),
 -- events (ev_text, emit_job), budget (budget, backoff_ms), sets (to_pending, unlease,
--- finish), fence (remember).
+-- finish), fence (remember), expiry (past_expiry, expire).
 
 -- Each settlement assumes check_owner has passed (`owner` is what it
 -- returned) and records its set moves in `moves`. `k` holds the queue's
@@ -52,7 +52,8 @@ end
 
 -- failures += 1; at the job's max_attempts the job fails for good (code
 -- FAILED); else it is due again after `delay` ms, or after the job's
--- backoff (its jitter drawn for this token) when `delay` is negative.
+-- backoff (its jitter drawn for this token) when `delay` is negative,
+-- unless that is at or past its expiry: then it ends expired (EXPIRED).
 local function settle_retry(moves, k, prefix, jk, id, token, now, delay, err, keep, owner)
   unlease(moves, id, owner.ln)
   local failures = rcall('HINCRBY', jk, 'f', '1')
@@ -63,8 +64,12 @@ local function settle_retry(moves, k, prefix, jk, id, token, now, delay, err, ke
     finish(moves, prefix, jk, id, 'failed', now, keep, owner.dd, {'err', err, 'eh', eh, 'lo', lo}, owner)
     return {CODE.FAILED, 0}
   end
-  rcall('HSET', jk, 'err', err, 'eh', eh, 'lo', lo)
   if delay < 0 then delay = backoff_ms(bo, failures, jitter, tonumber(token)) end
+  if past_expiry(owner.xa, now + delay) then
+    expire(moves, prefix, jk, id, now, keep, owner.dd, {'err', 'expired', 'eh', eh, 'lo', lo}, owner)
+    return {CODE.EXPIRED, 0}
+  end
+  rcall('HSET', jk, 'err', err, 'eh', eh, 'lo', lo)
   local due = requeue(k, jk, id, now, delay)
   emit_job(prefix, 'retried', id, jk, {'err', ev_text(err), 'due', due > 0 and int_s(due)}, owner)
   return {CODE.OK, due}
@@ -99,11 +104,17 @@ end
 -- Release (op l, graceful shutdown), snooze (op s, run later) and rate
 -- limited (op h, a snooze; settle.lua also stops claims: throttle.lua
 -- hold_starts): back to pending or delayed, counting neither a failure
--- nor a stall.
+-- nor a stall; or, when that is at or past the job's expiry, expired
+-- (`keep` its retention).
 local REQUEUE_EVENT = {l = 'released', s = 'snoozed', h = 'rate_limited'}
-local function settle_requeue(moves, k, prefix, jk, id, token, now, op, delay, owner)
+local function settle_requeue(moves, k, prefix, jk, id, token, now, op, delay, keep, owner)
   unlease(moves, id, owner.ln)
-  rcall('HSET', jk, 'lo', remember(owner, op, token))
+  local lo = remember(owner, op, token)
+  if past_expiry(owner.xa, now + delay) then
+    expire(moves, prefix, jk, id, now, keep, owner.dd, {'err', 'expired', 'lo', lo}, owner)
+    return {CODE.EXPIRED, 0}
+  end
+  rcall('HSET', jk, 'lo', lo)
   local due = requeue(k, jk, id, now, delay)
   emit_job(prefix, REQUEUE_EVENT[op] or 'released', id, jk, {'due', due > 0 and int_s(due)}, owner)
   return {CODE.OK, due}

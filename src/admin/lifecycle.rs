@@ -321,11 +321,12 @@ impl Queue {
             JobState::Completed => &k.completed,
             JobState::Failed => &k.failed,
             JobState::Cancelled => &k.cancelled,
+            JobState::Expired => &k.expired,
             other => {
                 return Err(Error::InvalidOption {
                     name: "clean state",
                     reason: format!(
-                        "{} jobs are not finished: only completed, failed or cancelled",
+                        "{} jobs are not finished: only completed, failed, cancelled or expired",
                         other.as_str()
                     ),
                 });

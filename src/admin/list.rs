@@ -97,6 +97,7 @@ impl Queue {
             JobState::Completed => (&k.completed, Order::Desc),
             JobState::Failed => (&k.failed, Order::Desc),
             JobState::Cancelled => (&k.cancelled, Order::Desc),
+            JobState::Expired => (&k.expired, Order::Desc),
         };
         self.list_set(set, order, state, after, limit).await
     }

@@ -96,7 +96,7 @@ pub enum EventKind {
     /// when the reaper failed it).
     Failed,
     /// A lease expired: the reaper took the job back (it goes back to
-    /// pending unless a `Failed` or `Cancelled` event follows).
+    /// pending unless a `Failed`, `Cancelled` or `Expired` event follows).
     Stalled,
     /// A worker gave a job back unrun (graceful shutdown).
     Released,
@@ -107,6 +107,9 @@ pub enum EventKind {
     RateLimited,
     /// A job ended cancelled.
     Cancelled,
+    /// A job ended expired: not started before its expiry
+    /// ([`EnqueueOptions::expires_at`](crate::EnqueueOptions::expires_at)).
+    Expired,
     /// A running job's cancel was requested (it ends cancelled unless its
     /// attempt completes it).
     CancelRequested,
@@ -138,6 +141,7 @@ impl EventKind {
             "snoozed" => EventKind::Snoozed,
             "rate_limited" => EventKind::RateLimited,
             "cancelled" => EventKind::Cancelled,
+            "expired" => EventKind::Expired,
             "cancel_requested" => EventKind::CancelRequested,
             "requeued" => EventKind::Requeued,
             "removed" => EventKind::Removed,
@@ -163,6 +167,7 @@ impl EventKind {
             EventKind::Snoozed => "snoozed",
             EventKind::RateLimited => "rate_limited",
             EventKind::Cancelled => "cancelled",
+            EventKind::Expired => "expired",
             EventKind::CancelRequested => "cancel_requested",
             EventKind::Requeued => "requeued",
             EventKind::Removed => "removed",

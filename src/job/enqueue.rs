@@ -40,6 +40,16 @@ pub struct EnqueueOptions {
     pub(crate) kind: Option<String>,
     /// The W3C traceparent of the enqueuing span, handed to each claim.
     pub(crate) traceparent: Option<String>,
+    /// When a job not started by then never runs (`lua/lib/expiry.lua`).
+    pub(crate) expiry: Option<Expiry>,
+}
+
+/// An expiry as given: after a time counted from the server's now at
+/// enqueue, or at a time on the server's clock.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Expiry {
+    After(Duration),
+    At(std::time::SystemTime),
 }
 
 impl EnqueueOptions {
@@ -288,6 +298,108 @@ impl EnqueueOptions {
         self.dedup(dedup_id).delay(window).replace_waiting(true)
     }
 
+    /// Expires-at: a job that no worker has *started* by `at` (on the
+    /// server's clock) never runs. It ends [`JobState::Expired`](crate::JobState::Expired),
+    /// a finished state of its own: counted ([`Counts::expired`](crate::Counts::expired)),
+    /// listed, evented ([`EventKind::Expired`](crate::EventKind::Expired))
+    /// and kept as failed jobs are
+    /// ([`QueueOptions::keep_failed`](crate::QueueOptions::keep_failed)).
+    ///
+    /// The expiry holds for every start, not only the first: a job that
+    /// fails and would wait for its retry until `at` or later ends expired
+    /// at once, and so does one released, snoozed or reaped past it. A job
+    /// running at `at` is not stopped: it may complete, and only a start
+    /// after `at` is refused. Decided where the job would start, on the
+    /// server's clock: by the claim that finds it past its expiry, and for
+    /// jobs nobody claims by the reaper's pass (within its interval,
+    /// [`DEFAULT_REAP_INTERVAL`](crate::maintenance::reaper::DEFAULT_REAP_INTERVAL) by default).
+    ///
+    /// `at` is compared with the server's clock, as [`run_at`](Self::run_at)
+    /// is: a client clock that is off moves it; [`discard_after`](Self::discard_after)
+    /// does not depend on the client's clock at all. Checked at enqueue
+    /// ([`Error::InvalidOption`]): not in the past by this machine's clock,
+    /// not more than [`MAX_DELAY`] ahead, and after the job's run-at time or
+    /// delay, since a job due after its expiry could never run. A
+    /// debounce ([`replace_waiting`](Self::replace_waiting)) keeps the
+    /// waiting job's expiry. Setting `expires_at` replaces a `discard_after`,
+    /// and the other way round.
+    ///
+    /// ```
+    /// use std::time::{Duration, SystemTime};
+    /// // A reminder that is worthless after 9:00 (server time).
+    /// let nine = SystemTime::now() + Duration::from_secs(3_600);
+    /// let opts = echomq::EnqueueOptions::new().expires_at(nine);
+    /// ```
+    pub fn expires_at(mut self, at: std::time::SystemTime) -> Self {
+        self.expiry = Some(Expiry::At(at));
+        self
+    }
+
+    /// As [`expires_at`](Self::expires_at), `after` the enqueue: the
+    /// server's now when it stores the job, plus `after` (so skew between
+    /// the client's and the server's clocks does not matter). At least
+    /// 1 ms, at most [`MAX_DELAY`], and longer than the job's
+    /// [`delay`](Self::delay).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// // A one-time code's SMS: pointless if not sent within 5 minutes.
+    /// let opts = echomq::EnqueueOptions::new().discard_after(Duration::from_secs(300));
+    /// ```
+    pub fn discard_after(mut self, after: Duration) -> Self {
+        self.expiry = Some(Expiry::After(after));
+        self
+    }
+
+    /// The expiry as enqueue.lua takes it: "" for none, ms from the
+    /// server's now, or "@MS" on the server's clock.
+    pub(crate) fn expires(&self) -> Result<String> {
+        let Some(expiry) = self.expiry else {
+            return Ok(String::new());
+        };
+        let refuse = |name, reason: &str| Error::InvalidOption {
+            name,
+            reason: reason.into(),
+        };
+        let now = std::time::SystemTime::now();
+        // When the job is due, by this machine's clock, to compare with the expiry.
+        let due = match self.run_at {
+            Some(at) => at.max(now),
+            None => now + self.delay,
+        };
+        match expiry {
+            Expiry::After(d) => {
+                let ms = delay_ms("discard_after", d)?;
+                if ms == 0 {
+                    return Err(refuse("discard_after", "must be at least 1 ms"));
+                }
+                if now + d <= due {
+                    return Err(refuse(
+                        "discard_after",
+                        "the job would expire before it is due: make it longer than the delay",
+                    ));
+                }
+                Ok(ms.to_string())
+            }
+            Expiry::At(at) => {
+                if at <= now {
+                    return Err(refuse("expires_at", "is already past"));
+                }
+                if at.duration_since(now).is_ok_and(|ahead| ahead > MAX_DELAY) {
+                    return Err(refuse("expires_at", "more than MAX_DELAY (365 days) ahead"));
+                }
+                if at <= due {
+                    return Err(refuse(
+                        "expires_at",
+                        "the job would expire before it is due: make it later than the run-at time or delay",
+                    ));
+                }
+                let ms = at.duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis());
+                Ok(format!("@{ms}"))
+            }
+        }
+    }
+
     /// When the job is due, as enqueue.lua takes it: a delay in ms, or
     /// "@MS" for a run-at time.
     pub(crate) fn when(&self) -> Result<String> {
@@ -346,6 +458,7 @@ impl EnqueueOptions {
         }
         delay_ms("delay", self.delay)?;
         self.when()?;
+        self.expires()?;
         if let Some(n) = self.max_attempts {
             Limits::check_attempts(n)?;
         }

@@ -44,18 +44,27 @@ pub struct ReapReport {
     /// Expired leases of jobs an operator asked to cancel: cancelled
     /// rather than run again (job ids).
     pub cancelled: Vec<String>,
+    /// Expired leases of jobs whose expiry ([`EnqueueOptions::expires_at`](crate::EnqueueOptions::expires_at))
+    /// has passed: ended expired rather than run again (job ids).
+    pub expired: Vec<String>,
+    /// Waiting jobs (pending or delayed) ended expired: their expiry passed
+    /// before a worker started them.
+    pub expired_waiting: u64,
     /// Due delayed jobs moved to pending.
     pub promoted: u64,
     /// Leases still held after the pass.
     pub active: u64,
-    /// The earliest due time of a delayed job after the pass (server ms).
+    /// The earliest due time of a delayed job, or expiry of a job, after
+    /// the pass (server ms).
     pub next_due_ms: Option<u64>,
 }
 
 impl ReapReport {
     /// True when the pass hit its limit: another pass should follow at once.
     pub fn is_full(&self, batch: usize) -> bool {
-        self.requeued.len() + self.failed.len() + self.cancelled.len() >= batch || self.promoted as usize >= batch
+        self.requeued.len() + self.failed.len() + self.cancelled.len() + self.expired.len() >= batch
+            || self.promoted as usize >= batch
+            || self.expired_waiting as usize >= batch
     }
 
     /// How long after this pass (of at most `batch` jobs) the queue is due
@@ -113,12 +122,14 @@ impl Queue {
             promoted: reaped.promoted,
             active: reaped.active,
             next_due_ms: reaped.next_due_ms,
+            expired_waiting: reaped.expired_waiting,
             ..ReapReport::default()
         };
         for Expired { id, stalls, fate } in reaped.expired {
             match fate {
                 Fate::Failed => report.failed.push((id, stalls)),
                 Fate::Cancelled => report.cancelled.push(id),
+                Fate::Expired => report.expired.push(id),
                 Fate::Requeued => report.requeued.push((id, stalls)),
             }
         }
@@ -307,6 +318,16 @@ fn log_report(queue: &Queue, report: &ReapReport) {
     }
     for id in &report.cancelled {
         info!(queue = queue.name(), job_id = %id, "lease expired on a job asked to cancel; cancelled");
+    }
+    for id in &report.expired {
+        info!(queue = queue.name(), job_id = %id, "lease expired past the job's expiry; expired");
+    }
+    if report.expired_waiting > 0 {
+        info!(
+            queue = queue.name(),
+            jobs = report.expired_waiting,
+            "waiting jobs expired unstarted"
+        );
     }
 }
 

@@ -165,6 +165,7 @@ impl Queue {
                 lane: opts.lane.clone(),
                 kind: kind.map(str::to_owned).or_else(|| opts.kind.clone()),
                 traceparent,
+                expires: opts.expires()?,
             });
         }
         Ok(out)

@@ -32,6 +32,7 @@ pub(crate) fn job_info(id: &str, fields: HashFields, deadline_ms: Option<u64>) -
         cancel_requested_ms: None,
         lane: None,
         kind: None,
+        expires_at_ms: None,
     };
     let num = |v: &[u8]| {
         std::str::from_utf8(v)
@@ -71,6 +72,7 @@ pub(crate) fn job_info(id: &str, fields: HashFields, deadline_ms: Option<u64>) -
             "cx" => info.cancel_requested_ms = Some(num(&v)),
             "ln" => info.lane = Some(String::from_utf8_lossy(&v).into_owned()),
             "kd" => info.kind = Some(String::from_utf8_lossy(&v).into_owned()),
+            "xa" => info.expires_at_ms = Some(num(&v)),
             _ => {}
         }
     }
@@ -118,7 +120,7 @@ impl Queue {
     /// Server errors.
     pub async fn counts(&self) -> Result<Counts> {
         let k = self.keys();
-        let (pending, delayed, active, completed, failed, cancelled, paused) = redis::pipe()
+        let (pending, delayed, active, completed, failed, cancelled, expired, paused) = redis::pipe()
             .atomic()
             .zcard(&k.pending)
             .zcard(&k.delayed)
@@ -126,6 +128,7 @@ impl Queue {
             .zcard(&k.completed)
             .zcard(&k.failed)
             .zcard(&k.cancelled)
+            .zcard(&k.expired)
             .hexists(&k.meta, "paused")
             .query_async(&mut self.conn())
             .await
@@ -137,6 +140,7 @@ impl Queue {
             completed,
             failed,
             cancelled,
+            expired,
             paused,
         })
     }

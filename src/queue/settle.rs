@@ -80,7 +80,8 @@ impl Queue {
             max,
             holder: self.holder(),
         };
-        let claimed = store::claim::run(&mut self.conn(), self.keys(), self.base(), &claim).await?;
+        let keep_failed = self.options().keep_failed.arg();
+        let claimed = store::claim::run(&mut self.conn(), self.keys(), self.base(), &keep_failed, &claim).await?;
         Ok((claimed.leases, claimed.wait))
     }
 

@@ -251,7 +251,7 @@ pub(super) fn fenced(script: &'static str, id: &str, token: u64, code: Code) -> 
             id: id.to_owned(),
             token,
         }),
-        c @ (Code::Ok | Code::Already | Code::Failed | Code::Cancelled) => Ok(c),
+        c @ (Code::Ok | Code::Already | Code::Failed | Code::Cancelled | Code::Expired) => Ok(c),
         other => Err(unexpected(script, other)),
     }
 }

@@ -15,9 +15,9 @@ use crate::limits::Limits;
 pub(super) static SPEC: Spec = Spec::new(
     "claim",
     include_str!("../../lua/claim.lua"),
-    &["pending", "active", "delayed", "wake", "token", "meta"],
+    &["pending", "active", "delayed", "wake", "token", "meta", "expired"],
     false,
-    &["prefix", "lease", "max", "holder"],
+    &["prefix", "keep_failed", "lease", "max", "holder"],
 );
 
 /// What a claim asks for: a plain claim, or the one that ends a settle
@@ -54,16 +54,24 @@ pub(crate) struct Claimed {
 }
 
 /// Leases up to `claim.max` ready jobs of the queue whose key base is
-/// `queue` (shared with every lease it makes).
-pub(crate) async fn run(conn: &mut Conn, k: &Keys, queue: &Arc<str>, claim: &Claim<'_>) -> Result<Claimed> {
+/// `queue` (shared with every lease it makes); jobs found past their expiry
+/// end expired, kept as `keep_failed` (`Retention::arg`) says.
+pub(crate) async fn run(
+    conn: &mut Conn,
+    k: &Keys,
+    queue: &Arc<str>,
+    keep_failed: &str,
+    claim: &Claim<'_>,
+) -> Result<Claimed> {
     let mut call = SPEC.call();
     call.key(&k.pending)
         .key(&k.active)
         .key(&k.delayed)
         .key(&k.wake)
         .key(&k.token)
-        .key(&k.meta);
-    call.arg(&k.base);
+        .key(&k.meta)
+        .key(&k.expired);
+    call.arg(&k.base).arg(keep_failed);
     claim.args(&mut call);
     let mut r = call.run(conn).await?;
     let claimed_ms = r.uint()?;

@@ -31,6 +31,8 @@ pub(super) enum Code {
     Cancelled,
     /// Cancel: the job had already finished; nothing changed (12).
     Finished,
+    /// The job ended expired: it can no longer start before its expiry (13).
+    Expired,
     /// No such job (-1).
     NotFound,
     /// Not active under this token: nothing changed (-2).
@@ -61,6 +63,7 @@ pub(super) const CODES: &[(&str, i64, Code)] = &[
     ("REQUESTED", 10, Code::Requested),
     ("CANCELLED", 11, Code::Cancelled),
     ("FINISHED", 12, Code::Finished),
+    ("EXPIRED", 13, Code::Expired),
     ("NOT_FOUND", -1, Code::NotFound),
     ("LEASE_LOST", -2, Code::LeaseLost),
     ("REFUSED", -3, Code::Refused),

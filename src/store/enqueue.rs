@@ -15,7 +15,7 @@ use crate::limits::Limits;
 pub(super) static SPEC: Spec = Spec::new(
     "enqueue",
     include_str!("../../lua/enqueue.lua"),
-    &["seq", "pending", "delayed", "wake"],
+    &["seq", "pending", "delayed", "wake", "expiring"],
     false,
     &["prefix", "jobs"],
 );
@@ -40,12 +40,18 @@ pub(crate) struct NewJob {
     pub kind: Option<String>,
     /// The W3C traceparent of the enqueuing span.
     pub traceparent: Option<String>,
+    /// Its expiry: "" for none, else as `EnqueueOptions::expires` writes it.
+    pub expires: String,
 }
 
 /// Stores `jobs` in one atomic call: one answer per job, in order.
 pub(crate) async fn run(conn: &mut Conn, k: &Keys, jobs: &[&NewJob]) -> Result<Vec<Enqueued>> {
     let mut call = SPEC.call();
-    call.key(&k.seq).key(&k.pending).key(&k.delayed).key(&k.wake);
+    call.key(&k.seq)
+        .key(&k.pending)
+        .key(&k.delayed)
+        .key(&k.wake)
+        .key(&k.expiring);
     call.arg(&k.base).arg(jobs.len());
     for j in jobs {
         let (dedup, dedup_ttl_ms) = match &j.dedup {
@@ -62,7 +68,8 @@ pub(crate) async fn run(conn: &mut Conn, k: &Keys, jobs: &[&NewJob]) -> Result<V
             .arg(if j.replace { "1" } else { "0" })
             .arg(j.lane.as_deref().unwrap_or_default())
             .arg(j.kind.as_deref().unwrap_or_default())
-            .arg(j.traceparent.as_deref().unwrap_or_default());
+            .arg(j.traceparent.as_deref().unwrap_or_default())
+            .arg(&j.expires);
     }
     let mut r = call.run(conn).await?;
     let _now = r.uint()?;

@@ -59,6 +59,7 @@ const LIB: &[(&str, &str)] = &[
     ("lanes", include_str!("../../lua/lib/lanes.lua")),
     ("throttle", include_str!("../../lua/lib/throttle.lua")),
     ("sets", include_str!("../../lua/lib/sets.lua")),
+    ("expiry", include_str!("../../lua/lib/expiry.lua")),
     ("mint", include_str!("../../lua/lib/mint.lua")),
     ("fence", include_str!("../../lua/lib/fence.lua")),
     ("claim", include_str!("../../lua/lib/claim.lua")),

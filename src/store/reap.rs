@@ -10,7 +10,7 @@ use crate::keys::Keys;
 pub(super) static SPEC: Spec = Spec::new(
     "reap",
     include_str!("../../lua/reap.lua"),
-    &["active", "pending", "delayed", "failed", "wake", "cancelled"],
+    &["active", "pending", "delayed", "failed", "wake", "cancelled", "expired", "expiring"],
     false,
     &["prefix", "limit", "keep_failed"],
 );
@@ -24,6 +24,9 @@ pub(crate) struct Reaped {
     pub active: u64,
     /// The earliest due time of a delayed job after the call (server ms).
     pub next_due_ms: Option<u64>,
+    /// Waiting jobs ended expired: their expiry passed before anyone
+    /// started them (`lua/lib/expiry.lua`).
+    pub expired_waiting: u64,
     /// Each expired lease, in the order reaped.
     pub expired: Vec<Expired>,
 }
@@ -43,6 +46,8 @@ pub(crate) enum Fate {
     Failed,
     /// Cancelled, as an operator had asked.
     Cancelled,
+    /// Expired: its expiry passed while it ran, so it cannot start again.
+    Expired,
 }
 
 /// Reaps up to `limit` expired leases and promotes up to `limit` due jobs;
@@ -54,7 +59,9 @@ pub(crate) async fn run(conn: &mut Conn, k: &Keys, limit: usize, keep_failed: &s
         .key(&k.delayed)
         .key(&k.failed)
         .key(&k.wake)
-        .key(&k.cancelled);
+        .key(&k.cancelled)
+        .key(&k.expired)
+        .key(&k.expiring);
     call.arg(&k.base).arg(limit).arg(keep_failed);
     let mut r = call.run(conn).await?;
     let mut reaped = Reaped {
@@ -62,6 +69,7 @@ pub(crate) async fn run(conn: &mut Conn, k: &Keys, limit: usize, keep_failed: &s
         promoted: r.uint()?,
         active: r.uint()?,
         next_due_ms: Some(r.uint()?).filter(|&d| d > 0),
+        expired_waiting: r.uint()?,
         expired: Vec::new(),
     };
     while r.remaining() > 0 {
@@ -69,6 +77,7 @@ pub(crate) async fn run(conn: &mut Conn, k: &Keys, limit: usize, keep_failed: &s
         let fate = match r.code()? {
             Code::Failed => Fate::Failed,
             Code::Cancelled => Fate::Cancelled,
+            Code::Expired => Fate::Expired,
             _ => Fate::Requeued,
         };
         let stalls = r.uint()?;

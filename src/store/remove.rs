@@ -10,7 +10,7 @@ use crate::keys::Keys;
 pub(super) static SPEC: Spec = Spec::new(
     "remove",
     include_str!("../../lua/remove.lua"),
-    &["pending", "delayed", "completed", "failed", "cancelled"],
+    &["pending", "delayed", "completed", "failed", "cancelled", "expired"],
     false,
     &["prefix", "limit"],
 );
@@ -23,7 +23,8 @@ pub(crate) async fn run(conn: &mut Conn, k: &Keys, limit: usize, ids: &[&str]) -
         .key(&k.delayed)
         .key(&k.completed)
         .key(&k.failed)
-        .key(&k.cancelled);
+        .key(&k.cancelled)
+        .key(&k.expired);
     call.arg(&k.base).arg(limit);
     for id in ids {
         call.arg(*id);

@@ -27,6 +27,7 @@ pub(super) static SPEC: Spec = Spec::new(
         "token",
         "meta",
         "cancelled",
+        "expired",
     ],
     false,
     &["prefix", "keep_completed", "keep_failed", "items"],
@@ -96,6 +97,7 @@ impl<'a> Item<'a> {
             Code::Already => Outcome::AlreadySettled,
             Code::Failed => Outcome::Failed,
             Code::Cancelled => Outcome::Cancelled,
+            Code::Expired => Outcome::Expired,
             _ => match self.op {
                 Settle::Complete | Settle::Return { .. } => Outcome::Completed,
                 Settle::Retry { .. } => Outcome::Retrying { due_ms },
@@ -142,7 +144,8 @@ pub(crate) async fn run(conn: &mut Conn, k: &Keys, queue: &Arc<str>, batch: Batc
         .key(&k.wake)
         .key(&k.token)
         .key(&k.meta)
-        .key(&k.cancelled);
+        .key(&k.cancelled)
+        .key(&k.expired);
     call.arg(&k.base)
         .arg(batch.keep_completed)
         .arg(batch.keep_failed)

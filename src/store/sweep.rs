@@ -17,7 +17,9 @@ pub(super) static SPEC: Spec = Spec::new(
         "completed",
         "failed",
         "cancelled",
+        "expired",
         "seq",
+        "expiring",
     ],
     // Phase "keys": the job hashes and dedup markers to check.
     true,
@@ -28,7 +30,7 @@ pub(super) static SPEC: Spec = Spec::new(
 /// hashes, then each set (by its index in the script's KEYS), then the
 /// lanes' slots (`held`), the ring of lanes (`ring`) and the dedup
 /// markers (`markers`).
-pub(crate) const PHASES: [&str; 10] = ["jobs", "1", "2", "3", "4", "5", "6", "held", "ring", "markers"];
+pub(crate) const PHASES: [&str; 11] = ["jobs", "1", "2", "3", "4", "5", "6", "7", "held", "ring", "markers"];
 
 /// What one sweep call found.
 pub(crate) struct Swept {
@@ -48,7 +50,9 @@ fn call(k: &Keys) -> Call {
         .key(&k.completed)
         .key(&k.failed)
         .key(&k.cancelled)
-        .key(&k.seq);
+        .key(&k.expired)
+        .key(&k.seq)
+        .key(&k.expiring);
     call
 }
 

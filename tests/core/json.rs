@@ -48,6 +48,7 @@ async fn a_job_serializes_to_the_documented_shape() {
             "created_ms",
             "deadline_ms",
             "errors",
+            "expires_at_ms",
             "failures",
             "finished_ms",
             "first_started_ms",

@@ -269,6 +269,8 @@ pub enum State {
     Failed,
     /// Cancelled
     Cancelled,
+    /// Not started before its expiry
+    Expired,
 }
 
 impl State {
@@ -281,6 +283,7 @@ impl State {
             State::Completed => JobState::Completed,
             State::Failed => JobState::Failed,
             State::Cancelled => JobState::Cancelled,
+            State::Expired => JobState::Expired,
         }
     }
 }

@@ -268,14 +268,15 @@ pub async fn obliterate(ctx: &Ctx, force: bool, yes: bool) -> Result<Output, Fai
         let c = q.counts().await.map_err(|e| ctx.err(e))?;
         let mut message = format!(
             "obliterate deletes every key of queue {} ({} pending, {} delayed, {} active, {} completed, \
-             {} failed, {} cancelled, its schedules and user keys); run it again with --yes",
+             {} failed, {} cancelled, {} expired, its schedules and user keys); run it again with --yes",
             q.name(),
             c.pending,
             c.delayed,
             c.active,
             c.completed,
             c.failed,
-            c.cancelled
+            c.cancelled,
+            c.expired
         );
         if c.active > 0 && !force {
             message.push_str(" and --force (jobs are active)");

@@ -176,6 +176,9 @@ pub fn job_text(queue: &str, j: &JobInfo, now: u64) -> String {
         echomq::JobState::Delayed => rows.push(("due", when_opt(j.deadline_ms, now))),
         _ => {}
     }
+    if let Some(at) = j.expires_at_ms {
+        rows.push(("expires", when(at, now)));
+    }
     rows.push(("holder", j.holder.clone().unwrap_or_else(|| "-".to_owned())));
     if let Some(at) = j.cancel_requested_ms {
         rows.push(("cancel", format!("requested {}", when(at, now))));

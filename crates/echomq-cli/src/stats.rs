@@ -38,12 +38,24 @@ pub async fn stats(ctx: &Ctx) -> Result<Output, Failure> {
                     "completed": c.completed,
                     "failed": c.failed,
                     "cancelled": c.cancelled,
+                    "expired": c.expired,
                     "backlog": c.pending,
                     "lag_ms": lag_ms,
                 }));
                 let paused = if c.paused { "yes" } else { "no" };
                 let mut row = vec![name.clone(), paused.to_owned()];
-                row.extend([c.pending, c.delayed, c.active, c.completed, c.failed, c.cancelled].map(|n| n.to_string()));
+                row.extend(
+                    [
+                        c.pending,
+                        c.delayed,
+                        c.active,
+                        c.completed,
+                        c.failed,
+                        c.cancelled,
+                        c.expired,
+                    ]
+                    .map(|n| n.to_string()),
+                );
                 row.push(crate::render::duration(lag));
                 rows.push(row);
             }
@@ -69,6 +81,7 @@ pub async fn stats(ctx: &Ctx) -> Result<Output, Failure> {
                 "COMPLETED",
                 "FAILED",
                 "CANCELLED",
+                "EXPIRED",
                 "LAG",
             ],
             &rows,

@@ -112,6 +112,12 @@ async fn stats_counts_every_state() {
     add(&q, "x1", EnqueueOptions::new()).await;
     q.cancel("x1").await.unwrap();
     add(&q, "d1", EnqueueOptions::new().delay(Duration::from_secs(3_600))).await;
+    add(&q, "e1", EnqueueOptions::new().discard_after(Duration::from_millis(20))).await;
+    let xa = q.job("e1").await.unwrap().expires_at_ms.unwrap();
+    while q.server_time_ms().await.unwrap() <= xa {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert_eq!(q.reap(10).await.unwrap().expired_waiting, 1);
     q.pause().await.unwrap();
 
     let run = echomq(&url, &["stats", "-q", "mail", "--json"]).await;
@@ -128,6 +134,7 @@ async fn stats_counts_every_state() {
         ("completed", 1),
         ("failed", 1),
         ("cancelled", 1),
+        ("expired", 1),
     ] {
         assert_eq!(row[state], n, "{state}: {row}");
     }
@@ -150,8 +157,8 @@ async fn stats_counts_every_state() {
         run.stdout
     );
     let mail: Vec<&str> = lines[2].split_whitespace().collect();
-    assert_eq!(mail[..8], ["mail", "yes", "2", "1", "1", "1", "1", "1"]);
-    assert!(mail[8].ends_with('s'), "the lag: {}", run.stdout);
+    assert_eq!(mail[..9], ["mail", "yes", "2", "1", "1", "1", "1", "1", "1"]);
+    assert!(mail[9].ends_with('s'), "the lag: {}", run.stdout);
     let all = echomq(&url, &["stats", "--json"]).await.json();
     assert_eq!(all["queues"].as_array().unwrap().len(), 2);
 }

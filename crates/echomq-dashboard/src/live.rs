@@ -89,17 +89,7 @@ impl Sampler {
             };
             let counts: serde_json::Map<String, Value> = STATES
                 .iter()
-                .map(|s| {
-                    let n = match s {
-                        echomq::JobState::Pending => c.pending,
-                        echomq::JobState::Delayed => c.delayed,
-                        echomq::JobState::Active => c.active,
-                        echomq::JobState::Completed => c.completed,
-                        echomq::JobState::Failed => c.failed,
-                        _ => c.cancelled,
-                    };
-                    (s.as_str().to_owned(), json!(n))
-                })
+                .map(|s| (s.as_str().to_owned(), json!(c.of(*s))))
                 .collect();
             let mut q = json!({"name": name, "paused": c.paused, "counts": counts, "throughput": throughput});
             if let Some(snap) =

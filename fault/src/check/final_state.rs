@@ -125,7 +125,7 @@ pub(super) fn check_dedup(h: &Histories, state: &ServerState, r: &mut Report, v:
     // that names it: any other would answer "deduplicated" forever.
     for (d, holder) in &state.dedup_markers {
         match state.jobs.get(holder) {
-            Some(j) if matches!(j.state.as_str(), "completed" | "failed" | "cancelled") => {
+            Some(j) if matches!(j.state.as_str(), "completed" | "failed" | "cancelled" | "expired") => {
                 v.push(format!("I10 dedup marker {d} still stands for finished job {holder}"));
             }
             Some(j) if j.dedup.as_deref() != Some(d.as_str()) => v.push(format!(

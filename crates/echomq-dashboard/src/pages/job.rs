@@ -194,6 +194,10 @@ pub(crate) fn timeline(job: &JobInfo) -> Vec<(u64, String)> {
     if let Some(ms) = job.finished_ms {
         t.push((ms, job.state.as_str().to_owned()));
     }
+    // the expiry matters until the job finished (then its state says it)
+    if let Some(ms) = job.expires_at_ms.filter(|_| !job.state.is_terminal()) {
+        t.push((ms, "expires unless started".into()));
+    }
     match (job.state, job.deadline_ms) {
         (JobState::Active, Some(ms)) => t.push((ms, "lease deadline".into())),
         (JobState::Delayed, Some(ms)) => t.push((ms, "due".into())),

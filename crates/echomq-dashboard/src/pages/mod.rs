@@ -15,7 +15,7 @@ use axum::extract::OriginalUri;
 use axum::http::header::{CACHE_CONTROL, CONTENT_TYPE};
 use axum::http::{HeaderValue, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
-use echomq::{Counts, JobState, Queue};
+use echomq::{JobState, Queue};
 use serde::Deserialize;
 
 use crate::Shared;
@@ -28,14 +28,7 @@ pub(crate) use schedules::schedules;
 pub(crate) use workers::workers;
 
 /// The states, in the order tabs and columns show them.
-pub(crate) const STATES: [JobState; 6] = [
-    JobState::Pending,
-    JobState::Delayed,
-    JobState::Active,
-    JobState::Completed,
-    JobState::Failed,
-    JobState::Cancelled,
-];
+pub(crate) const STATES: [JobState; 7] = JobState::ALL;
 
 /// The policy every page is sent with: only the dashboard's own script and
 /// style, no framing, forms post only back here.
@@ -152,18 +145,6 @@ pub(super) fn button_as(shared: &Shared, action: &str, label: &str, name: &str, 
          <button type=\"submit\" class=\"{class}\" data-action=\"{name}\">{label}</button></form>",
         token_field(shared)
     )
-}
-
-fn count(c: &Counts, s: JobState) -> u64 {
-    match s {
-        JobState::Pending => c.pending,
-        JobState::Delayed => c.delayed,
-        JobState::Active => c.active,
-        JobState::Completed => c.completed,
-        JobState::Failed => c.failed,
-        JobState::Cancelled => c.cancelled,
-        _ => 0,
-    }
 }
 
 /// The action buttons that apply to a job in `state`; `link` is the job's URL.

@@ -12,7 +12,7 @@ use echomq::JobState;
 use echomq::admin::ListCursor;
 use serde::Deserialize;
 
-use super::{Failure, STATES, base_of, button, count, html, job_buttons, notice, open, token_field};
+use super::{Failure, STATES, base_of, button, html, job_buttons, notice, open, token_field};
 use crate::Shared;
 use crate::feed::FeedEvent;
 use crate::html::{escape, excerpt, page, segment, time};
@@ -66,7 +66,7 @@ pub(crate) async fn queue(
             tabs,
             "<a href=\"{here}?state={s}\" data-state=\"{s}\"{cur}>{s} <span class=\"num\" data-count=\"{s}\">{n}</span></a>",
             s = st.as_str(),
-            n = count(&c, st),
+            n = c.of(st),
             cur = if st == state { " aria-current=\"page\"" } else { "" },
         );
     }
@@ -268,6 +268,7 @@ fn bulk_forms(shared: &Shared, here: &str, state: JobState, empty: bool) -> Stri
         ],
         JobState::Active => &[("cancel-all", "cancel all running", "danger")],
         JobState::Completed => &[("remove-all", "remove all completed", "danger")],
+        JobState::Expired => &[("remove-all", "remove all expired", "danger")],
         _ => &[("remove-all", "remove all cancelled", "danger")],
     };
     let picked: &[&str] = match state {

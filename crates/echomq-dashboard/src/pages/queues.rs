@@ -7,7 +7,7 @@ use axum::extract::{OriginalUri, Query, State};
 use axum::http::{StatusCode, Uri};
 use axum::response::Response;
 
-use super::{Done, Failure, STATES, base_of, count, html, notice};
+use super::{Done, Failure, STATES, base_of, html, notice};
 use crate::Shared;
 use crate::feed::{BUCKETS, Throughput};
 use crate::html::{escape, page, segment, time};
@@ -40,7 +40,7 @@ pub(crate) async fn index(
                 rows,
                 "<td class=\"num\" data-count=\"{}\">{}</td>",
                 st.as_str(),
-                count(&c, st)
+                c.of(st)
             );
         }
         let snap = match shared.feeds.snapshot(&queue, shared.opts.sample_every).await {
