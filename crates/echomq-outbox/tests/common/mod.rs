@@ -74,10 +74,19 @@ pub async fn rows(pool: &PgPool) -> i64 {
         .unwrap()
 }
 
-/// Every job the queue holds, in any state.
+/// Every job the queue holds, in any state (asked again while Valkey
+/// restarts, for up to 20 s).
 pub async fn jobs(queue: &echomq::Queue) -> u64 {
-    let c = queue.counts().await.unwrap();
-    c.pending + c.delayed + c.active + c.completed + c.failed + c.cancelled
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        match queue.counts().await {
+            Ok(c) => return c.pending + c.delayed + c.active + c.completed + c.failed + c.cancelled,
+            Err(e) if e.is_transient() && Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            Err(e) => panic!("counting jobs: {e}"),
+        }
+    }
 }
 
 /// A TCP proxy on a loopback port in front of `upstream`: `cut` closes
