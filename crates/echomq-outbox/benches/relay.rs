@@ -27,7 +27,10 @@ const LATENCY_SAMPLES: usize = 200;
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let pg = LocalPostgres::start()?;
     let valkey = LocalServer::start()?;
-    let pool = sqlx::postgres::PgPoolOptions::new().max_connections(8).connect(&pg.url()).await?;
+    let pool = sqlx::postgres::PgPoolOptions::new()
+        .max_connections(8)
+        .connect(&pg.url())
+        .await?;
     let outbox = Outbox::new();
     outbox.migrate(&pool).await?;
     let client = echomq::Client::connect(&valkey.url()).await?;
@@ -35,7 +38,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     // Direct: the same jobs straight into a queue, 1,000 a call.
     let direct = client.queue("direct").await?;
-    let jobs: Vec<_> = (0..ROWS).map(|i| (&payload, EnqueueOptions::new().id(format!("d-{i}")))).collect();
+    let jobs: Vec<_> = (0..ROWS)
+        .map(|i| (&payload, EnqueueOptions::new().id(format!("d-{i}"))))
+        .collect();
     let t = Instant::now();
     for chunk in jobs.chunks(1000) {
         direct.enqueue_bulk_with(chunk).await?;
@@ -55,9 +60,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         let tasks: Vec<_> = (0..relays)
             .map(|_| {
                 let relay = Relay::new(pool.clone(), client.clone(), RelayOptions::new().batch_size(batch)).unwrap();
-                tokio::spawn(async move {
-                    while relay.run_once().await.unwrap().rows > 0 {}
-                })
+                tokio::spawn(async move { while relay.run_once().await.unwrap().rows > 0 {} })
             })
             .collect();
         for task in tasks {
@@ -74,7 +77,12 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     for (label, opts) in [
         ("NOTIFY (poll 1 s)", RelayOptions::new()),
-        ("polling only, every 100 ms", RelayOptions::new().listen(false).poll_interval(Duration::from_millis(100))),
+        (
+            "polling only, every 100 ms",
+            RelayOptions::new()
+                .listen(false)
+                .poll_interval(Duration::from_millis(100)),
+        ),
     ] {
         let relay = Relay::new(pool.clone(), client.clone(), opts)?.spawn();
         let queue = client.queue("latency").await?;
@@ -92,8 +100,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                 }
             };
             samples.push((job.created_ms as f64 - committed_ms).max(0.0));
-            // Spread the commits over the poll cycle.
-            tokio::time::sleep(Duration::from_millis(3 + (i as u64 * 7) % 20)).await;
+            // The next commit lands at a spread of points of the 100 ms poll
+            // cycle (the job just seen was relayed by a poll that just ran).
+            tokio::time::sleep(Duration::from_millis((i as u64 * 37) % 100)).await;
         }
         relay.shutdown().await;
         samples.sort_by(f64::total_cmp);

@@ -74,3 +74,8 @@ pub use relay::{
     BatchReport, DEFAULT_BATCH_SIZE, DEFAULT_BATCH_TIMEOUT, DEFAULT_ERROR_BACKOFF, DEFAULT_POLL_INTERVAL,
     DEFAULT_REDELIVERY_GUARD, MAX_BATCH_SIZE, NOTIFY_CHANNEL, Relay, RelayHandle, RelayOptions,
 };
+
+// The README's examples, compiled as doc tests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;
