@@ -401,3 +401,43 @@ async fn local_postgres_restart_keeps_committed_rows() {
     })
     .await;
 }
+
+// The relay's LISTEN comes back after Postgres restarts: a commit after the
+// restart still wakes a relay whose poll would never fire in the test.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn notify_wakes_the_relay_after_a_postgres_restart() {
+    let mut s = servers().await;
+    let opts = RelayOptions::new()
+        .poll_interval(Duration::from_secs(3600))
+        .error_backoff(Duration::from_millis(50));
+    let relay = Relay::new(s.pool.clone(), s.client.clone(), opts).unwrap().spawn();
+    let queue = s.client.queue("relisten").await.unwrap();
+    tokio::task::block_in_place(|| s.pg.restart()).unwrap();
+    // The relay reconnects and wakes once by itself (rows may have committed
+    // unheard); what follows can only be seen through a fresh LISTEN.
+    for round in 0..3u64 {
+        let outbox = Outbox::new();
+        let inserted = async {
+            let mut tx = s.pool.begin().await?;
+            outbox
+                .enqueue(&mut tx, "relisten", &json!(round), &JobOptions::new())
+                .await?;
+            tx.commit().await?;
+            Ok::<_, Error>(())
+        };
+        if inserted.await.is_err() {
+            // The test's own pool still held a connection from before the restart.
+            let mut tx = s.pool.begin().await.unwrap();
+            outbox
+                .enqueue(&mut tx, "relisten", &json!(round), &JobOptions::new())
+                .await
+                .unwrap();
+            tx.commit().await.unwrap();
+        }
+        wait_until("the relay woken after the restart", Duration::from_secs(15), || async {
+            jobs(&queue).await == round + 1
+        })
+        .await;
+    }
+    relay.shutdown().await;
+}
