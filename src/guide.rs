@@ -17,6 +17,9 @@
 //!   as responses, a job as JSON, the shutdown order.
 //! - [`effects`]: exactly-once effects on at-least-once delivery
 //!   (idempotency keys, effect markers, atomic completion).
+//! - [`outbox`]: enqueue in the application's Postgres transaction (the
+//!   `echomq-outbox` crate): committed jobs relayed once, rolled-back ones
+//!   never.
 //!
 //! **Features**
 //!
@@ -61,6 +64,7 @@
 //!   they have shown.
 //! - `crates/echomq-cli/README.md`: the `echomq` command line.
 //! - `crates/echomq-dashboard/README.md`: the web dashboard.
+//! - `crates/echomq-outbox/README.md`: the transactional outbox crate.
 
 #[doc = include_str!("../docs/guarantees.md")]
 pub mod guarantees {}
@@ -109,6 +113,9 @@ pub mod many_queues {}
 
 #[doc = include_str!("../docs/effects.md")]
 pub mod effects {}
+
+#[doc = include_str!("../docs/outbox.md")]
+pub mod outbox {}
 
 #[doc = include_str!("../docs/operating-the-server.md")]
 pub mod operating_the_server {}
