@@ -5,7 +5,7 @@
 -- KEYS[5] expiring (zset: the jobs with an expiry, lib/expiry.lua)
 -- ARGV[1] prefix  key prefix "emq:{Q}:" (job and dedup keys are built from
 --                 it; they carry the same hash tag, so they live in the same slot)
--- ARGV[2] jobs    number of jobs N, then 12 fields per job:
+-- ARGV[2] jobs    number of jobs N, then 13 fields per job:
 --   id          "" to mint one from seq
 --   payload     JSON bytes
 --   priority    integer -128..127, higher runs first
@@ -14,7 +14,8 @@
 --               already past is now)
 --   limits      the job's `lm` field ("" for the defaults; see lib/budget.lua)
 --   dedup       "" for none, else the dedup id
---   dedup_ttl   milliseconds the dedup marker stands; 0 = until the job finishes
+--   dedup_ttl   milliseconds the dedup marker stands; 0 = until the job
+--               finishes (or, with `unique`, no TTL)
 --   replace     "1": when the dedup marker's holder is waiting (pending or
 --               delayed), replace its payload and due time with this job's
 --               (debounce); "0": leave the holder alone
@@ -29,9 +30,15 @@
 --               Unix epoch on the server's clock. A job not started by then
 --               ends expired (lib/expiry.lua); a debounce keeps the
 --               holder's expiry.
+--   unique      "" for a dedup marker that stands until the job finishes
+--               or for its TTL; else the state letters in which the job
+--               holds its dedup id (lib/keyspace.lua STATE_LETTER,
+--               EnqueueOptions::unique): a marker found taken holds only
+--               while its holder's state is one of its letters
 --
 -- REPLY: {now:int, (status:code, id:str)*}
--- One (status, id) per job, in order: OK created,
+-- One (status, id) per job, in order: OK created (taking the dedup id
+-- over when its marker no longer holds),
 -- EXISTS a job with that id already exists (nothing written), DEDUPED the
 -- dedup marker is held by job id (nothing written), REPLACED the dedup
 -- marker is held by waiting job id, whose payload and due time are now
@@ -57,25 +64,35 @@ local adds = {pending = {}, delayed = {}}
 -- the new jobs with an expiry, for one ZADD to expiring
 local expiring = {}
 
--- Sets dedup marker `mk` to job `id`: for `ttl` ms, or (ttl 0) until the
--- job finishes, which finish() and remove.lua learn from the job's `dd`
--- field: appended to the job's fields `h`. Returns true for a TTL marker
--- (a job being replaced then drops any `dd` it had).
-local function hold(mk, id, ttl, dedup, h)
-  if ttl > 0 then
-    rcall('SET', mk, id, 'PX', ttl)
-    return true
+-- Sets dedup marker `mk` to job `id` as this enqueue asks, with its
+-- fields appended to the job's fields `h`: by states `states` (not ""),
+-- the marker's value carries them and the job keeps `uq` (STATES, or
+-- STATES/TTL_MS: a hand retry takes the marker again with them) and `dq`
+-- (the dedup id); else for `ttl` ms, or (ttl 0) until the job finishes,
+-- which finish() and remove.lua learn from the job's `dd`. A TTL is set
+-- on the marker in either case. Returns the mode ('states', 'ttl' or
+-- 'finish'): a job being replaced drops the other modes' fields.
+local function hold(mk, id, ttl, dedup, states, h)
+  local v = id
+  if states ~= '' then v = id .. '\31' .. states end
+  if ttl > 0 then rcall('SET', mk, v, 'PX', ttl) else rcall('SET', mk, v) end
+  if states ~= '' then
+    local uq = states
+    if ttl > 0 then uq = states .. '/' .. int_s(ttl) end
+    h[#h + 1] = 'uq'; h[#h + 1] = uq
+    h[#h + 1] = 'dq'; h[#h + 1] = dedup
+    return 'states'
   end
-  rcall('SET', mk, id)
+  if ttl > 0 then return 'ttl' end
   h[#h + 1] = 'dd'; h[#h + 1] = dedup
-  return false
+  return 'finish'
 end
 
 -- Debounce: waiting job `id` (state `st`, pending or delayed) takes
 -- `payload`, is due at `due` (nil: now) and holds marker `mk` as this
 -- enqueue asks; it stays in exactly one set, and keeps its place on
 -- pending when it stays there.
-local function replace(id, st, payload, due, mk, ttl, dedup)
+local function replace(id, st, payload, due, mk, ttl, dedup, states)
   -- the holder may be a job of this batch, whose set move is still in `adds`
   add_all(adds, pending_key, delayed_key)
   local jk = prefix .. 'job:' .. id
@@ -94,14 +111,21 @@ local function replace(id, st, payload, due, mk, ttl, dedup)
     to_pending(pending_key, jk, id)
     woken = woken + 1
   end
-  if hold(mk, id, ttl, dedup, h) then rcall('HDEL', jk, 'dd') end
+  local mode = hold(mk, id, ttl, dedup, states, h)
+  if mode == 'states' then
+    rcall('HDEL', jk, 'dd')
+  elseif mode == 'ttl' then
+    rcall('HDEL', jk, 'dd', 'uq', 'dq')
+  else
+    rcall('HDEL', jk, 'uq', 'dq')
+  end
   rcall('HSET', jk, unpack(h))
   emit(prefix, 'replaced', id, {'due', due and int_s(due)})
 end
 
 for j = 0, n - 1 do
   -- job j's fields, named here once in the header's order
-  local b = 3 + j * 12
+  local b = 3 + j * 13
   local id, payload = ARGV[b], ARGV[b + 1]
   local priority, when = tonumber(ARGV[b + 2]), ARGV[b + 3]
   -- The due time, or nil to be pending at once.
@@ -115,21 +139,26 @@ for j = 0, n - 1 do
   local lm, dedup, dedup_ttl = ARGV[b + 4], ARGV[b + 5], tonumber(ARGV[b + 6])
   local replacing = ARGV[b + 7] == '1'
   local lane, kind, tp, expires = ARGV[b + 8], ARGV[b + 9], ARGV[b + 10], ARGV[b + 11]
+  local states = ARGV[b + 12]
   local status = CODE.OK
   local mk
   if dedup ~= '' then
     mk = prefix .. 'de:' .. dedup
     -- (a marker key of another type is not echomq's: it is replaced)
-    local holder = sget(mk)
+    local v = sget(mk)
+    local holder, st
+    if v then holder, st = marker_holder(prefix, v) end
     if holder then
       status = CODE.DEDUPED
       id = holder
       if replacing then
-        local st = hfields(prefix .. 'job:' .. holder, 'st')
-        st = st and st[1]
+        if not st then
+          st = hfields(prefix .. 'job:' .. holder, 'st')
+          st = st and st[1]
+        end
         if st == 'pending' or st == 'delayed' then
           status = CODE.REPLACED
-          replace(holder, st, payload, due, mk, dedup_ttl, dedup)
+          replace(holder, st, payload, due, mk, dedup_ttl, dedup, states)
         end
       end
     end
@@ -140,7 +169,7 @@ for j = 0, n - 1 do
   if status == CODE.OK then
     local score, h
     id, score, h = new_job(mint(n - j), id, payload, priority, lm, lane, due, now, kind, tp, split, aging, j)
-    if mk then hold(mk, id, dedup_ttl, dedup, h) end
+    if mk then hold(mk, id, dedup_ttl, dedup, states, h) end
     if expires ~= '' then
       local xa = string.sub(expires, 1, 1) == '@' and string.sub(expires, 2) or int_s(now + tonumber(expires))
       h[#h + 1] = 'xa'; h[#h + 1] = xa

@@ -214,9 +214,21 @@ local function check_marker(mk)
     end
   else
     checked = checked + 1
-    if rcall('PTTL', mk) == -1 then
+    local holder, letters = marker_parts(id)
+    local name = string.sub(mk, #mine + 1)
+    if letters then
+      -- by states: stale once its holder is gone, names another id, or
+      -- has finished in a state that does not hold (only a hand retry
+      -- brings it back, and that takes the marker again)
+      local job = hfields(prefix .. 'job:' .. holder, 'st', 'dq')
+      local st = job and job[1]
+      if not (st and job[2] == name and (not done_states[st] or string.find(letters, STATE_LETTER[st], 1, true))) then
+        rcall('DEL', mk)
+        repaired = repaired + 1
+      end
+    elseif rcall('PTTL', mk) == -1 then
       local job = hfields(prefix .. 'job:' .. id, 'st', 'dd')
-      if not (job and job[1] and not done_states[job[1]] and job[2] == string.sub(mk, #mine + 1)) then
+      if not (job and job[1] and not done_states[job[1]] and job[2] == name) then
         rcall('DEL', mk)
         repaired = repaired + 1
       end
@@ -356,7 +368,11 @@ end
 -- name it (a torn write kept `SET de:X id` and lost the job, and the id
 -- was minted again for another job) would answer "deduplicated" to every
 -- later enqueue with that dedup id, forever: it is deleted. Markers with a
--- TTL expire by themselves and are left alone.
+-- TTL expire by themselves and are left alone. A by-states marker
+-- (EnqueueOptions::unique) never answers for a holder outside its states,
+-- so a stale one misleads no enqueue; it is deleted, with a TTL or
+-- without, once its holder is gone, does not name it (`dq`), or finished
+-- in a state that does not hold.
 if phase == 'markers' then
   local mine = prefix .. 'de:'
   local r = rcall('SCAN', cursor, 'MATCH', match_prefix(mine), 'COUNT', count)

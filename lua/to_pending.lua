@@ -4,9 +4,10 @@
 -- time goes; attempts, the count of claims, and the last error are kept),
 -- or delayed jobs run now ("promote"). A job that holds no score any more
 -- is left where it is. A failed job retried takes its dedup marker again
--- (its failure released a marker that stood until it finished), unless
--- another job took it meanwhile: then it stays failed (DEDUPED), since two
--- waiting jobs would share one dedup id.
+-- (its failure released a marker that stood until it finished; a
+-- by-states marker, EnqueueOptions::unique, is set again with its states
+-- and period from now), unless another job holds it now: then it stays
+-- failed (DEDUPED), since two jobs would share one dedup id.
 --
 -- KEYS[1] from (zset: failed or delayed)  KEYS[2] pending (zset)  KEYS[3] wake (list)
 -- ARGV[1] prefix  key prefix "emq:{Q}:"
@@ -49,14 +50,32 @@ local function retake(dd, id)
   return true
 end
 
+-- Takes by-states dedup marker `dq` for job `id` again (`uq` its STATES
+-- or STATES/TTL_MS): true when no other job holds it now (then set).
+local function retake_unique(dq, uq, id)
+  local mk = prefix .. 'de:' .. dq
+  local v = sget(mk)
+  local holder = v and marker_holder(prefix, v)
+  if holder and holder ~= id then return false end
+  local states, ttl = string.match(uq, '^(%a+)/?(%d*)$')
+  if not states then return true end
+  if ttl ~= '' then
+    rcall('SET', mk, id .. '\31' .. states, 'PX', ttl)
+  else
+    rcall('SET', mk, id .. '\31' .. states)
+  end
+  return true
+end
+
 local moved = 0
 for _, id in ipairs(ids) do
   local jk = prefix .. 'job:' .. id
-  local job = hfields(jk, 'st', 'sc', 'dd')
+  local job = hfields(jk, 'st', 'sc', 'dd', 'uq', 'dq')
   local code = CODE.OK
   if not job or not job[1] then code = CODE.NOT_FOUND
   elseif job[1] ~= state or not job[2] then code = CODE.REFUSED
   elseif state == 'failed' and job[3] and not retake(job[3], id) then code = CODE.DEDUPED
+  elseif state == 'failed' and job[4] and job[5] and not retake_unique(job[5], job[4], id) then code = CODE.DEDUPED
   else
     rcall('ZREM', from_key, id)
     if state == 'failed' then

@@ -11,10 +11,12 @@ use crate::limits::Limits;
 mod enqueue;
 mod json;
 mod kind;
+mod unique;
 
 pub use self::enqueue::{EnqueueOptions, EnqueueStatus, Enqueued};
 pub(crate) use self::enqueue::{delay_ms, millis};
 pub use self::kind::{JobKind, MAX_KIND_BYTES};
+pub use self::unique::Unique;
 
 /// Where a job is in the leased state machine: enqueued jobs are pending
 /// (or delayed until due); a claim makes one active until its lease
@@ -23,10 +25,12 @@ pub use self::kind::{JobKind, MAX_KIND_BYTES};
 /// expired lease returns it to pending, or fails it past `max_stalls`; a
 /// cancel ([`Queue::cancel`](crate::Queue::cancel)) makes a waiting job
 /// cancelled at once, and an active one once its attempt ends without
-/// completing it. A job is in exactly one state at every instant.
+/// completing it; a job not started by its expiry
+/// ([`EnqueueOptions::expires_at`]) ends expired. A job is in exactly one
+/// state at every instant.
 ///
 /// In JSON (`serde`) a state is its stored name: `"pending"`, `"delayed"`,
-/// `"active"`, `"completed"`, `"failed"`, `"cancelled"`.
+/// `"active"`, `"completed"`, `"failed"`, `"cancelled"`, `"expired"`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
 #[non_exhaustive]

@@ -164,7 +164,7 @@ pub use error::{Error, Result};
 pub use events::{EventCursor, EventKind, EventReader, EventSettings, QueueEvent};
 pub use handlers::with_state;
 pub use health::{ScriptLibraries, ServerReport};
-pub use job::{Counts, EnqueueOptions, EnqueueStatus, Enqueued, JobError, JobInfo, JobKind, JobState};
+pub use job::{Counts, EnqueueOptions, EnqueueStatus, Enqueued, JobError, JobInfo, JobKind, JobState, Unique};
 pub use kinds::{KindRouter, Kinds, RawPayload};
 pub use lease::Lease;
 pub use limits::{Backoff, Limits};

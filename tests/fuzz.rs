@@ -266,76 +266,105 @@ fn enqueue_inputs_are_refused_or_kept() {
         any_duration(),
         edgy_string(),
         sometimes(0.3, text()),
+        // an expiry (discard_after), and a unique mode: a set of states
+        // (any of the 128, the empty one refused) with a period or not
+        sometimes(0.3, time()),
+        sometimes(0.3, (any::<u8>(), sometimes(0.5, time()))),
     );
     let accepted = std::sync::atomic::AtomicU32::new(0);
     runner()
-        .run(&strategy, |(o, payload, retry_delay, error_text, kind)| {
-            let (id, dedup, lane, delay, priority, attempts, stalls, timeout, backoff, dedup_ttl) = o;
-            let mut opts = EnqueueOptions::new().priority(priority);
-            if let Some(k) = kind.clone() {
-                opts = opts.kind(k);
-            }
-            if let Some(v) = id.clone() {
-                opts = opts.id(v);
-            }
-            match (dedup, dedup_ttl) {
-                (Some(d), Some(ttl)) => opts = opts.dedup_for(d, ttl),
-                (Some(d), None) => opts = opts.dedup(d),
-                _ => {}
-            }
-            if let Some(v) = lane {
-                opts = opts.lane(v);
-            }
-            if let Some(v) = delay {
-                opts = opts.delay(v);
-            }
-            if let Some(v) = attempts {
-                opts = opts.max_attempts(v);
-            }
-            if let Some(v) = stalls {
-                opts = opts.max_stalls(v);
-            }
-            if let Some(v) = timeout {
-                opts = opts.timeout(v);
-            }
-            if let Some(v) = backoff {
-                opts = opts.backoff(v);
-            }
-            let mut raw = raw.clone();
-            rt.block_on(async {
-                flush(&mut raw).await;
-                let got = match bounded("enqueue", q.enqueue_with(&payload, &opts)).await? {
-                    Ok(got) => got,
-                    Err(e) => {
-                        prop_assert!(typed_refusal(&e), "{opts:?}: {e:?}");
+        .run(
+            &strategy,
+            |(o, payload, retry_delay, error_text, kind, expiry, unique)| {
+                let (id, dedup, lane, delay, priority, attempts, stalls, timeout, backoff, dedup_ttl) = o;
+                let mut opts = EnqueueOptions::new().priority(priority);
+                if let Some(k) = kind.clone() {
+                    opts = opts.kind(k);
+                }
+                if let Some(v) = id.clone() {
+                    opts = opts.id(v);
+                }
+                match (dedup, dedup_ttl, unique) {
+                    (Some(d), _, Some((mask, period))) => {
+                        let states: Vec<JobState> = JobState::ALL
+                            .into_iter()
+                            .enumerate()
+                            .filter(|(i, _)| mask & (1 << i) != 0)
+                            .map(|(_, s)| s)
+                            .collect();
+                        let mut mode = echomq::Unique::by_states(&states);
+                        if let Some(p) = period {
+                            mode = mode.within(p);
+                        }
+                        opts = opts.unique(d, mode);
+                    }
+                    (Some(d), Some(ttl), None) => opts = opts.dedup_for(d, ttl),
+                    (Some(d), None, None) => opts = opts.dedup(d),
+                    _ => {}
+                }
+                if let Some(v) = expiry {
+                    opts = opts.discard_after(v);
+                }
+                if let Some(v) = lane {
+                    opts = opts.lane(v);
+                }
+                if let Some(v) = delay {
+                    opts = opts.delay(v);
+                }
+                if let Some(v) = attempts {
+                    opts = opts.max_attempts(v);
+                }
+                if let Some(v) = stalls {
+                    opts = opts.max_stalls(v);
+                }
+                if let Some(v) = timeout {
+                    opts = opts.timeout(v);
+                }
+                if let Some(v) = backoff {
+                    opts = opts.backoff(v);
+                }
+                let mut raw = raw.clone();
+                rt.block_on(async {
+                    flush(&mut raw).await;
+                    let got = match bounded("enqueue", q.enqueue_with(&payload, &opts)).await? {
+                        Ok(got) => got,
+                        Err(e) => {
+                            prop_assert!(typed_refusal(&e), "{opts:?}: {e:?}");
+                            return Ok(());
+                        }
+                    };
+                    accepted.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    if let Some(id) = &id {
+                        prop_assert_eq!(&got.id, id);
+                    }
+                    let info = bounded("job", q.job(&got.id)).await?.unwrap();
+                    prop_assert_eq!(info.decode::<serde_json::Value>().unwrap(), payload.clone());
+                    prop_assert_eq!(info.kind.as_deref(), kind.as_deref());
+                    // Run it now whatever its delay, and retry it with any delay and error text.
+                    if info.state == JobState::Delayed {
+                        bounded("promote", q.promote(&[got.id.as_str()])).await?.unwrap();
+                    }
+                    let lease = bounded("claim", q.claim(1, Duration::from_secs(30))).await?.unwrap();
+                    if lease.is_empty() && info.expires_at_ms.is_some() {
+                        // its expiry passed before the claim: it ends expired
+                        let state = bounded("job", q.job(&got.id)).await?.unwrap().state;
+                        prop_assert_eq!(state, JobState::Expired, "{:?}", info);
                         return Ok(());
                     }
-                };
-                accepted.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                if let Some(id) = &id {
-                    prop_assert_eq!(&got.id, id);
-                }
-                let info = bounded("job", q.job(&got.id)).await?.unwrap();
-                prop_assert_eq!(info.decode::<serde_json::Value>().unwrap(), payload.clone());
-                prop_assert_eq!(info.kind.as_deref(), kind.as_deref());
-                // Run it now whatever its delay, and retry it with any delay and error text.
-                if info.state == JobState::Delayed {
-                    bounded("promote", q.promote(&[got.id.as_str()])).await?.unwrap();
-                }
-                let lease = bounded("claim", q.claim(1, Duration::from_secs(30))).await?.unwrap();
-                prop_assert_eq!(lease.len(), 1, "{:?}", info);
-                prop_assert_eq!(lease[0].decode::<serde_json::Value>().unwrap(), payload);
-                match bounded("retry", q.retry(&lease[0], Some(retry_delay), &error_text)).await? {
-                    Ok(_) => {}
-                    Err(e) => {
-                        prop_assert!(typed_refusal(&e), "retry: {e:?}");
-                        // Refused, nothing settled: the lease still holds.
-                        bounded("fail", q.fail(&lease[0], &error_text)).await?.unwrap();
+                    prop_assert_eq!(lease.len(), 1, "{:?}", info);
+                    prop_assert_eq!(lease[0].decode::<serde_json::Value>().unwrap(), payload);
+                    match bounded("retry", q.retry(&lease[0], Some(retry_delay), &error_text)).await? {
+                        Ok(_) => {}
+                        Err(e) => {
+                            prop_assert!(typed_refusal(&e), "retry: {e:?}");
+                            // Refused, nothing settled: the lease still holds.
+                            bounded("fail", q.fail(&lease[0], &error_text)).await?.unwrap();
+                        }
                     }
-                }
-                confined(&all_keys(&mut raw).await, &["emq:{fuzz}:".to_owned()])
-            })
-        })
+                    confined(&all_keys(&mut raw).await, &["emq:{fuzz}:".to_owned()])
+                })
+            },
+        )
         .unwrap();
     assert!(
         accepted.into_inner() > 0,

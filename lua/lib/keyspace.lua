@@ -3,7 +3,7 @@
 -- the Rust side): the job key's parts, the pending score, the wake list,
 -- the obliterating mark, dedup and effect markers, SCAN patterns.
 --
--- Needs: base (rcall, sget, int_s).
+-- Needs: base (rcall, sget, hfields, int_s).
 
 -- The queue prefix and job id of job key `jk` (PREFIX:{Q}:job:ID: the
 -- first '}' closes the hash tag, as neither prefix nor queue holds one).
@@ -51,6 +51,34 @@ end
 local function obliterating(prefix)
   local r = redis.pcall('HEXISTS', prefix .. 'meta', 'ob')
   return r == 1
+end
+
+-- A dedup marker PREFIX:de:DEDUP holds its holder's id: "ID" for a marker
+-- that stands until the job finishes (the job's `dd`) or for a TTL, or
+-- "ID\31LETTERS" for a unique-by-states marker (EnqueueOptions::unique:
+-- ids hold no control characters), which holds while the holder's state
+-- is one of LETTERS (STATE_LETTER), looked up when an enqueue finds it.
+local STATE_LETTER = {pending = 'p', delayed = 'd', active = 'a', completed = 'c', failed = 'f', cancelled = 'x',
+  expired = 'e'}
+
+-- A marker's value: the holder's id and, for a by-states one, its letters.
+local function marker_parts(v)
+  local id, letters = string.match(v, '^(.-)\31(%a+)$')
+  if id then return id, letters end
+  return v, nil
+end
+
+-- The id of the job marker value `v` stands for while it holds, else nil,
+-- and the holder's state when it was read (by-states markers only). A
+-- by-states marker holds while its holder's record exists in one of its
+-- states; the others hold while they stand.
+local function marker_holder(prefix, v)
+  local id, letters = marker_parts(v)
+  if not letters then return id end
+  local st = hfields(prefix .. 'job:' .. id, 'st')
+  st = st and st[1]
+  if st and STATE_LETTER[st] and string.find(letters, STATE_LETTER[st], 1, true) then return id, st end
+  return nil
 end
 
 -- Releases dedup marker PREFIX:de:`dd` if job `id` still holds it (a

@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use crate::error::{Error, Result};
+use crate::job::Unique;
 use crate::limits::{Backoff, Limits, MAX_DELAY};
 
 /// Options for one enqueue. Build with [`EnqueueOptions::new`] and chain
@@ -29,8 +30,8 @@ pub struct EnqueueOptions {
     pub(crate) max_stalls: Option<u32>,
     pub(crate) backoff: Option<Backoff>,
     pub(crate) timeout: Option<Duration>,
-    /// The dedup id, and how long its marker stands (`None`: until the job finishes).
-    pub(crate) dedup: Option<(String, Option<Duration>)>,
+    /// The dedup id, and how long the job holds it.
+    pub(crate) dedup: Option<(String, Unique)>,
     /// Debounce: a waiting holder of the dedup marker takes this enqueue's
     /// payload and due time instead of the enqueue answering `Deduplicated`.
     pub(crate) replace_waiting: bool,
@@ -199,15 +200,34 @@ impl EnqueueOptions {
     /// finished makes a second job. Use [`dedup_for`](Self::dedup_for)
     /// with the replay window, or [`id`](Self::id) (see the guide's
     /// [In a web application](crate::guide::web_apps)).
-    pub fn dedup(mut self, dedup_id: impl Into<String>) -> Self {
-        self.dedup = Some((dedup_id.into(), None));
-        self
+    pub fn dedup(self, dedup_id: impl Into<String>) -> Self {
+        self.unique(dedup_id, Unique::until_finished())
     }
 
     /// As [`dedup`](Self::dedup), but the marker stands for `ttl` (at least
-    /// 1 ms, at most [`MAX_DELAY`]) whether or not the job has finished.
-    pub fn dedup_for(mut self, dedup_id: impl Into<String>, ttl: Duration) -> Self {
-        self.dedup = Some((dedup_id.into(), Some(ttl)));
+    /// 1 ms, at most [`MAX_DELAY`]) whether or not the job has finished:
+    /// [`Unique::for_period`].
+    pub fn dedup_for(self, dedup_id: impl Into<String>, ttl: Duration) -> Self {
+        self.unique(dedup_id, Unique::for_period(ttl))
+    }
+
+    /// Producer dedup with a chosen lifetime: while this job holds
+    /// `dedup_id` as `unique` says (until it finishes, for a period, until
+    /// it starts, while it runs, while its state is one of a set), another
+    /// enqueue with it answers [`EnqueueStatus::Deduplicated`] with this
+    /// job's id and writes nothing; after that the next one makes a new
+    /// job, which takes the id over. [`Unique`]'s table says exactly what
+    /// each mode holds. [`dedup`](Self::dedup) and
+    /// [`dedup_for`](Self::dedup_for) are two of its modes; a later call
+    /// of any of the three replaces an earlier one.
+    ///
+    /// ```
+    /// use echomq::{EnqueueOptions, Unique};
+    /// // A new export may queue while one runs, but never two waiting.
+    /// let opts = EnqueueOptions::new().unique("export:user-9", Unique::until_started());
+    /// ```
+    pub fn unique(mut self, dedup_id: impl Into<String>, unique: Unique) -> Self {
+        self.dedup = Some((dedup_id.into(), unique));
         self
     }
 
@@ -471,17 +491,9 @@ impl EnqueueOptions {
             ..Limits::default()
         }
         .check()?;
-        if let Some((d, ttl)) = &self.dedup {
+        if let Some((d, unique)) = &self.dedup {
             crate::validate::id("dedup id", d)?;
-            if let Some(ttl) = ttl
-                && delay_ms("dedup ttl", *ttl)? == 0
-            {
-                return Err(Error::InvalidOption {
-                    name: "dedup ttl",
-                    reason: "must be at least 1 ms (use dedup() for a marker that stands until the job finishes)"
-                        .into(),
-                });
-            }
+            unique.encode()?;
         } else if self.replace_waiting {
             return Err(Error::InvalidOption {
                 name: "replace_waiting",

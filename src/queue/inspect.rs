@@ -146,20 +146,37 @@ impl Queue {
     }
 
     /// The id of the job that holds dedup id `dedup_id` now
-    /// ([`EnqueueOptions::dedup`](crate::EnqueueOptions::dedup) and
-    /// `dedup_for`), or `None` when no job does: what an enqueue with it
-    /// would answer as `Deduplicated`.
+    /// ([`EnqueueOptions::dedup`](crate::EnqueueOptions::dedup),
+    /// `dedup_for` and `unique`), or `None` when no job does: what an
+    /// enqueue with it would answer as `Deduplicated` (a by-states holder
+    /// only while its state is one of its [`Unique`](crate::Unique)'s).
     ///
     /// # Errors
     /// [`Error::InvalidId`] for a bad dedup id; server errors.
     pub async fn dedup_holder(&self, dedup_id: &str) -> Result<Option<String>> {
         crate::validate::id("dedup id", dedup_id)?;
-        let holder: Option<String> = redis::cmd("GET")
+        let marker: Option<String> = redis::cmd("GET")
             .arg(format!("{}de:{dedup_id}", self.keys().base))
             .query_async(&mut self.conn())
             .await
             .map_err(Error::from_redis)?;
-        Ok(holder)
+        let Some(marker) = marker else { return Ok(None) };
+        // A by-states marker (EnqueueOptions::unique) is "ID\x1fLETTERS" and
+        // holds while the job's state is one of them (lua/lib/keyspace.lua).
+        let Some((id, letters)) = marker.split_once('\x1f') else {
+            return Ok(Some(marker));
+        };
+        let state: Option<String> = redis::cmd("HGET")
+            .arg(self.keys().job(id))
+            .arg("st")
+            .query_async(&mut self.conn())
+            .await
+            .map_err(Error::from_redis)?;
+        let holds = state
+            .as_deref()
+            .and_then(JobState::parse)
+            .is_some_and(|s| letters.contains(crate::job::Unique::letter(s)));
+        Ok(holds.then(|| id.to_owned()))
     }
 
     /// How long the job next in line has waited since it was created, on

@@ -1,14 +1,12 @@
 //! `lua/enqueue.lua`: stores a batch of new jobs (dedup, debounce, delays,
 //! lanes) and wakes consumers.
 
-use std::time::Duration;
-
 use super::Spec;
 use super::call::unexpected;
 use super::codes::Code;
 use crate::conn::Conn;
 use crate::error::Result;
-use crate::job::{EnqueueStatus, Enqueued};
+use crate::job::{EnqueueStatus, Enqueued, Unique};
 use crate::keys::Keys;
 use crate::limits::Limits;
 
@@ -31,9 +29,8 @@ pub(crate) struct NewJob {
     /// (`EnqueueOptions::when`).
     pub when: String,
     pub limits: Limits,
-    /// The dedup id, and how long its marker stands (`None`: until the
-    /// job finishes).
-    pub dedup: Option<(String, Option<Duration>)>,
+    /// The dedup id, and how long the job holds it.
+    pub dedup: Option<(String, Unique)>,
     /// Debounce: a waiting dedup holder takes this job's payload and due time.
     pub replace: bool,
     pub lane: Option<String>,
@@ -54,9 +51,9 @@ pub(crate) async fn run(conn: &mut Conn, k: &Keys, jobs: &[&NewJob]) -> Result<V
         .key(&k.expiring);
     call.arg(&k.base).arg(jobs.len());
     for j in jobs {
-        let (dedup, dedup_ttl_ms) = match &j.dedup {
-            Some((d, ttl)) => (d.as_str(), ttl.map_or(0, |t| t.as_millis() as u64)),
-            None => ("", 0),
+        let (dedup, (dedup_ttl_ms, states)) = match &j.dedup {
+            Some((d, unique)) => (d.as_str(), unique.encode()?),
+            None => ("", (0, String::new())),
         };
         call.arg(j.id.as_deref().unwrap_or_default())
             .arg(&j.payload)
@@ -69,7 +66,8 @@ pub(crate) async fn run(conn: &mut Conn, k: &Keys, jobs: &[&NewJob]) -> Result<V
             .arg(j.lane.as_deref().unwrap_or_default())
             .arg(j.kind.as_deref().unwrap_or_default())
             .arg(j.traceparent.as_deref().unwrap_or_default())
-            .arg(&j.expires);
+            .arg(&j.expires)
+            .arg(states);
     }
     let mut r = call.run(conn).await?;
     let _now = r.uint()?;
