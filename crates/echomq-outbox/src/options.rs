@@ -75,6 +75,14 @@ pub(crate) struct Stored {
     pub replace_waiting: bool,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub traceparent: Option<String>,
+    /// A by-states unique mode ([`echomq::Unique`]): the states in which the
+    /// job holds its dedup id (the period rides in `dedup_ttl_ms`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unique_states: Option<Vec<echomq::JobState>>,
+    /// The job's expiry, counted from the insert (Postgres's clock), as
+    /// [`echomq::EnqueueOptions::discard_after`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub discard_after_ms: Option<u64>,
 }
 
 fn first_layout() -> u32 {
@@ -99,6 +107,8 @@ impl Default for Stored {
             dedup_ttl_ms: None,
             replace_waiting: false,
             traceparent: None,
+            unique_states: None,
+            discard_after_ms: None,
         }
     }
 }
@@ -176,6 +186,26 @@ impl JobOptions {
     pub fn dedup(mut self, dedup_id: impl Into<String>) -> Self {
         self.stored.dedup = Some(dedup_id.into());
         self.stored.dedup_ttl_ms = None;
+        self.stored.unique_states = None;
+        self
+    }
+
+    /// As [`EnqueueOptions::unique`](echomq::EnqueueOptions::unique): the
+    /// dedup id with a chosen lifetime ([`echomq::Unique`]). A period counts
+    /// from the relay's enqueue, not from the insert.
+    pub fn unique(mut self, dedup_id: impl Into<String>, unique: echomq::Unique) -> Self {
+        self.stored.dedup = Some(dedup_id.into());
+        self.stored.dedup_ttl_ms = unique.period().map(millis);
+        self.stored.unique_states = unique.states();
+        self
+    }
+
+    /// As [`EnqueueOptions::discard_after`](echomq::EnqueueOptions::discard_after),
+    /// counted from the insert by Postgres's clock (as a delay is): a row
+    /// relayed after its expiry becomes a job that ends expired at once, so
+    /// echomq counts it, and it never runs.
+    pub fn discard_after(mut self, after: Duration) -> Self {
+        self.stored.discard_after_ms = Some(millis(after));
         self
     }
 
@@ -185,6 +215,7 @@ impl JobOptions {
     pub fn dedup_for(mut self, dedup_id: impl Into<String>, ttl: Duration) -> Self {
         self.stored.dedup = Some(dedup_id.into());
         self.stored.dedup_ttl_ms = Some(millis(ttl));
+        self.stored.unique_states = None;
         self
     }
 
@@ -244,6 +275,24 @@ impl JobOptions {
                 format!("the TTL must be within 1ms..={MAX_DELAY:?}"),
             ));
         }
+        if s.unique_states.as_ref().is_some_and(Vec::is_empty) {
+            return Err(invalid(
+                "unique states",
+                "name at least one state in which the job keeps the id",
+            ));
+        }
+        if let Some(ms) = s.discard_after_ms {
+            let delay = self.delay.map_or(0, millis);
+            if ms == 0 || ms > millis(MAX_DELAY) {
+                return Err(invalid("discard_after", format!("must be within 1ms..={MAX_DELAY:?}")));
+            }
+            if ms <= delay {
+                return Err(invalid(
+                    "discard_after",
+                    "the job would expire before it is due: make it longer than the delay",
+                ));
+            }
+        }
         if s.replace_waiting && s.dedup.is_none() {
             return Err(invalid("replace_waiting", "needs a dedup id (dedup or dedup_for)"));
         }
@@ -273,11 +322,13 @@ impl JobOptions {
 
 impl Stored {
     /// The options a relay enqueues a row with. `delay` is what is left of
-    /// the row's due time; `guard` the redelivery guard's marker TTL.
+    /// the row's due time, `age` the time since its insert (both on
+    /// Postgres's clock); `guard` the redelivery guard's marker TTL.
     pub(crate) fn enqueue_options(
         &self,
         job_id: &str,
-        delay: Duration,
+        mut delay: Duration,
+        age: Duration,
         guard: Option<Duration>,
     ) -> Result<echomq::EnqueueOptions> {
         if self.v != LAYOUT {
@@ -286,7 +337,22 @@ impl Stored {
                 format!("layout {} is not this relay's ({LAYOUT}): upgrade the relay", self.v),
             ));
         }
+        let mut expiry = None;
+        if let Some(ms) = self.discard_after_ms {
+            // What is left of the expiry; a row relayed too late still becomes
+            // a job, one that ends expired at once (never run, but counted).
+            let left = Duration::from_millis(ms).saturating_sub(age);
+            if left <= delay {
+                delay = Duration::ZERO;
+                expiry = Some(Duration::from_millis(1));
+            } else {
+                expiry = Some(left);
+            }
+        }
         let mut o = echomq::EnqueueOptions::new().id(job_id).priority(self.priority);
+        if let Some(e) = expiry {
+            o = o.discard_after(e);
+        }
         if !delay.is_zero() {
             o = o.delay(delay);
         }
@@ -306,6 +372,13 @@ impl Stored {
             o = o.timeout(Duration::from_millis(ms));
         }
         o = match (&self.dedup, self.dedup_ttl_ms, guard) {
+            (Some(d), ttl, _) if self.unique_states.is_some() => {
+                let mut u = echomq::Unique::by_states(self.unique_states.as_deref().unwrap_or_default());
+                if let Some(ms) = ttl {
+                    u = u.within(Duration::from_millis(ms));
+                }
+                o.unique(d, u)
+            }
             (Some(d), None, _) => o.dedup(d),
             (Some(d), Some(ms), _) => o.dedup_for(d, Duration::from_millis(ms)),
             (None, _, Some(ttl)) => o.dedup_for(guard_key(job_id), ttl),
@@ -410,12 +483,16 @@ mod tests {
         let json = serde_json::to_value(&o.stored).unwrap();
         let back: Stored = serde_json::from_value(json).unwrap();
         assert_eq!(back, o.stored);
-        let _ = back.enqueue_options("j", Duration::ZERO, None).unwrap();
+        let _ = back.enqueue_options("j", Duration::ZERO, Duration::ZERO, None).unwrap();
         let newer = Stored {
             v: LAYOUT + 1,
             ..Stored::default()
         };
-        assert!(newer.enqueue_options("j", Duration::ZERO, None).is_err());
+        assert!(
+            newer
+                .enqueue_options("j", Duration::ZERO, Duration::ZERO, None)
+                .is_err()
+        );
         assert!(serde_json::from_str::<Stored>(r#"{"v":1,"flow":"f"}"#).is_err());
     }
 
@@ -424,12 +501,14 @@ mod tests {
     fn guard_only_without_own_dedup() {
         let dbg = |o: echomq::EnqueueOptions| format!("{o:?}");
         let guard = Some(Duration::from_secs(60));
-        let plain = Stored::default().enqueue_options("j1", Duration::ZERO, guard).unwrap();
+        let plain = Stored::default()
+            .enqueue_options("j1", Duration::ZERO, Duration::ZERO, guard)
+            .unwrap();
         assert!(dbg(plain).contains(&guard_key("j1")));
         let own = JobOptions::new()
             .dedup("mine")
             .stored
-            .enqueue_options("j1", Duration::ZERO, guard)
+            .enqueue_options("j1", Duration::ZERO, Duration::ZERO, guard)
             .unwrap();
         let s = dbg(own);
         assert!(s.contains("mine") && !s.contains(&guard_key("j1")), "{s}");

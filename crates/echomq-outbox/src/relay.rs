@@ -251,6 +251,8 @@ struct Taken {
     payload: serde_json::Value,
     options: std::result::Result<Stored, String>,
     delay: Duration,
+    /// Since the insert, on Postgres's clock (for an expiry).
+    age: Duration,
 }
 
 /// What the batch does with its rows, filled queue by queue.
@@ -279,7 +281,8 @@ impl Outcome {
 }
 
 const TAKE: &str = "SELECT id, queue, job_id, payload, options, \
-       coalesce(greatest(0, ceil(extract(epoch FROM run_at - clock_timestamp()) * 1000)), 0)::bigint \
+       coalesce(greatest(0, ceil(extract(epoch FROM run_at - clock_timestamp()) * 1000)), 0)::bigint, \
+       greatest(0, floor(extract(epoch FROM clock_timestamp() - created_at) * 1000))::bigint \
      FROM echomq_outbox WHERE failed_at IS NULL ORDER BY id LIMIT $1 FOR UPDATE SKIP LOCKED";
 
 impl Relay {
@@ -471,7 +474,7 @@ impl Relay {
     fn options(&self, t: &Taken) -> std::result::Result<EnqueueOptions, String> {
         let stored = t.options.as_ref().map_err(Clone::clone)?;
         stored
-            .enqueue_options(&t.job_id, t.delay, self.opts.redelivery_guard)
+            .enqueue_options(&t.job_id, t.delay, t.age, self.opts.redelivery_guard)
             .map_err(|e| e.to_string())
     }
 
@@ -602,6 +605,7 @@ impl RelayHandle {
 fn decode(row: &sqlx::postgres::PgRow) -> Result<Taken> {
     let options: sqlx::types::Json<serde_json::Value> = row.try_get(4)?;
     let delay_ms: i64 = row.try_get(5)?;
+    let age_ms: i64 = row.try_get(6)?;
     let sqlx::types::Json(payload) = row.try_get(3)?;
     Ok(Taken {
         id: row.try_get(0)?,
@@ -610,6 +614,7 @@ fn decode(row: &sqlx::postgres::PgRow) -> Result<Taken> {
         payload,
         options: serde_json::from_value(options.0).map_err(|e| format!("unreadable options column: {e}")),
         delay: Duration::from_millis(delay_ms.max(0) as u64),
+        age: Duration::from_millis(age_ms.max(0) as u64),
     })
 }
 

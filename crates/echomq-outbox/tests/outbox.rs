@@ -441,3 +441,73 @@ async fn notify_wakes_the_relay_after_a_postgres_restart() {
     }
     relay.shutdown().await;
 }
+
+// An expiry counts from the insert: a row relayed in time becomes a job
+// with what is left of it; a row relayed after it becomes a job that ends
+// expired at its first claim and never runs. A by-states unique id keeps a
+// second row's job out while the first waits.
+#[tokio::test]
+async fn expiries_and_unique_modes_reach_the_job() {
+    let s = servers().await;
+    let outbox = Outbox::new();
+    let queue = s.client.queue("lifetimes").await.unwrap();
+    let mut tx = s.pool.begin().await.unwrap();
+    let in_time = JobOptions::new().id("in-time").discard_after(Duration::from_secs(600));
+    outbox.enqueue(&mut tx, "lifetimes", &json!(1), &in_time).await.unwrap();
+    let late = JobOptions::new().id("late").discard_after(Duration::from_millis(50));
+    outbox.enqueue(&mut tx, "lifetimes", &json!(2), &late).await.unwrap();
+    let once = JobOptions::new().unique("sync:1", echomq::Unique::until_started());
+    outbox.enqueue(&mut tx, "lifetimes", &json!(3), &once).await.unwrap();
+    outbox.enqueue(&mut tx, "lifetimes", &json!(4), &once).await.unwrap();
+    tx.commit().await.unwrap();
+    let committed = queue.server_time_ms().await.unwrap();
+    // The short expiry passes (on Postgres's clock) before the relay looks.
+    wait_until("the late row's expiry to pass", Duration::from_secs(5), || async {
+        sqlx::query_scalar::<_, bool>(
+            "SELECT clock_timestamp() - created_at > interval '60 milliseconds' FROM echomq_outbox WHERE job_id = 'late'",
+        )
+        .fetch_one(&s.pool)
+        .await
+        .unwrap()
+    })
+    .await;
+
+    let relay = Relay::new(s.pool.clone(), s.client.clone(), relay_opts()).unwrap();
+    let report = relay.run_once().await.unwrap();
+    assert_eq!((report.rows, report.created), (4, 3), "{report:?}");
+    assert_eq!(rows(&s.pool).await, 0);
+    let xa = queue.job("in-time").await.unwrap().expires_at_ms.unwrap();
+    // What was left at the relay's take, counted on from the enqueue: the
+    // insert's time + 10 min, give or take the take-to-enqueue time.
+    assert!(
+        xa > committed + 590_000 && xa <= committed + 601_000,
+        "{xa} - {committed} = {}: the insert's time + 10 min",
+        xa as i64 - committed as i64
+    );
+    let leases = queue.claim(10, Duration::from_secs(30)).await.unwrap();
+    let mut ids: Vec<&str> = leases.iter().map(|l| l.id()).collect();
+    ids.sort();
+    assert_eq!(ids.len(), 2, "in-time and one sync job: {ids:?}");
+    assert!(ids.contains(&"in-time"));
+    assert_eq!(queue.job("late").await.unwrap().state, JobState::Expired);
+    // Bad values fail the insert, naming the option.
+    let mut tx = s.pool.begin().await.unwrap();
+    for (o, name) in [
+        (JobOptions::new().discard_after(Duration::ZERO), "discard_after"),
+        (
+            JobOptions::new()
+                .delay(Duration::from_secs(60))
+                .discard_after(Duration::from_secs(30)),
+            "discard_after",
+        ),
+        (
+            JobOptions::new().unique("x", echomq::Unique::by_states(&[])),
+            "unique states",
+        ),
+    ] {
+        match outbox.enqueue(&mut tx, "lifetimes", &json!(5), &o).await {
+            Err(Error::InvalidOption { name: n, .. }) => assert_eq!(n, name),
+            other => panic!("{o:?}: {other:?}"),
+        }
+    }
+}
