@@ -91,8 +91,12 @@ async fn send_welcome(job: Job<WelcomeEmail>) -> Result<(), HandlerError> {
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     tracing_subscriber::fmt().with_env_filter("info").init();
-    let self_test = std::env::args().any(|a| a == "--self-test");
+    run(std::env::args().any(|a| a == "--self-test")).await
+}
 
+/// The app; with `self_test`, it signs up over HTTP, checks the emails and
+/// stops (tests/signup_example.rs runs it so).
+pub async fn run(self_test: bool) -> Result<(), Box<dyn std::error::Error>> {
     // Servers: the environment's, else private ones for the demo.
     let mut _pg = None;
     let database_url = match std::env::var("DATABASE_URL") {
