@@ -116,6 +116,7 @@
 //! the dashboard have READMEs of their own in the repository
 //! (`benches/`, `fault/`, `crates/`), and `ARCHITECTURE.md` says where
 //! each module lives.
+#![cfg_attr(docsrs, feature(doc_cfg))]
 #![forbid(unsafe_code)]
 
 pub mod acl;

@@ -52,6 +52,7 @@
 //! Postgres for tests), `cli` (the relay binary), `metrics` (backlog
 //! gauges and a relayed-rows counter through the `metrics` facade).
 
+#![cfg_attr(docsrs, feature(doc_cfg))]
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
