@@ -32,7 +32,14 @@ impl RelayProcess {
                 &format!("postgres://postgres@127.0.0.1:{pg_port}/postgres"),
             ])
             .args(["--valkey-url", &format!("redis://127.0.0.1:{valkey_port}/")])
-            .args(["--batch-size", "40", "--poll-interval-ms", "100"])
+            .args([
+                "--batch-size",
+                "40",
+                "--poll-interval-ms",
+                "100",
+                "--batch-timeout-ms",
+                "1000",
+            ])
             .args(extra)
             .env("RUST_LOG", "error")
             .stdin(Stdio::null())
@@ -72,7 +79,7 @@ async fn produce(pool: PgPool, stop: Arc<AtomicBool>) -> Vec<String> {
     let outbox = Outbox::new();
     let mut tried = Vec::new();
     let mut n = 0u32;
-    while !stop.load(Ordering::Relaxed) && n < 4000 {
+    while !stop.load(Ordering::Relaxed) && n < 8000 {
         n += 1;
         let ids = [format!("p-{n}-a"), format!("p-{n}-b")];
         tried.extend(ids.iter().cloned());
@@ -229,6 +236,18 @@ async fn every_committed_row_becomes_one_job_through_faults() {
     commits(&s.pool, 40).await;
     pg_proxy.restore();
     progress(&queue, "relaying after the Postgres link came back").await;
+
+    // 6b. Each link blackholed (no reset, no reply) past the relays' batch
+    // timeout while rows commit, then healed: the held-back traffic lands
+    // late, the batches that gave up left their rows to later ones.
+    for proxy in [&valkey_proxy, &pg_proxy] {
+        proxy.stall();
+        commits(&s.pool, 40).await;
+        // the blackhole lasts past the relays' batch timeout (1 s)
+        tokio::time::sleep(Duration::from_millis(1_500)).await;
+        proxy.unstall();
+        progress(&queue, "relaying after a blackholed link healed").await;
+    }
 
     // 7. A relay SIGKILLed wherever it is, and replaced.
     b.take().unwrap().kill();

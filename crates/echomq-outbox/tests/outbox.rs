@@ -511,3 +511,54 @@ async fn expiries_and_unique_modes_reach_the_job() {
         }
     }
 }
+
+// The relay's link to Valkey blackholed mid-batch (no reset, no reply: the
+// case a cut connection does not cover): the batch gives up at its
+// timeout, deletes nothing and holds no row's lock; once the link heals,
+// the held-back enqueue lands late and the next batches find its jobs
+// standing: one job per row.
+#[tokio::test]
+async fn a_blackholed_valkey_link_times_the_batch_out_and_loses_nothing() {
+    let s = servers().await;
+    let proxy = common::Proxy::start(s.valkey.port()).await;
+    let through = echomq::Client::connect(&format!("redis://127.0.0.1:{}", proxy.port))
+        .await
+        .unwrap();
+    let outbox = Outbox::new();
+    let mut tx = s.pool.begin().await.unwrap();
+    for i in 0..20 {
+        outbox
+            .enqueue(&mut tx, "held", &json!(i), &JobOptions::new())
+            .await
+            .unwrap();
+    }
+    tx.commit().await.unwrap();
+    let relay = Relay::new(
+        s.pool.clone(),
+        through,
+        relay_opts().batch_timeout(Duration::from_secs(1)),
+    )
+    .unwrap();
+
+    proxy.stall();
+    let started = std::time::Instant::now();
+    let r = relay.run_once().await;
+    assert!(matches!(r, Err(Error::Timeout(_))), "{r:?}");
+    assert!(started.elapsed() < Duration::from_secs(5), "{:?}", started.elapsed());
+    assert_eq!(rows(&s.pool).await, 20, "no row deleted");
+    let free: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM (SELECT id FROM echomq_outbox FOR UPDATE SKIP LOCKED) AS t")
+            .fetch_one(&s.pool)
+            .await
+            .unwrap();
+    assert_eq!(free, 20, "the timed-out batch holds no row");
+
+    proxy.unstall();
+    wait_until("the outbox to empty", Duration::from_secs(20), || async {
+        let _ = relay.run_once().await;
+        rows(&s.pool).await == 0
+    })
+    .await;
+    let queue = s.client.queue("held").await.unwrap();
+    assert_eq!(jobs(&queue).await, 20, "one job per row");
+}

@@ -30,6 +30,11 @@ struct Args {
     /// Milliseconds between looks when no notification comes.
     #[arg(long, default_value_t = echomq_outbox::DEFAULT_POLL_INTERVAL.as_millis() as u64)]
     poll_interval_ms: u64,
+    /// Milliseconds a batch may take before it gives up (its rows stay
+    /// for a later batch; Postgres ends a session cut off mid-batch after
+    /// as long).
+    #[arg(long, default_value_t = echomq_outbox::DEFAULT_BATCH_TIMEOUT.as_millis() as u64)]
+    batch_timeout_ms: u64,
     /// Poll only (no LISTEN), e.g. behind a transaction-mode pooler.
     #[arg(long)]
     no_listen: bool,
@@ -76,6 +81,7 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     let mut opts = RelayOptions::new()
         .batch_size(args.batch_size)
         .poll_interval(Duration::from_millis(args.poll_interval_ms))
+        .batch_timeout(Duration::from_millis(args.batch_timeout_ms))
         .listen(!args.no_listen);
     #[cfg(feature = "fault-injection")]
     {

@@ -80,7 +80,7 @@ pub async fn jobs(queue: &echomq::Queue) -> u64 {
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
         match queue.counts().await {
-            Ok(c) => return c.pending + c.delayed + c.active + c.completed + c.failed + c.cancelled,
+            Ok(c) => return c.pending + c.delayed + c.active + c.completed + c.failed + c.cancelled + c.expired,
             Err(e) if e.is_transient() && Instant::now() < deadline => {
                 tokio::time::sleep(Duration::from_millis(50)).await;
             }
@@ -90,16 +90,44 @@ pub async fn jobs(queue: &echomq::Queue) -> u64 {
 }
 
 /// A TCP proxy on a loopback port in front of `upstream`: `cut` closes
-/// every connection through it and refuses new ones until `restore`.
+/// every connection through it and refuses new ones until `restore`;
+/// `stall` keeps every connection open but forwards nothing (a blackhole:
+/// no reset, no reply) until `unstall`, which delivers what was held back,
+/// as TCP does once a partition heals.
 pub struct Proxy {
     pub port: u16,
     state: Arc<Mutex<ProxyState>>,
+    stalled: tokio::sync::watch::Sender<bool>,
 }
 
 #[derive(Default)]
 struct ProxyState {
     up: bool,
     links: Vec<tokio::task::JoinHandle<()>>,
+}
+
+/// Copies `from` to `to`, holding bytes back while `stalled` says so.
+async fn pump(
+    mut from: tokio::net::tcp::OwnedReadHalf,
+    mut to: tokio::net::tcp::OwnedWriteHalf,
+    mut stalled: tokio::sync::watch::Receiver<bool>,
+) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut buf = vec![0u8; 16 * 1024];
+    loop {
+        let n = match from.read(&mut buf).await {
+            Ok(0) | Err(_) => return,
+            Ok(n) => n,
+        };
+        while *stalled.borrow_and_update() {
+            if stalled.changed().await.is_err() {
+                return;
+            }
+        }
+        if to.write_all(&buf[..n]).await.is_err() {
+            return;
+        }
+    }
 }
 
 impl Proxy {
@@ -110,10 +138,11 @@ impl Proxy {
             up: true,
             links: Vec::new(),
         }));
+        let (stalled, gate) = tokio::sync::watch::channel(false);
         let st = state.clone();
         tokio::spawn(async move {
             loop {
-                let Ok((mut inbound, _)) = listener.accept().await else {
+                let Ok((inbound, _)) = listener.accept().await else {
                     return;
                 };
                 let mut s = st.lock().unwrap();
@@ -122,14 +151,17 @@ impl Proxy {
                     continue;
                 }
                 s.links.retain(|l| !l.is_finished());
+                let gate = gate.clone();
                 s.links.push(tokio::spawn(async move {
-                    if let Ok(mut outbound) = TcpStream::connect(("127.0.0.1", upstream)).await {
-                        let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
+                    if let Ok(outbound) = TcpStream::connect(("127.0.0.1", upstream)).await {
+                        let (ir, iw) = inbound.into_split();
+                        let (or, ow) = outbound.into_split();
+                        tokio::join!(pump(ir, ow, gate.clone()), pump(or, iw, gate));
                     }
                 }));
             }
         });
-        Proxy { port, state }
+        Proxy { port, state, stalled }
     }
 
     pub fn cut(&self) {
@@ -142,5 +174,13 @@ impl Proxy {
 
     pub fn restore(&self) {
         self.state.lock().unwrap().up = true;
+    }
+
+    pub fn stall(&self) {
+        self.stalled.send_replace(true);
+    }
+
+    pub fn unstall(&self) {
+        self.stalled.send_replace(false);
     }
 }
