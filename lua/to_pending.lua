@@ -40,13 +40,15 @@ if given then
 else
   ids = rcall('ZRANGE', from_key, 0, limit - 1)
 end
--- Takes dedup marker `dd` for job `id` again: true when it is free (then
--- set, to stand until the job finishes) or already the job's.
+-- Takes dedup marker `dd` for job `id` again: true when no other job
+-- holds it now (then set, to stand until the job finishes) or it is
+-- already the job's.
 local function retake(dd, id)
   local mk = prefix .. 'de:' .. dd
-  local holder = sget(mk)
+  local v = sget(mk)
+  local holder = v and marker_holder(prefix, v)
   if holder and holder ~= id then return false end
-  if not holder then rcall('SET', mk, id) end
+  if v ~= id then rcall('SET', mk, id) end
   return true
 end
 
