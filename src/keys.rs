@@ -148,6 +148,18 @@ impl Keys {
         format!("{}schedule:{name}", self.base)
     }
 
+    /// The history counts of minute `minute` (minutes since the Unix
+    /// epoch; `src/admin/history.rs`). It expires by itself.
+    pub fn stats_minute(&self, minute: u64) -> String {
+        format!("{}stats:m:{minute}", self.base)
+    }
+
+    /// The history counts of hour `hour` (hours since the Unix epoch). It
+    /// expires by itself.
+    pub fn stats_hour(&self, hour: u64) -> String {
+        format!("{}stats:h:{hour}", self.base)
+    }
+
     /// The pending jobs of lane `lane` (a zset scored as `pending`).
     pub fn lane(&self, lane: &str) -> String {
         format!("{}lane:{lane}", self.base)

@@ -19,11 +19,15 @@
 //! - Lanes and throttles are features of their own, with their operator
 //!   calls: [`crate::lanes`] (caps, weights, inspection) and
 //!   [`crate::throttle`] (the global cap, rate limits, a handler's hold).
+//! - `history`: [`Queue::history`](crate::Queue::history), completed,
+//!   failed and retried jobs and their waits per minute and per hour,
+//!   counted by the workers and written with their announcements.
 //! - `queues`: finding the queues on a server,
 //!   [`Client::queue_names`](crate::Client::queue_names) and
 //!   [`Client::queue_exists`](crate::Client::queue_exists).
 
 mod cancel;
+pub(crate) mod history;
 mod lifecycle;
 mod list;
 mod pause;
@@ -31,6 +35,7 @@ pub(crate) mod queues;
 mod workers;
 
 pub use self::cancel::Cancel;
+pub use self::history::{Bucket, HOURS_KEPT, MINUTES_KEPT, Span};
 pub use self::lifecycle::Moved;
 pub use self::list::{ListCursor, Page};
 pub use self::queues::DISCOVERY_STEP;

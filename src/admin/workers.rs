@@ -3,7 +3,8 @@
 //! dashboard's workers page, [`Queue::workers`]) sees which processes
 //! serve a queue, with what concurrency, how many jobs they run, and when
 //! they were last heard from. It costs each worker process a few commands
-//! per queue per announcement, nothing per job.
+//! per queue per announcement, nothing per job. The announcement carries
+//! the worker's counts for the queue's history too (`history.rs`).
 //!
 //! Keys (same slot as the queue): `workers`, a hash of name → the worker's
 //! JSON record, and `workers:seen`, a zset of name → when it last announced
@@ -15,6 +16,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use crate::admin::history::Counts;
 use crate::error::{Error, Result};
 use crate::queue::Queue;
 
@@ -92,9 +94,10 @@ impl Queue {
         Ok(out)
     }
 
-    /// Announces `worker` in this queue, and drops the workers not heard
-    /// from within [`FORGET_AFTER`].
-    pub(crate) async fn announce_worker(&self, worker: &WorkerInfo) -> Result<()> {
+    /// Announces `worker` in this queue, adds its `counts` since the last
+    /// announcement to the queue's history (in the same transaction), and
+    /// drops the workers not heard from within [`FORGET_AFTER`].
+    pub(crate) async fn announce_worker(&self, worker: &WorkerInfo, counts: &Counts) -> Result<()> {
         let now = self.server_time_ms().await?;
         let before = now.saturating_sub(u64::try_from(FORGET_AFTER.as_millis()).unwrap_or(u64::MAX));
         let base = &self.keys().base;
@@ -118,18 +121,26 @@ impl Queue {
             pipe.cmd("HDEL").arg(&hash).arg(&gone).ignore();
             pipe.cmd("ZREM").arg(&seen).arg(&gone).ignore();
         }
+        counts.write(&mut pipe, self.keys(), now);
         pipe.query_async::<()>(&mut self.conn())
             .await
             .map_err(Error::from_redis)
     }
 
-    /// Takes worker `name` out of this queue's registry (it stopped).
-    pub(crate) async fn withdraw_worker(&self, name: &str) -> Result<()> {
+    /// Takes worker `name` out of this queue's registry (it stopped), and
+    /// adds its last `counts` to the queue's history.
+    pub(crate) async fn withdraw_worker(&self, name: &str, counts: &Counts) -> Result<()> {
+        let now = if counts.is_empty() {
+            0
+        } else {
+            self.server_time_ms().await?
+        };
         let base = &self.keys().base;
         let mut pipe = redis::pipe();
         pipe.atomic();
         pipe.cmd("HDEL").arg(format!("{base}workers")).arg(name).ignore();
         pipe.cmd("ZREM").arg(format!("{base}workers:seen")).arg(name).ignore();
+        counts.write(&mut pipe, self.keys(), now);
         pipe.query_async::<()>(&mut self.conn())
             .await
             .map_err(Error::from_redis)

@@ -321,6 +321,7 @@ impl Ctx {
             queues.push(Served {
                 queue: e.queue.with_holder(&name)?,
                 handler: e.handler,
+                tally: crate::admin::history::Tally::default(),
             });
         }
         let (wakes, wake_of) = wake_groups(&queues);

@@ -182,6 +182,12 @@ async fn run_job(ctx: Arc<Ctx>, q: usize, lease: Lease, claimed_at: Instant, slo
         let Some((running, slot)) = wait_for_handler(&ctx, q, &lease, claimed_at, &mut heart, slot).await else {
             return;
         };
+        if lease.attempt == 1 && lease.created_ms > 0 {
+            // Enqueue to the claim on the server's clock, then the wait
+            // for a handler (a job leased ahead) on ours.
+            let server = Duration::from_millis(lease.claimed_ms.saturating_sub(lease.created_ms));
+            ctx.queues[q].tally.started(server + claimed_at.elapsed());
+        }
         let mut attempt = Attempt::start(&ctx, &queue, &lease, ready);
         let ended = attempt.supervise(&ctx, &queue, &lease, &mut heart).await;
         let s = &ctx.settings;

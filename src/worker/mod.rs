@@ -204,6 +204,9 @@ struct Served {
     queue: Queue,
     /// Its handler, payload type erased.
     handler: Arc<dyn erased::ErasedHandler>,
+    /// What its jobs did since the last announcement, for the queue's
+    /// history (written by `registry`).
+    tally: crate::admin::history::Tally,
 }
 
 /// One blocking wait of the wake-up (see [`claim::waker`]).

@@ -1,6 +1,8 @@
 //! A running worker's entry in the registry of every queue it serves
 //! (`crate::admin` workers: [`Queue::workers`](crate::Queue::workers)):
 //! announced every [`ANNOUNCE_EVERY`], taken away when the worker stops.
+//! Each announcement also writes the worker's history counts for the
+//! queue (`crate::admin::history`), counted in memory since the last one.
 
 use std::sync::Arc;
 
@@ -38,14 +40,19 @@ pub(super) async fn announce(ctx: Arc<Ctx>, stop: CancellationToken) {
             last_seen_ms: 0,
         };
         for s in &ctx.queues {
-            if let Err(e) = s.queue.announce_worker(&info).await {
+            let counts = s.tally.take();
+            if let Err(e) = s.queue.announce_worker(&info, &counts).await {
+                s.tally.give_back(counts);
                 tracing::debug!(queue = %s.queue.name(), error = %e, "announcing the worker failed");
             }
         }
     }
+    // Every settlement has been answered by now (the settler stops
+    // first): these are the worker's last counts.
     for s in &ctx.queues {
-        if let Err(e) = s.queue.withdraw_worker(&name).await {
-            tracing::debug!(queue = %s.queue.name(), error = %e, "withdrawing the worker failed");
+        let counts = s.tally.take();
+        if let Err(e) = s.queue.withdraw_worker(&name, &counts).await {
+            tracing::warn!(queue = %s.queue.name(), error = %e, ?counts, "withdrawing the worker failed; its last history counts are lost");
         }
     }
 }

@@ -126,6 +126,7 @@ fn report(ctx: &Ctx, p: Pending, result: std::result::Result<Settled, &Error>) -
     match result {
         Ok(done) => {
             debug!(outcome = ?done.outcome, "{op}");
+            ctx.queues[p.q].tally.settled(done.outcome);
             #[cfg(feature = "metrics")]
             crate::metrics::settled(queue, done.outcome);
             s.observers.emit(WorkerEvent::Settled {
