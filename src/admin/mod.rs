@@ -7,6 +7,8 @@
 //!   [`Queue::resume`](crate::Queue::resume),
 //!   [`Queue::is_paused`](crate::Queue::is_paused).
 //! - `list`: [`Queue::list`](crate::Queue::list), a state's jobs page by page.
+//! - `search`: [`Queue::search`](crate::Queue::search), a state's jobs by
+//!   kind, lane or error text, a bounded number read per call.
 //! - `lifecycle`: [`Queue::retry_failed`](crate::Queue::retry_failed),
 //!   [`Queue::retry_all_failed`](crate::Queue::retry_all_failed),
 //!   [`Queue::remove`](crate::Queue::remove),
@@ -32,6 +34,7 @@ mod lifecycle;
 mod list;
 mod pause;
 pub(crate) mod queues;
+mod search;
 mod workers;
 
 pub use self::cancel::Cancel;
@@ -39,6 +42,7 @@ pub use self::history::{Bucket, HOURS_KEPT, MINUTES_KEPT, Span};
 pub use self::lifecycle::Moved;
 pub use self::list::{ListCursor, Page};
 pub use self::queues::DISCOVERY_STEP;
+pub use self::search::{Filter, Found, MAX_SEARCH_SCAN, MAX_SEARCH_TEXT};
 pub use self::workers::{ANNOUNCE_EVERY, FORGET_AFTER, WorkerInfo};
 
 /// Most job ids one operator call takes.
