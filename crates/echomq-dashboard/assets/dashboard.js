@@ -1,7 +1,9 @@
 // echomq dashboard: live counts, throughput charts, the latest events of a
 // queue, and following a job.
 // Reads the page's own event stream (body[data-live], a relative URL);
-// touches the DOM only through textContent and attributes, never HTML.
+// touches the DOM only through textContent and attributes, never HTML
+// strings (the history charts are refreshed as parsed nodes of this same
+// page, fetched again: markup the server escaped).
 (function () {
   "use strict";
   var body = document.body;
@@ -15,6 +17,21 @@
       var rest = params.toString();
       window.history.replaceState(null, "", window.location.pathname + (rest ? "?" + rest : ""));
     }
+  }
+  // The history charts are drawn by the server (chart.rs): once a minute
+  // fetch this page again and put its fresh #history in place.
+  if (document.getElementById("history") && window.fetch && window.DOMParser) {
+    window.setInterval(function () {
+      fetch(window.location.href, { credentials: "same-origin" })
+        .then(function (r) { return r.ok ? r.text() : null; })
+        .then(function (text) {
+          if (!text) { return; }
+          var fresh = new DOMParser().parseFromString(text, "text/html").getElementById("history");
+          var old = document.getElementById("history");
+          if (fresh && old) { old.replaceWith(document.importNode(fresh, true)); }
+        })
+        .catch(function () {});
+    }, 60000);
   }
   if (!url || !window.EventSource) { return; }
   var SAMPLES = 60;

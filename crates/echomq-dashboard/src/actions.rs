@@ -13,7 +13,7 @@ use echomq::admin::{Cancel, Moved};
 use serde::Deserialize;
 
 use crate::Shared;
-use crate::html::segment;
+use crate::html::{queue_path, segment};
 use crate::pages::{Failure, base_of, open};
 
 /// The form every action posts (a bulk action on a state names it).
@@ -52,7 +52,7 @@ fn back(up: &str, to: &str, done: &str) -> Response {
     r
 }
 
-/// `POST /queues/{queue}/{action}`: pause, resume, and the bulk actions on
+/// `POST /{queue}/{action}`: pause, resume, and the bulk actions on
 /// a state: `retry-all` (failed), `run-all` (delayed), `remove-all` and
 /// `cancel-all` (of the form's `state`).
 pub(crate) async fn queue(
@@ -100,11 +100,7 @@ pub(crate) async fn queue(
         other => return Err(Failure::NotFound(format!("no action {other}"))),
     };
     tracing::info!(queue = %name, outcome = done, "queue action from the dashboard");
-    Ok(back(
-        &base_of(&uri, &original).up,
-        &format!("queues/{}", segment(&name)),
-        done,
-    ))
+    Ok(back(&base_of(&uri, &original).up, &queue_path(&name), done))
 }
 
 /// Removes (or cancels) the jobs in `state`, page by page, up to
@@ -171,12 +167,12 @@ fn bulk_back(uri: &Uri, original: &OriginalUri, name: &str, state: &str, done: &
     tracing::info!(queue = %name, outcome = done, jobs = n, "bulk action from the dashboard");
     back(
         &base_of(uri, original).up,
-        &format!("queues/{}?state={state}&n={n}", segment(name)),
+        &format!("{}?state={state}&n={n}", queue_path(name)),
         done,
     )
 }
 
-/// `POST /queues/{queue}/selected`: `action` (retry, remove, cancel) on
+/// `POST /{queue}/selected`: `action` (retry, remove, cancel) on
 /// the jobs ticked in the list (`id`, repeated).
 pub(crate) async fn selected(
     State(shared): State<Arc<Shared>>,
@@ -234,7 +230,7 @@ fn moved(m: &Moved, done: &'static str) -> &'static str {
     }
 }
 
-/// `POST /queues/{queue}/jobs/{id}/{action}`: retry, remove, cancel, promote.
+/// `POST /{queue}/jobs/{id}/{action}`: retry, remove, cancel, promote.
 pub(crate) async fn job(
     State(shared): State<Arc<Shared>>,
     Path((name, id, action)): Path<(String, String, String)>,
@@ -249,7 +245,7 @@ pub(crate) async fn job(
     let queue = open(&shared, &name).await?;
     let base = base_of(&uri, &original);
     let up = &base.up;
-    let qpath = format!("queues/{}", segment(&name));
+    let qpath = queue_path(&name);
     let jpath = format!("{qpath}/jobs/{}", segment(&id));
     let first = |v: Vec<(String, Moved)>| v.into_iter().next().map(|(_, m)| m).unwrap_or(Moved::NotFound);
     let done = match action.as_str() {
@@ -281,7 +277,7 @@ pub(crate) async fn job(
     Ok(back(up, &jpath, done))
 }
 
-/// `POST /queues/{queue}/schedules/{name}/{action}`: pause, resume, run.
+/// `POST /{queue}/schedules/{name}/{action}`: pause, resume, run.
 pub(crate) async fn schedule(
     State(shared): State<Arc<Shared>>,
     Path((queue_name, name, action)): Path<(String, String, String)>,
@@ -308,7 +304,7 @@ pub(crate) async fn schedule(
     tracing::info!(queue = %queue_name, schedule = %name, outcome = done, "schedule action from the dashboard");
     Ok(back(
         &base_of(&uri, &original).up,
-        &format!("queues/{}/schedules", segment(&queue_name)),
+        &format!("{}/schedules", queue_path(&queue_name)),
         done,
     ))
 }

@@ -37,6 +37,24 @@ pub(crate) fn segment(s: &str) -> String {
     out
 }
 
+/// The dashboard's own first path segments: a queue page at `/{queue}`
+/// must not be taken for them.
+const RESERVED: [&str; 3] = ["events", "assets", "queues"];
+
+/// A queue's path segment, relative to the dashboard's root (its pages
+/// live at `/{queue}`): the name as a [`segment`], with the first
+/// character percent-encoded when the name is one of the dashboard's own
+/// segments (`events`, `assets`, `queues`), so that its pages still route
+/// to the queue (routes match the path as sent; the queue's name is read
+/// decoded).
+pub(crate) fn queue_path(name: &str) -> String {
+    let s = segment(name);
+    match name.as_bytes().first() {
+        Some(b) if RESERVED.contains(&name) => format!("%{b:02X}{}", &s[1..]),
+        _ => s,
+    }
+}
+
 /// Where the dashboard's root is, seen from the page at dashboard path
 /// `rel` (the path the nested router sees; `original` is the full request
 /// path), as relative URLs, so pages never name the mount point.
@@ -209,6 +227,17 @@ mod tests {
             b("/queues/q/jobs/7/retry", "/x/queues/q/jobs/7/retry"),
             s("../../../../", "../../../../../x")
         );
+    }
+
+    // A queue named like one of the dashboard's own segments gets an
+    // encoded first character; others their plain segment.
+    #[test]
+    fn queue_paths_avoid_the_fixed_routes() {
+        assert_eq!(queue_path("emails"), "emails");
+        assert_eq!(queue_path("events"), "%65vents");
+        assert_eq!(queue_path("queues"), "%71ueues");
+        assert_eq!(queue_path("a/b"), "a%2Fb");
+        assert_eq!(queue_path(".."), "%2E%2E");
     }
 
     // Server times read as UTC dates.

@@ -4,14 +4,19 @@
 //! It shows every queue with its counts per state, its throughput
 //! (completed and failed jobs per second, counted from the queue's
 //! lifecycle events) and a small chart of the last 60 sample periods (a
-//! minute at the default period); a queue's jobs per state, page by page,
+//! minute at the default period); a queue's history over the last hour,
+//! day or week (completed, failed and retried jobs and the mean wait, as
+//! its workers counted them: [`echomq::Queue::history`]), drawn as charts
+//! with axes; a queue's jobs per state, page by page,
 //! and its latest events (a live feed); a job's record (payload,
 //! attempts, errors, progress, result, holder, lane, kind, and a timeline
 //! from its events, or from its timestamps); a queue's cron schedules, its
 //! lanes and throttles, and the workers serving it; and
 //! it acts: retry, remove, cancel and run now a job (or every job of a
 //! state, or the ticked ones), pause and resume a queue, pause, resume and
-//! run a schedule; it finds a job by id or dedup id. Counts, throughput
+//! run a schedule; it finds a job by id or dedup id, and searches a
+//! state's jobs by kind, lane and error text (a bounded number read per
+//! page: the server keeps no index of those). Counts, throughput
 //! and the feed update live over server-sent events, sampled once a second
 //! by default. Pages are server-rendered HTML with a little embedded CSS
 //! and JavaScript: no framework, no CDN, no fonts from elsewhere.
@@ -59,15 +64,20 @@
 //!
 //! Every link, form and fetch in the pages is relative, so the router
 //! works under any path (`Router::nest`), and at the root too. Routes,
-//! relative to the mount point: `/` (queues), `/queues/{queue}?state=&after=`
-//! (a state's jobs, paged by [`echomq::admin::ListCursor`], and the
-//! queue's latest events), `/queues/{queue}/jobs/{id}`,
-//! `/queues/{queue}/find?q=` (a job by id or dedup id),
-//! `/queues/{queue}/schedules`, `/queues/{queue}/lanes`,
-//! `/queues/{queue}/workers`, `/events` (the
-//! live stream), `/assets/*`,
-//! and the POST actions under `/queues/{queue}/…` (a job's, a state's bulk
-//! ones, the ticked jobs' at `selected`, a schedule's).
+//! relative to the mount point: `/` (queues), `/{queue}?state=&after=&span=`
+//! (the queue's history charts over `span`, a state's jobs, paged by
+//! [`echomq::admin::ListCursor`], and the queue's latest events),
+//! `/{queue}/jobs/{id}`, `/{queue}/find?q=` (a job by id or dedup id),
+//! `/{queue}/search?state=&kind=&lane=&error=&after=` (a state's jobs by
+//! kind, lane and error text, 1,000 read per page), `/{queue}/schedules`,
+//! `/{queue}/lanes`, `/{queue}/workers`, `/events` (the live stream),
+//! `/assets/*`, and the POST actions under `/{queue}/…` (a job's, a
+//! state's bulk ones, the ticked jobs' at `selected`, a schedule's). A
+//! queue named `events`, `assets` or `queues` has its pages there too: its
+//! links percent-encode the name's first letter, so they do not meet the
+//! dashboard's own paths. The paths of earlier versions,
+//! `/queues/{queue}/…`, answer with a permanent redirect (308) to the same
+//! page.
 //!
 //! axum's `nest` routes the mount point without its trailing slash only
 //! (`/admin/queues`, not `/admin/queues/`): the nested router never sees
@@ -115,10 +125,12 @@
 //! ([`Client::queue_names`]) every few samples.
 
 mod actions;
+mod chart;
 mod csrf;
 mod feed;
 mod html;
 mod live;
+mod moved;
 mod pages;
 mod shutdown;
 
@@ -127,7 +139,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use axum::Router;
-use axum::routing::{get, post};
+use axum::routing::{any, get, post};
 use echomq::{Client, Queue, QueueOptions};
 
 pub use self::shutdown::Shutdown;
@@ -353,15 +365,19 @@ pub fn router(source: impl Into<Source>, opts: DashboardOptions) -> Router {
         .route("/events", get(live::events))
         .route("/assets/dashboard.css", get(pages::css))
         .route("/assets/dashboard.js", get(pages::js))
-        .route("/queues/{queue}", get(pages::queue))
-        .route("/queues/{queue}/selected", post(actions::selected))
-        .route("/queues/{queue}/find", get(pages::find))
-        .route("/queues/{queue}/schedules", get(pages::schedules))
-        .route("/queues/{queue}/lanes", get(pages::lanes))
-        .route("/queues/{queue}/workers", get(pages::workers))
-        .route("/queues/{queue}/schedules/{name}/{action}", post(actions::schedule))
-        .route("/queues/{queue}/{action}", post(actions::queue))
-        .route("/queues/{queue}/jobs/{id}", get(pages::job))
-        .route("/queues/{queue}/jobs/{id}/{action}", post(actions::job))
+        .route("/{queue}", get(pages::queue))
+        .route("/{queue}/selected", post(actions::selected))
+        .route("/{queue}/find", get(pages::find))
+        .route("/{queue}/search", get(pages::search))
+        .route("/{queue}/schedules", get(pages::schedules))
+        .route("/{queue}/lanes", get(pages::lanes))
+        .route("/{queue}/workers", get(pages::workers))
+        .route("/{queue}/schedules/{name}/{action}", post(actions::schedule))
+        .route("/{queue}/{action}", post(actions::queue))
+        .route("/{queue}/jobs/{id}", get(pages::job))
+        .route("/{queue}/jobs/{id}/{action}", post(actions::job))
+        // The paths before queue pages moved to the root (0.3).
+        .route("/queues/{queue}", any(moved::moved))
+        .route("/queues/{queue}/{*rest}", any(moved::moved))
         .with_state(shared)
 }

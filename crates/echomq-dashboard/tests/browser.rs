@@ -253,7 +253,7 @@ async fn counts_move_and_a_failed_job_is_retried_from_the_browser() {
         assert!(start.elapsed() < WAIT, "the two jobs did not fail");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    c.goto(&format!("http://{addr}/admin/queues/queues/browser?state=failed"))
+    c.goto(&format!("http://{addr}/admin/queues/browser?state=failed"))
         .await
         .unwrap();
     c.wait()
@@ -282,7 +282,7 @@ async fn counts_move_and_a_failed_job_is_retried_from_the_browser() {
     // The schedules page: pause one from the browser.
     let nightly = echomq::schedule::Schedule::new("nightly", "0 0 3 * * *");
     queue.upsert_schedule(&nightly, &Work { flaky: false }).await.unwrap();
-    c.goto(&format!("http://{addr}/admin/queues/queues/browser/schedules"))
+    c.goto(&format!("http://{addr}/admin/queues/browser/schedules"))
         .await
         .unwrap();
     c.wait()

@@ -56,7 +56,7 @@ async fn actions_need_the_token_and_the_same_origin() {
     let client = Client::connect(&server.url()).await.unwrap();
     let queue = client.queue("csrf").await.unwrap();
     let app = mounted(&client, 10);
-    let uri = "/admin/queues/queues/csrf/pause";
+    let uri = "/admin/queues/csrf/pause";
     let good = format!("csrf={SECRET}");
     let refused = [
         post(uri, &[], ""),
@@ -78,12 +78,12 @@ async fn actions_need_the_token_and_the_same_origin() {
     );
     let (status, headers, _) = call(&app, ok).await;
     assert_eq!(status, StatusCode::SEE_OTHER);
-    assert_eq!(headers["location"], "../../queues/csrf?done=paused");
+    assert_eq!(headers["location"], "../csrf?done=paused");
     assert!(queue.is_paused().await.unwrap());
     // The form on the page carries the token.
-    let (_, page) = get(&app, "/admin/queues/queues/csrf").await;
+    let (_, page) = get(&app, "/admin/queues/csrf").await;
     assert!(page.contains(&format!("name=\"csrf\" value=\"{SECRET}\"")));
-    assert!(page.contains("action=\"../queues/csrf/resume\""));
+    assert!(page.contains("action=\"./csrf/resume\""));
 }
 
 // Job ids, payloads and errors with markup come out escaped on every page,
@@ -103,11 +103,11 @@ async fn user_data_is_escaped() {
     queue.fail(&lease, "<svg onload=alert(3)>").await.unwrap();
     let app = mounted(&client, 10);
 
-    let (status, list) = get(&app, "/admin/queues/queues/esc?state=failed").await;
+    let (status, list) = get(&app, "/admin/queues/esc?state=failed").await;
     assert_eq!(status, StatusCode::OK);
     let (status, page) = get(
         &app,
-        "/admin/queues/queues/esc/jobs/%3Cimg%20src%3Dx%20onerror%3Dalert%281%29%3E",
+        "/admin/queues/esc/jobs/%3Cimg%20src%3Dx%20onerror%3Dalert%281%29%3E",
     )
     .await;
     assert_eq!(status, StatusCode::OK, "{page}");
@@ -117,7 +117,7 @@ async fn user_data_is_escaped() {
         assert!(html.contains("&lt;img src=x onerror=alert(1)&gt;"));
         assert!(html.contains("&lt;svg onload=alert(3)&gt;"));
     }
-    assert!(list.contains("href=\"../queues/esc/jobs/%3Cimg%20src%3Dx%20onerror%3Dalert%281%29%3E\""));
+    assert!(list.contains("href=\"./esc/jobs/%3Cimg%20src%3Dx%20onerror%3Dalert%281%29%3E\""));
     assert!(!page.contains("<script>alert"));
     assert!(page.contains("&lt;/pre&gt;&lt;script&gt;alert(2)&lt;/script&gt;"));
 }
@@ -149,13 +149,13 @@ async fn listings_are_paged() {
         let at = page.find(&format!("rel=\"{rel}\""))?;
         let href_at = page[..at].rfind("href=\"").unwrap() + 6;
         let href = &page[href_at..page[href_at..].find('"').unwrap() + href_at];
-        // `../queues/paged?...` seen from /admin/queues/queues/paged.
+        // `./paged?...` seen from /admin/queues/paged.
         Some(format!(
             "/admin/queues/{}",
-            href.trim_start_matches("../").replace("&amp;", "&")
+            href.trim_start_matches("./").replace("&amp;", "&")
         ))
     };
-    let mut uri = "/admin/queues/queues/paged?state=pending".to_owned();
+    let mut uri = "/admin/queues/paged?state=pending".to_owned();
     let mut seen = Vec::new();
     let mut pages = Vec::new();
     loop {
@@ -188,18 +188,15 @@ async fn unknown_things_are_refused() {
     let client = Client::connect(&server.url()).await.unwrap();
     client.queue("known").await.unwrap();
     let app = mounted(&client, 10);
-    assert_eq!(get(&app, "/admin/queues/queues/nope").await.0, StatusCode::NOT_FOUND);
+    assert_eq!(get(&app, "/admin/queues/nope").await.0, StatusCode::NOT_FOUND);
     assert!(!client.queue_exists("emq", "nope").await.unwrap());
+    assert_eq!(get(&app, "/admin/queues/known/jobs/x").await.0, StatusCode::NOT_FOUND);
     assert_eq!(
-        get(&app, "/admin/queues/queues/known/jobs/x").await.0,
-        StatusCode::NOT_FOUND
-    );
-    assert_eq!(
-        get(&app, "/admin/queues/queues/known?state=bogus").await.0,
+        get(&app, "/admin/queues/known?state=bogus").await.0,
         StatusCode::BAD_REQUEST
     );
     assert_eq!(
-        get(&app, "/admin/queues/queues/known?after=zz").await.0,
+        get(&app, "/admin/queues/known?after=zz").await.0,
         StatusCode::BAD_REQUEST
     );
     // `nest` leaves the slash form unrouted (the dashboard's own router
@@ -217,11 +214,11 @@ async fn unknown_things_are_refused() {
     );
     let (status, root) = get(&app, "/admin/queues").await;
     assert_eq!(status, StatusCode::OK);
-    assert!(root.contains("href=\"./queues/queues/known\""), "{root}");
+    assert!(root.contains("href=\"./queues/known\""), "{root}");
     let bare = echomq_dashboard::router(vec![client.queue("known").await.unwrap()], DashboardOptions::new());
     let (status, root) = get(&bare, "/").await;
     assert_eq!(status, StatusCode::OK);
-    assert!(root.contains("href=\"./queues/known\""), "{root}");
+    assert!(root.contains("href=\"./known\""), "{root}");
 }
 
 /// The dashboard mounted over `client`, sampling every 100 ms (the chart's
@@ -341,7 +338,7 @@ async fn throughput_without_events_is_labelled_an_estimate() {
     );
     let live = first_sample(&app, "/admin/queues/events").await;
     assert_eq!(live["queues"][0]["throughput"]["estimated"], true, "{live}");
-    let (_, page) = get(&app, "/admin/queues/queues/quiet").await;
+    let (_, page) = get(&app, "/admin/queues/quiet").await;
     assert!(page.contains("Events are off for this queue"), "{page}");
 }
 
@@ -363,7 +360,7 @@ async fn the_feed_shows_the_latest_events() {
         .unwrap();
     queue.enqueue_with(&0, &opts("early")).await.unwrap();
     queue.set_events(&EventSettings::default()).await.unwrap();
-    get(&app, "/admin/queues/queues/feed").await;
+    get(&app, "/admin/queues/feed").await;
     queue.enqueue_with(&1, &opts("ok/1")).await.unwrap();
     queue.enqueue_with(&2, &opts("bad")).await.unwrap();
     for lease in queue.claim(3, Duration::from_secs(30)).await.unwrap() {
@@ -373,14 +370,11 @@ async fn the_feed_shows_the_latest_events() {
             queue.fail(&lease, "<i>boom</i>").await.unwrap();
         }
     }
-    let page = page_until(&app, "/admin/queues/queues/feed", "both outcomes in the feed", |p| {
+    let page = page_until(&app, "/admin/queues/feed", "both outcomes in the feed", |p| {
         p.contains("data-kind=\"completed\"") && p.contains("data-kind=\"failed\"")
     })
     .await;
-    assert!(
-        page.contains("<a href=\"../queues/feed/jobs/ok%2F1\">ok/1</a>"),
-        "{page}"
-    );
+    assert!(page.contains("<a href=\"./feed/jobs/ok%2F1\">ok/1</a>"), "{page}");
     assert!(
         page.contains("<td class=\"err\">&lt;i&gt;boom&lt;/i&gt;</td>"),
         "{page}"
@@ -403,11 +397,11 @@ async fn the_feed_shows_the_latest_events() {
             })
             .collect()
     };
-    let (_, job) = get(&app, "/admin/queues/queues/feed/jobs/ok%2F1").await;
+    let (_, job) = get(&app, "/admin/queues/feed/jobs/ok%2F1").await;
     assert!(job.contains("data-from=\"events\""), "{job}");
     assert_eq!(kinds(&job), ["enqueued", "claimed", "completed"], "{job}");
     // The record fills in what came before the feed.
-    let (_, job) = get(&app, "/admin/queues/queues/feed/jobs/early").await;
+    let (_, job) = get(&app, "/admin/queues/feed/jobs/early").await;
     assert_eq!(kinds(&job), ["claimed", "completed"], "{job}");
     assert!(job.contains("UTC</time> enqueued</li>"), "{job}");
 }
@@ -433,8 +427,8 @@ async fn a_burst_past_the_read_cap_is_skipped_and_marked() {
         .enqueue_with(&0, &EnqueueOptions::new().id("after"))
         .await
         .unwrap();
-    page_until(&app, "/admin/queues/queues/burst", "the event after the burst", |p| {
-        p.contains("href=\"../queues/burst/jobs/after\"")
+    page_until(&app, "/admin/queues/burst", "the event after the burst", |p| {
+        p.contains("href=\"./burst/jobs/after\"")
     })
     .await;
 }
@@ -464,7 +458,7 @@ async fn bulk_actions_act_on_a_state_or_a_selection() {
     let client = Client::connect(&server.url()).await.unwrap();
     let queue = client.queue("bulk").await.unwrap();
     let app = mounted(&client, 10);
-    let base = "/admin/queues/queues/bulk";
+    let base = "/admin/queues/bulk";
     for i in 0..3 {
         let id = format!("f{i}");
         queue
@@ -499,7 +493,7 @@ async fn bulk_actions_act_on_a_state_or_a_selection() {
     )
     .await;
     assert_eq!(status, StatusCode::SEE_OTHER);
-    assert!(to.ends_with("queues/bulk?state=failed&n=2&done=retried"), "{to}");
+    assert!(to.ends_with("../bulk?state=failed&n=2&done=retried"), "{to}");
     let c = queue.counts().await.unwrap();
     assert_eq!((c.failed, c.pending), (1, 2));
     let (_, page) = get(&app, &format!("{base}?state=failed&n=2&done=retried")).await;
@@ -540,24 +534,20 @@ async fn find_goes_to_the_job_by_id_or_dedup_id() {
         .unwrap();
     let to = |q: &str| {
         let app = app.clone();
-        let uri = format!("/admin/queues/queues/find/find?q={q}");
+        let uri = format!("/admin/queues/find/find?q={q}");
         async move {
             let (status, headers, _) = call(&app, Request::get(uri).body(Body::empty()).unwrap()).await;
             assert_eq!(status, StatusCode::SEE_OTHER);
             headers["location"].to_str().unwrap().to_owned()
         }
     };
-    assert!(to("order-7").await.ends_with("queues/find/jobs/order-7"));
-    assert!(
-        to("invoice-9")
-            .await
-            .ends_with(&format!("queues/find/jobs/{}", held.id))
-    );
-    assert!(to("nothing-here").await.ends_with("queues/find?done=no-match"));
-    assert!(to("%00bad").await.ends_with("queues/find?done=no-match"));
-    let (_, page) = get(&app, "/admin/queues/queues/find?done=no-match").await;
+    assert!(to("order-7").await.ends_with("../find/jobs/order-7"));
+    assert!(to("invoice-9").await.ends_with(&format!("../find/jobs/{}", held.id)));
+    assert!(to("nothing-here").await.ends_with("../find?done=no-match"));
+    assert!(to("%00bad").await.ends_with("../find?done=no-match"));
+    let (_, page) = get(&app, "/admin/queues/find?done=no-match").await;
     assert!(page.contains("No job has that id"), "{page}");
-    assert!(page.contains("action=\"../queues/find/find\""), "{page}");
+    assert!(page.contains("action=\"./find/find\""), "{page}");
 }
 
 // The schedules page lists each schedule with pause/resume and run now;
@@ -573,7 +563,7 @@ async fn the_schedules_page_pauses_resumes_and_runs() {
         .upsert_schedule(&nightly, &serde_json::json!({"r": 1}))
         .await
         .unwrap();
-    let base = "/admin/queues/queues/cron/schedules";
+    let base = "/admin/queues/cron/schedules";
     let (status, page) = get(&app, base).await;
     assert_eq!(status, StatusCode::OK);
     assert!(
@@ -586,7 +576,7 @@ async fn the_schedules_page_pauses_resumes_and_runs() {
     assert_eq!(status, StatusCode::FORBIDDEN);
     let (status, to) = act(&app, &format!("{one}/pause"), "").await;
     assert_eq!(status, StatusCode::SEE_OTHER);
-    assert!(to.ends_with("queues/cron/schedules?done=schedule-paused"), "{to}");
+    assert!(to.ends_with("../cron/schedules?done=schedule-paused"), "{to}");
     assert!(
         queue
             .schedule("nightly <b>")
@@ -633,7 +623,7 @@ async fn the_lanes_page_shows_lanes_and_throttles() {
         queue.enqueue_with(&1, &EnqueueOptions::new().lane(lane)).await.unwrap();
     }
     let _held = queue.claim(1, Duration::from_secs(30)).await.unwrap();
-    let (status, page) = get(&app, "/admin/queues/queues/laned/lanes").await;
+    let (status, page) = get(&app, "/admin/queues/laned/lanes").await;
     assert_eq!(status, StatusCode::OK);
     assert!(page.contains("<tr data-lane=\"acme\">"), "{page}");
     assert!(
@@ -641,9 +631,9 @@ async fn the_lanes_page_shows_lanes_and_throttles() {
         "{page}"
     );
     assert!(page.contains("<dt>global cap</dt><dd>7</dd>"), "{page}");
-    let (_, page) = get(&app, "/admin/queues/queues/laned").await;
-    assert!(page.contains("href=\"../queues/laned/lanes\""), "{page}");
-    let (status, _) = get(&app, "/admin/queues/queues/laned/lanes?after=junk").await;
+    let (_, page) = get(&app, "/admin/queues/laned").await;
+    assert!(page.contains("href=\"./laned/lanes\""), "{page}");
+    let (status, _) = get(&app, "/admin/queues/laned/lanes?after=junk").await;
     assert_eq!(status, StatusCode::BAD_REQUEST);
 }
 
@@ -654,7 +644,7 @@ async fn the_workers_page_lists_running_workers() {
     let client = Client::connect(&server.url()).await.unwrap();
     let queue = client.queue("served").await.unwrap();
     let app = mounted(&client, 10);
-    let (_, page) = get(&app, "/admin/queues/queues/served/workers").await;
+    let (_, page) = get(&app, "/admin/queues/served/workers").await;
     assert!(page.contains("No worker has announced itself"), "{page}");
     let w = echomq::Consumer::new(queue.clone(), |_job: echomq::Job<u32>| async move {
         Ok::<_, echomq::HandlerError>(())
@@ -663,12 +653,241 @@ async fn the_workers_page_lists_running_workers() {
     .concurrency(4)
     .spawn()
     .unwrap();
-    let page = page_until(&app, "/admin/queues/queues/served/workers", "the worker listed", |p| {
+    let page = page_until(&app, "/admin/queues/served/workers", "the worker listed", |p| {
         p.contains("data-worker=\"&lt;i&gt;w-1&lt;/i&gt;\"")
     })
     .await;
     assert!(page.contains("0 of 4"), "{page}");
     w.shutdown().await.unwrap();
-    let (_, page) = get(&app, "/admin/queues/queues/served").await;
-    assert!(page.contains("href=\"../queues/served/workers\""), "{page}");
+    let (_, page) = get(&app, "/admin/queues/served").await;
+    assert!(page.contains("href=\"./served/workers\""), "{page}");
+}
+
+/// The chart `id`'s SVG on `page`.
+fn chart<'a>(page: &'a str, id: &str) -> &'a str {
+    let at = page
+        .find(&format!("data-chart=\"{id}\""))
+        .expect("the chart is on the page");
+    let svg = &page[at..];
+    &svg[..svg.find("</svg>").unwrap()]
+}
+
+// The queue page's history charts: what a worker counted shows in them,
+// with a value axis (0 to a round top) and a time axis, and the 1 h / 24 h
+// / 7 d switches change the buckets; a bad span is refused.
+#[tokio::test]
+async fn the_history_charts_show_what_workers_counted() {
+    let server = LocalServer::start().unwrap();
+    let client = Client::connect(&server.url()).await.unwrap();
+    let queue = client
+        .queue_with("charted", QueueOptions::new().max_attempts(1))
+        .await
+        .unwrap();
+    let app = mounted(&client, 10);
+    let payloads: Vec<u32> = (0..12).collect();
+    queue.enqueue_bulk(&payloads).await.unwrap();
+    let w = echomq::Consumer::new(queue.clone(), |job: echomq::Job<u32>| async move {
+        if job.payload().is_multiple_of(4) {
+            Err(echomq::HandlerError::fail("bad input"))
+        } else {
+            Ok(())
+        }
+    })
+    .spawn()
+    .unwrap();
+    page_until(
+        &app,
+        "/admin/queues/charted?state=completed",
+        "every job settled",
+        |p| p.contains("data-count=\"completed\">9<") && p.contains("data-count=\"failed\">3<"),
+    )
+    .await;
+    // Its last counts are written as it stops.
+    w.shutdown().await.unwrap();
+    for (span, buckets, per) in [
+        ("1h", 60, "per minute"),
+        ("24h", 96, "per 15 minutes"),
+        ("7d", 168, "per hour"),
+    ] {
+        let (status, page) = get(&app, &format!("/admin/queues/charted?span={span}")).await;
+        assert_eq!(status, StatusCode::OK);
+        assert!(
+            page.contains(&format!("data-span=\"{span}\" aria-current=\"page\"")),
+            "{page}"
+        );
+        let done = chart(&page, "completed");
+        assert!(done.contains(&format!("data-buckets=\"{buckets}\"")), "{done}");
+        assert!(done.contains(&format!("completed, {per}: 9 completed")), "{done}");
+        assert!(done.contains("data-max=\"10\""), "{done}");
+        // value labels 0, 5, 10 and five time labels
+        for v in ["0", "5", "10"] {
+            assert!(done.contains(&format!("text-anchor=\"end\">{v}</text>")), "{v}: {done}");
+        }
+        assert_eq!(done.matches("class=\"axis x\"").count(), 5, "{done}");
+        assert!(done.contains("<rect class=\"completed\""), "{done}");
+        let failed = chart(&page, "failed");
+        assert!(failed.contains(": 3 failed, 0 retried"), "{failed}");
+        let wait = chart(&page, "wait");
+        assert!(wait.contains("12 jobs started"), "{wait}");
+        assert!(
+            wait.contains("<polyline class=\"wait\" points=\"") && !wait.contains("points=\"\""),
+            "{wait}"
+        );
+    }
+    assert_eq!(
+        get(&app, "/admin/queues/charted?span=2h").await.0,
+        StatusCode::BAD_REQUEST
+    );
+}
+
+// Searching a state's jobs by kind, lane and error text: the matches among
+// the jobs read, the number read said, a link to read on; an empty search
+// or a bad lane is refused.
+#[tokio::test]
+async fn search_finds_jobs_by_kind_lane_and_error_text() {
+    let server = LocalServer::start().unwrap();
+    let client = Client::connect(&server.url()).await.unwrap();
+    let queue = client
+        .queue_with("sought", QueueOptions::new().max_attempts(1))
+        .await
+        .unwrap();
+    let app = mounted(&client, 10);
+    for (i, (kind, lane, err)) in [
+        ("email", "acme", "SMTP timeout <b>"),
+        ("email", "beta", "bounced"),
+        ("sms", "acme", "timeout"),
+        ("sms", "beta", "no credit"),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let opts = EnqueueOptions::new().id(format!("j{i}")).kind(kind).lane(lane);
+        queue.enqueue_with(&i, &opts).await.unwrap();
+        let lease = queue.claim(1, Duration::from_secs(30)).await.unwrap().remove(0);
+        queue.fail(&lease, err).await.unwrap();
+    }
+    let ids = |page: &str| -> Vec<String> {
+        let mut v: Vec<String> = page
+            .match_indices("<tr data-job=\"")
+            .map(|(at, m)| {
+                let rest = &page[at + m.len()..];
+                rest[..rest.find('"').unwrap()].to_owned()
+            })
+            .collect();
+        v.sort();
+        v
+    };
+    let search = |q: &'static str| {
+        let app = app.clone();
+        async move { get(&app, &format!("/admin/queues/sought/search?state=failed&{q}")).await }
+    };
+    let (status, page) = search("kind=email").await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(ids(&page), ["j0", "j1"]);
+    assert!(page.contains("data-scanned=\"4\" data-found=\"2\""), "{page}");
+    assert!(page.contains("to the end of the state"), "{page}");
+    assert!(page.contains("at most 1000 per page"), "{page}");
+    assert_eq!(ids(&search("lane=acme").await.1), ["j0", "j2"]);
+    assert_eq!(ids(&search("error=TIMEOUT").await.1), ["j0", "j2"]);
+    assert_eq!(ids(&search("kind=sms&lane=acme&error=time").await.1), ["j2"]);
+    assert_eq!(ids(&search("kind=push").await.1), Vec::<String>::new());
+    // The form keeps what was asked, escaped.
+    let (_, page) = search("error=%3Cb%3E").await;
+    assert_eq!(ids(&page), ["j0"]);
+    assert!(page.contains("value=\"&lt;b&gt;\"") && !page.contains("<b>"), "{page}");
+    assert_eq!(search("kind=").await.0, StatusCode::BAD_REQUEST);
+    assert_eq!(search("lane=%00").await.0, StatusCode::BAD_REQUEST);
+    // The queue page offers the search of its tab.
+    let (_, page) = get(&app, "/admin/queues/sought?state=failed").await;
+    assert!(page.contains("action=\"./sought/search\""), "{page}");
+    assert!(page.contains("reads 1000 failed jobs a page"), "{page}");
+}
+
+// A search reads a bounded number of jobs per request and goes on from a
+// cursor: over more jobs than one request reads, the pages together find
+// every match once.
+#[tokio::test]
+async fn search_reads_a_bounded_page_and_goes_on() {
+    let server = LocalServer::start().unwrap();
+    let client = Client::connect(&server.url()).await.unwrap();
+    let queue = client.queue("many").await.unwrap();
+    let app = mounted(&client, 10);
+    let opts: Vec<(u32, EnqueueOptions)> = (0..1_500_u32)
+        .map(|i| {
+            (
+                i,
+                EnqueueOptions::new().kind(if i.is_multiple_of(100) { "rare" } else { "common" }),
+            )
+        })
+        .collect();
+    for (p, o) in &opts {
+        queue.enqueue_with(p, o).await.unwrap();
+    }
+    let (_, first) = get(&app, "/admin/queues/many/search?state=pending&kind=rare").await;
+    assert!(first.contains("data-scanned=\"1000\" data-found=\"10\""), "{first}");
+    assert!(first.contains("more to read"), "{first}");
+    let at = first.find("rel=\"next\"").unwrap();
+    let href_at = first[..at].rfind("href=\"").unwrap() + 6;
+    let href = first[href_at..at].trim_end_matches("\" ").replace("&amp;", "&");
+    // `../many/search?...` seen from /admin/queues/many/search.
+    let next = format!("/admin/queues/{}", href.trim_start_matches("../"));
+    let (status, second) = get(&app, &next).await;
+    assert_eq!(status, StatusCode::OK, "{next}");
+    assert!(second.contains("data-scanned=\"500\" data-found=\"5\""), "{second}");
+    assert!(second.contains("to the end of the state"), "{second}");
+}
+
+// Queue pages live at `/{queue}`; the old `/queues/{queue}/…` paths are
+// permanent redirects there (relative, the query kept), and a queue named
+// like one of the dashboard's own paths still has its pages.
+#[tokio::test]
+async fn queue_pages_live_at_the_root_and_old_paths_redirect() {
+    let server = LocalServer::start().unwrap();
+    let client = Client::connect(&server.url()).await.unwrap();
+    let queue = client.queue("moved").await.unwrap();
+    queue.enqueue_with(&1, &EnqueueOptions::new().id("a/b")).await.unwrap();
+    client.queue("events").await.unwrap();
+    client.queue("queues").await.unwrap();
+    let app = mounted(&client, 10);
+    let old = |uri: &'static str| {
+        let app = app.clone();
+        async move {
+            let (status, headers, _) = call(&app, Request::get(uri).body(Body::empty()).unwrap()).await;
+            (status, headers["location"].to_str().unwrap().to_owned())
+        }
+    };
+    assert_eq!(
+        old("/admin/queues/queues/moved?state=pending").await,
+        (StatusCode::PERMANENT_REDIRECT, "../moved?state=pending".into())
+    );
+    assert_eq!(
+        old("/admin/queues/queues/moved/jobs/a%2Fb").await,
+        (StatusCode::PERMANENT_REDIRECT, "../../../moved/jobs/a%2Fb".into())
+    );
+    assert_eq!(
+        old("/admin/queues/queues/events/workers").await,
+        (StatusCode::PERMANENT_REDIRECT, "../../%65vents/workers".into())
+    );
+    // A form posted to an old path is sent on with its method (308).
+    let (status, headers, _) = call(&app, post("/admin/queues/queues/moved/pause", &[], "")).await;
+    assert_eq!(
+        (status, &headers["location"]),
+        (StatusCode::PERMANENT_REDIRECT, &"../../moved/pause".parse().unwrap())
+    );
+    let (status, page) = get(&app, "/admin/queues/moved/jobs/a%2Fb").await;
+    assert_eq!(status, StatusCode::OK, "{page}");
+    let (_, root) = get(&app, "/admin/queues").await;
+    assert!(
+        root.contains("href=\"./queues/%65vents\"") && root.contains("href=\"./queues/%71ueues\""),
+        "{root}"
+    );
+    for uri in [
+        "/admin/queues/%65vents",
+        "/admin/queues/%71ueues",
+        "/admin/queues/%71ueues/workers",
+    ] {
+        let (status, page) = get(&app, uri).await;
+        assert_eq!(status, StatusCode::OK, "{uri}: {page}");
+        assert!(page.contains("<h1>") && !page.contains("no queue"), "{uri}: {page}");
+    }
 }

@@ -1,4 +1,4 @@
-//! `/queues/{queue}/jobs/{id}`: a job's record, timeline and actions.
+//! `/{queue}/jobs/{id}`: a job's record, timeline and actions.
 
 use std::fmt::Write as _;
 use std::sync::Arc;
@@ -11,9 +11,9 @@ use echomq::{JobInfo, JobState};
 use super::{Done, Failure, base_of, html, job_buttons, notice, open};
 use crate::Shared;
 use crate::feed::FeedEvent;
-use crate::html::{escape, excerpt, page, pretty, segment, time};
+use crate::html::{escape, excerpt, page, pretty, queue_path, segment, time};
 
-/// `/queues/{queue}/jobs/{id}`: a job's record.
+/// `/{queue}/jobs/{id}`: a job's record.
 pub(crate) async fn job(
     State(shared): State<Arc<Shared>>,
     Path((name, id)): Path<(String, String)>,
@@ -35,7 +35,7 @@ pub(crate) async fn job(
             Vec::new()
         }
     };
-    let qlink = format!("{up}queues/{}", segment(&name));
+    let qlink = format!("{up}{}", queue_path(&name));
     let link = format!("{qlink}/jobs/{}", segment(&id));
     let body = format!(
         "{}<h1>Job {}</h1><div class=\"actions\">{}</div>{}",

@@ -1,4 +1,4 @@
-//! `/queues/{queue}/lanes`: the queue's lanes, a page at a time, with
+//! `/{queue}/lanes`: the queue's lanes, a page at a time, with
 //! their pending and active jobs, caps, weights and place in the turn,
 //! and the queue's throttles (global cap, rate limits, a handler's hold).
 
@@ -14,7 +14,7 @@ use serde::Deserialize;
 
 use super::{Failure, base_of, html, open};
 use crate::Shared;
-use crate::html::{escape, page, segment, time};
+use crate::html::{escape, page, queue_path, segment, time};
 
 /// The query of the lanes page.
 #[derive(Deserialize)]
@@ -26,7 +26,7 @@ fn rate(r: Option<echomq::throttle::RateLimit>) -> String {
     r.map_or_else(|| "none".into(), |r| format!("{} per {:?}", r.jobs(), r.per()))
 }
 
-/// `GET /queues/{queue}/lanes`.
+/// `GET /{queue}/lanes`.
 pub(crate) async fn lanes(
     State(shared): State<Arc<Shared>>,
     Path(name): Path<String>,
@@ -42,7 +42,7 @@ pub(crate) async fn lanes(
     };
     let lanes = queue.lanes(after.as_ref(), shared.opts.page_size).await?;
     let throttles = queue.throttles().await?;
-    let here = format!("{}queues/{}", base.up, segment(&name));
+    let here = format!("{}{}", base.up, queue_path(&name));
     let mut rows = String::new();
     let mut sorted = lanes.lanes.clone();
     sorted.sort_by(|a, b| a.name.cmp(&b.name));

@@ -22,7 +22,7 @@ use crate::Shared;
 use crate::html::{Base, base, escape};
 pub(crate) use job::job;
 pub(crate) use lanes::lanes;
-pub(crate) use queue::{find, queue};
+pub(crate) use queue::{find, queue, search};
 pub(crate) use queues::index;
 pub(crate) use schedules::schedules;
 pub(crate) use workers::workers;

@@ -10,7 +10,7 @@ use axum::response::Response;
 use super::{Done, Failure, STATES, base_of, html, notice};
 use crate::Shared;
 use crate::feed::{BUCKETS, Throughput};
-use crate::html::{escape, page, segment, time};
+use crate::html::{escape, page, queue_path, time};
 
 /// `/`: every queue, its counts, throughput and chart.
 pub(crate) async fn index(
@@ -29,10 +29,10 @@ pub(crate) async fn index(
         let c = queue.counts().await?;
         let _ = write!(
             rows,
-            "<tr data-queue=\"{n}\"><th scope=\"row\"><a href=\"{up}queues/{s}\">{n}</a> \
+            "<tr data-queue=\"{n}\"><th scope=\"row\"><a href=\"{up}{s}\">{n}</a> \
              <span class=\"badge paused\"{hidden}>paused</span></th>",
             n = escape(&name),
-            s = segment(&name),
+            s = queue_path(&name),
             hidden = if c.paused { "" } else { " hidden" },
         );
         for st in STATES {

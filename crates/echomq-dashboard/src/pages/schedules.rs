@@ -1,4 +1,4 @@
-//! `/queues/{queue}/schedules`: the queue's cron schedules (next tick,
+//! `/{queue}/schedules`: the queue's cron schedules (next tick,
 //! last tick done, jobs made, paused), each with pause or resume and run
 //! now.
 
@@ -11,9 +11,9 @@ use axum::response::Response;
 
 use super::{Done, Failure, base_of, button_as, html, notice, open};
 use crate::Shared;
-use crate::html::{escape, page, segment, time};
+use crate::html::{escape, page, queue_path, segment, time};
 
-/// `GET /queues/{queue}/schedules`.
+/// `GET /{queue}/schedules`.
 pub(crate) async fn schedules(
     State(shared): State<Arc<Shared>>,
     Path(name): Path<String>,
@@ -24,7 +24,7 @@ pub(crate) async fn schedules(
     let base = base_of(&uri, &original);
     let queue = open(&shared, &name).await?;
     let list = queue.schedules().await?;
-    let here = format!("{}queues/{}", base.up, segment(&name));
+    let here = format!("{}{}", base.up, queue_path(&name));
     let mut rows = String::new();
     for s in &list {
         let link = format!("{here}/schedules/{}", segment(&s.name));

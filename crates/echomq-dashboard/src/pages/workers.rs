@@ -1,4 +1,4 @@
-//! `/queues/{queue}/workers`: the worker processes serving the queue, as
+//! `/{queue}/workers`: the worker processes serving the queue, as
 //! they announce themselves (`Queue::workers`): name, host, process,
 //! queues, concurrency, handlers running, started, last heard from.
 
@@ -12,9 +12,9 @@ use echomq::admin::ANNOUNCE_EVERY;
 
 use super::{Failure, base_of, html, open};
 use crate::Shared;
-use crate::html::{escape, page, segment, time};
+use crate::html::{escape, page, queue_path, time};
 
-/// `GET /queues/{queue}/workers`.
+/// `GET /{queue}/workers`.
 pub(crate) async fn workers(
     State(shared): State<Arc<Shared>>,
     Path(name): Path<String>,
@@ -25,7 +25,7 @@ pub(crate) async fn workers(
     let queue = open(&shared, &name).await?;
     let list = queue.workers().await?;
     let now = queue.server_time_ms().await?;
-    let here = format!("{}queues/{}", base.up, segment(&name));
+    let here = format!("{}{}", base.up, queue_path(&name));
     let late = 2 * u64::try_from(ANNOUNCE_EVERY.as_millis()).unwrap_or(u64::MAX);
     let mut rows = String::new();
     for w in &list {
