@@ -232,6 +232,12 @@ fn chart(span: Span, buckets: &[Bucket], id: &str, title: &str, series: &[Series
                     .map(|(i, v)| format!("{:.1},{:.1}", x(i) + slot / 2.0, y(*v)))
                     .collect();
                 let _ = write!(svg, "<polyline class=\"{}\" points=\"{}\"/>", s.class, points.join(" "));
+                // A lone bucket with waits draws no line: a dot marks each.
+                for p in &points {
+                    if let Some((cx, cy)) = p.split_once(',') {
+                        let _ = write!(svg, "<circle class=\"{}\" cx=\"{cx}\" cy=\"{cy}\" r=\"2.5\"/>", s.class);
+                    }
+                }
             }
         }
     }

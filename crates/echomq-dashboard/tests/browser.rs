@@ -91,7 +91,8 @@ async fn handle(job: Job<Work>) -> Result<(), HandlerError> {
 // A browser sees the counts and the throughput (counted from the events)
 // change live as jobs flow, the queue's feed of events, opens the failed
 // job (its id and error shown as text, not markup), retries it with a
-// click and watches it complete.
+// click and watches it complete; then the history charts over each span,
+// a search by error text, and an old path redirected.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn counts_move_and_a_failed_job_is_retried_from_the_browser() {
     let chromium = tool("ECHOMQ_CHROMIUM", "/usr/bin/chromium", "chromium");
@@ -303,7 +304,106 @@ async fn counts_move_and_a_failed_job_is_retried_from_the_browser() {
     shot(&c, "6-schedules.png").await;
     assert!(queue.schedule("nightly").await.unwrap().unwrap().paused_ms.is_some());
 
-    c.close().await.unwrap();
+    // The history charts: the consumer's counts are written as it stops
+    // (else at its next announcement). 8 completed (5, the flaky one on
+    // its retry, the two bulk ones), 3 failed for good before their retries.
     consumer.shutdown().await.unwrap();
+    c.goto(&format!("http://{addr}/admin/queues/browser?state=completed"))
+        .await
+        .unwrap();
+    let chart = |id: &str, text: &str| {
+        format!(
+            "const svg = document.querySelector('#history [data-chart=\"{id}\"] svg'); \
+             return !!svg && svg.getAttribute('aria-label').includes('{text}') \
+             && svg.querySelectorAll('text.axis.x').length === 5 && svg.querySelectorAll('text.axis.y').length >= 2;"
+        )
+    };
+    until(
+        &c,
+        "the completed chart with its axes",
+        &chart("completed", ": 8 completed"),
+    )
+    .await;
+    until(&c, "the failed chart", &chart("failed", ": 3 failed, 0 retried")).await;
+    until(&c, "the wait chart", &chart("wait", "jobs started")).await;
+    shot(&c, "7-history-1h.png").await;
+    c.find(Locator::Css("nav.spans a[data-span=\"24h\"]"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    until(
+        &c,
+        "the 24 h charts",
+        "const svg = document.querySelector('#history [data-chart=\"completed\"] svg'); \
+         return !!svg && svg.dataset.buckets === '96' && svg.getAttribute('aria-label').includes('per 15 minutes: 8 completed') \
+         && document.querySelector('nav.spans a[aria-current]').dataset.span === '24h';",
+    )
+    .await;
+    shot(&c, "8-history-24h.png").await;
+    c.find(Locator::Css("nav.spans a[data-span=\"7d\"]"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    until(
+        &c,
+        "the 7 d charts",
+        "const svg = document.querySelector('#history [data-chart=\"completed\"] svg'); \
+         return !!svg && svg.dataset.buckets === '168' && svg.getAttribute('aria-label').includes('per hour: 8 completed');",
+    )
+    .await;
+    shot(&c, "9-history-7d.png").await;
+
+    // Search the completed jobs by error text: the three that failed once.
+    c.goto(&format!("http://{addr}/admin/queues/browser?state=completed"))
+        .await
+        .unwrap();
+    c.wait()
+        .for_element(Locator::Css("form.search input[name=\"error\"]"))
+        .await
+        .unwrap()
+        .send_keys("FLAKY <b>")
+        .await
+        .unwrap();
+    c.find(Locator::Css("button[data-action=\"search\"]"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    until(
+        &c,
+        "the search's matches",
+        "const p = document.getElementById('searched'); \
+         return !!p && p.dataset.found === '3' && document.querySelectorAll('#found tbody tr[data-job]').length === 3;",
+    )
+    .await;
+    let typed = c
+        .find(Locator::Css("form.search input[name=\"error\"]"))
+        .await
+        .unwrap()
+        .prop("value")
+        .await
+        .unwrap();
+    assert_eq!(typed.as_deref(), Some("FLAKY <b>"), "the form keeps the search");
+    shot(&c, "10-search.png").await;
+
+    // An old path lands on the page at its new place.
+    c.goto(&format!("http://{addr}/admin/queues/queues/browser/workers"))
+        .await
+        .unwrap();
+    until(
+        &c,
+        "the workers page through the old path",
+        "return location.pathname === '/admin/queues/browser/workers' \
+         && document.querySelector('h1').textContent === 'browser: workers';",
+    )
+    .await;
+    shot(&c, "11-old-path-redirected.png").await;
+
+    c.close().await.unwrap();
     let _ = std::fs::remove_dir_all(profile);
 }
