@@ -243,14 +243,25 @@ async fn a_hand_retry_takes_an_id_a_by_states_holder_let_go() {
     let first = q.enqueue_with(&1, &plain).await.unwrap();
     let lease = q.claim(1, Duration::from_secs(30)).await.unwrap().remove(0);
     q.fail(&lease, "boom").await.unwrap();
-    let second = q.enqueue_with(&2, &with("mixed", Unique::until_started())).await.unwrap();
+    let second = q
+        .enqueue_with(&2, &with("mixed", Unique::until_started()))
+        .await
+        .unwrap();
     assert_eq!(second.status, EnqueueStatus::Created);
     let retried = q.retry_failed(&[first.id.as_str()]).await.unwrap();
-    assert_eq!(retried, vec![(first.id.clone(), Moved::DedupHeld)], "the waiting second holds it");
+    assert_eq!(
+        retried,
+        vec![(first.id.clone(), Moved::DedupHeld)],
+        "the waiting second holds it"
+    );
     let lease = q.claim(1, Duration::from_secs(30)).await.unwrap().remove(0);
     assert_eq!(lease.id(), second.id);
     let retried = q.retry_failed(&[first.id.as_str()]).await.unwrap();
-    assert_eq!(retried, vec![(first.id.clone(), Moved::Done)], "a started holder lets go");
+    assert_eq!(
+        retried,
+        vec![(first.id.clone(), Moved::Done)],
+        "a started holder lets go"
+    );
     let again = q.enqueue_with(&3, &plain).await.unwrap();
     assert_eq!((again.status, again.id), (EnqueueStatus::Deduplicated, first.id));
 }

@@ -70,8 +70,8 @@ pub const MAX_BATCH: usize = 1_000;
 ///
 /// - **Producing**: [`enqueue`](Self::enqueue),
 ///   [`enqueue_with`](Self::enqueue_with) (with
-///   [`EnqueueOptions`](crate::EnqueueOptions): id, delay, priority, dedup,
-///   lane, kind), [`enqueue_bulk`](Self::enqueue_bulk),
+///   [`EnqueueOptions`](crate::EnqueueOptions): id, delay, priority, dedup
+///   and unique lifetimes, an expiry, lane, kind), [`enqueue_bulk`](Self::enqueue_bulk),
 ///   [`enqueue_bulk_with`](Self::enqueue_bulk_with), and for typed job
 ///   kinds [`enqueue_job`](Self::enqueue_job) and
 ///   [`enqueue_jobs`](Self::enqueue_jobs). Jobs are run by a
@@ -79,11 +79,14 @@ pub const MAX_BATCH: usize = 1_000;
 /// - **Reading a job or the queue**: [`job`](Self::job),
 ///   [`wait`](Self::wait) (until a job finishes), [`counts`](Self::counts),
 ///   [`lag`](Self::lag), [`list`](Self::list) (a state's jobs, a page at a
-///   time), [`events`](Self::events) (the lifecycle stream),
+///   time), [`search`](Self::search) (by kind, lane, error text),
+///   [`dedup_holder`](Self::dedup_holder), [`history`](Self::history)
+///   (completed, failed and waits over time), [`workers`](Self::workers),
+///   [`events`](Self::events) (the lifecycle stream),
 ///   [`server_time_ms`](Self::server_time_ms).
 /// - **Operating**: [`retry_failed`](Self::retry_failed),
 ///   [`retry_all_failed`](Self::retry_all_failed), [`promote`](Self::promote),
-///   [`remove`](Self::remove), [`cancel`](Self::cancel),
+///   [`remove`](Self::remove), [`clean`](Self::clean), [`cancel`](Self::cancel),
 ///   [`pause`](Self::pause), [`resume`](Self::resume),
 ///   [`drain`](Self::drain), [`obliterate`](Self::obliterate) (the guide's
 ///   [Operating a queue](crate::guide::operating_a_queue)).
@@ -94,6 +97,7 @@ pub const MAX_BATCH: usize = 1_000;
 ///   the rest of their families ([Throttles](crate::guide::throttles),
 ///   [Lanes](crate::guide::lanes)).
 /// - **Settings kept in the server**: [`set_events`](Self::set_events),
+///   [`set_priority_aging`](Self::set_priority_aging),
 ///   [`layout`](Self::layout), [`upgrade_layout`](Self::upgrade_layout).
 /// - **Maintenance** (a worker's client does it for you):
 ///   [`reap`](Self::reap), [`sweep`](Self::sweep), and with the
