@@ -77,6 +77,21 @@ impl Args {
             .backoff(echomq::Backoff::Fixed(std::time::Duration::from_millis(
                 self.get("backoff-ms", 20u64),
             )))
+            .durability(self.durability())
+    }
+
+    /// `--wait-replicas=N` (default 0): enqueues and settlements wait for
+    /// N replicas' acknowledgements (`WAIT N`, up to `--wait-ms`, default
+    /// 500, under the response timeout); an enqueue short of them answers `NotDurable`, a transient
+    /// error the producer retries with the same id.
+    pub fn durability(&self) -> echomq::Durability {
+        match self.get("wait-replicas", 0u32) {
+            0 => echomq::Durability::Primary,
+            count => echomq::Durability::Replicas {
+                count,
+                timeout: std::time::Duration::from_millis(self.get("wait-ms", 500u64)),
+            },
+        }
     }
 
     /// `--response-timeout-ms` (default 1,000).
@@ -84,14 +99,21 @@ impl Args {
         std::time::Duration::from_millis(self.get("response-timeout-ms", 1000u64))
     }
 
-    /// Connects a queue handle (`--url`, `--queue`, the options above),
+    /// Connects a queue handle (`--url`, `--queue`, the options above;
+    /// a comma-separated `--url` is a cluster's seeds),
     /// retrying for up to a minute while the server is down (a restart may
     /// be under way).
     pub async fn connect(&self, url: &str) -> echomq::Queue {
         let name = self.req("queue");
         let until = std::time::Instant::now() + std::time::Duration::from_secs(60);
         loop {
-            let res = match echomq::Client::connect_with(url, self.client_options()).await {
+            let seeds = crate::state::seeds(url);
+            let client = if seeds.len() > 1 {
+                echomq::Client::connect_cluster(&seeds, self.client_options()).await
+            } else {
+                echomq::Client::connect_with(url, self.client_options()).await
+            };
+            let res = match client {
                 Ok(c) => c.queue_with(&name, self.queue_options()).await,
                 Err(e) => Err(e),
             };

@@ -119,8 +119,89 @@ impl JobRecord {
     }
 }
 
-/// Reads the state of `queue` (default key prefix `emq`) from `url`.
+/// The seeds of `url`: a comma-separated list of node URLs names a
+/// cluster (its seeds), one URL a single server.
+pub fn seeds(url: &str) -> Vec<&str> {
+    url.split(',').map(str::trim).filter(|u| !u.is_empty()).collect()
+}
+
+/// The URL of the server holding `queue`'s keys: `url` itself for a
+/// single server; for a cluster (several seeds, or one seed that says
+/// `cluster_enabled:1`), the master that serves the slot of `{queue}`
+/// (every key of the queue, and the fault suite's effect hashes, carry
+/// that hash tag), as the first seed that is itself a master sees it.
+pub async fn queue_url(url: &str, queue: &str) -> redis::RedisResult<String> {
+    let seeds = seeds(url);
+    let slot = i64::from(echomq::server::LocalCluster::slot_of(&format!("{{{queue}}}")));
+    let mut last = None;
+    for seed in &seeds {
+        match owner_of(seed, slot).await {
+            Ok(Some(owner)) => return Ok(owner),
+            Ok(None) if seeds.len() == 1 => return Ok((*seed).to_owned()),
+            Ok(None) => {}
+            Err(e) => last = Some(e),
+        }
+    }
+    Err(last.unwrap_or_else(|| {
+        redis::RedisError::from((
+            redis::ErrorKind::Io,
+            "no seed knows the master of the slot",
+            url.to_owned(),
+        ))
+    }))
+}
+
+/// Asks `seed` which master serves `slot`: `None` when it is no cluster
+/// node; an error when it is down, not a master, or knows no owner.
+async fn owner_of(seed: &str, slot: i64) -> redis::RedisResult<Option<String>> {
+    let client = redis::Client::open(seed)?;
+    let config = redis::AsyncConnectionConfig::new()
+        .set_response_timeout(Some(std::time::Duration::from_secs(2)))
+        .set_connection_timeout(Some(std::time::Duration::from_secs(1)));
+    let mut c = client.get_multiplexed_async_connection_with_config(&config).await?;
+    let info: String = redis::cmd("INFO").arg("cluster").query_async(&mut c).await?;
+    if !info.contains("cluster_enabled:1") {
+        return Ok(None);
+    }
+    let role: String = redis::cmd("INFO").arg("replication").query_async(&mut c).await?;
+    if !role.contains("role:master") {
+        return Err(redis::RedisError::from((
+            redis::ErrorKind::Io,
+            "seed is a replica",
+            seed.to_owned(),
+        )));
+    }
+    let ranges: Vec<redis::Value> = redis::cmd("CLUSTER").arg("SLOTS").query_async(&mut c).await?;
+    for range in ranges {
+        let redis::Value::Array(r) = range else { continue };
+        let (Some(redis::Value::Int(lo)), Some(redis::Value::Int(hi)), Some(redis::Value::Array(m))) =
+            (r.first(), r.get(1), r.get(2))
+        else {
+            continue;
+        };
+        if (*lo..=*hi).contains(&slot) {
+            let host = match m.first() {
+                Some(redis::Value::BulkString(b)) => String::from_utf8_lossy(b).into_owned(),
+                Some(redis::Value::SimpleString(s)) => s.clone(),
+                _ => "127.0.0.1".to_owned(),
+            };
+            let host = if host.is_empty() { "127.0.0.1".to_owned() } else { host };
+            if let Some(redis::Value::Int(port)) = m.get(1) {
+                return Ok(Some(format!("redis://{host}:{port}/")));
+            }
+        }
+    }
+    Err(redis::RedisError::from((
+        redis::ErrorKind::Io,
+        "no master serves the slot",
+        seed.to_owned(),
+    )))
+}
+
+/// Reads the state of `queue` (default key prefix `emq`) from `url`: the
+/// server, or for a cluster (see [`queue_url`]) the master of the queue's slot.
 pub async fn read(url: &str, queue: &str) -> redis::RedisResult<ServerState> {
+    let url = queue_url(url, queue).await?;
     let client = redis::Client::open(url)?;
     // The client's default 500 ms is too short for one reply holding a
     // whole run (the effect hashes and the completed set of 100,000 jobs

@@ -6,7 +6,13 @@
 //! ```text
 //! fault-check --dir=DIR --url=redis://127.0.0.1:PORT/ --queue=Q [--not-drained] [--call-bound-ms=15000]
 //!     [--lane-cap=C] [--global-cap=C] [--rate=N:W_MS] [--lane-rate=N:W_MS]
+//!     [--loss-window-ms=MS]
 //! ```
+//!
+//! `--url` may be a cluster's seeds, comma-separated: the queue's state is
+//! read from the master that serves its slot. `--loss-window-ms` is for a
+//! queue enqueued without `WAIT` whose master was SIGKILLed: see
+//! `CheckOptions::loss_window_ms`.
 
 use std::path::PathBuf;
 
@@ -48,6 +54,7 @@ async fn main() {
         global_cap: a.opt("global-cap").map(|c| c.parse().expect("--global-cap")),
         rate: a.opt("rate").map(|r| rate_arg(&r, "--rate")),
         lane_rate: a.opt("lane-rate").map(|r| rate_arg(&r, "--lane-rate")),
+        loss_window_ms: a.opt("loss-window-ms").map(|w| w.parse().expect("--loss-window-ms")),
     };
     let mut report = check(&records, &st, &opts);
     report.torn_lines = torn;
@@ -89,8 +96,12 @@ async fn main() {
         report.duplicate_effects, report.duplicate_explained, report.guarded_effects, report.guarded_duplicates
     );
     println!(
-        "stale settles rejected {}, stale heartbeats rejected {}, already-settled answers {}, lost {}",
-        report.stale_settles_rejected, report.stale_heartbeats_rejected, report.already_settled, report.lost
+        "stale settles rejected {}, stale heartbeats rejected {}, already-settled answers {}, lost {} (unconfirmed, within the failover window: {})",
+        report.stale_settles_rejected,
+        report.stale_heartbeats_rejected,
+        report.already_settled,
+        report.lost,
+        report.lost_unconfirmed
     );
     if opts.global_cap.is_some() || opts.rate.is_some() || opts.lane_rate.is_some() {
         println!(

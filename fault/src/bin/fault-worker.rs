@@ -54,6 +54,7 @@ use echomq_fault::history::{Ev, History};
 use echomq_fault::state::{effect_key, guarded_key, payload_is_whole};
 use redis::AsyncCommands;
 use redis::aio::ConnectionManager;
+use redis::cluster_async::ClusterConnection;
 use serde_json::Value;
 use tokio::signal::unix::{SignalKind, signal};
 
@@ -61,7 +62,7 @@ struct Worker {
     hist: History,
     queue: Queue,
     /// Connection for the effects (outside echomq's own keys).
-    fx: ConnectionManager,
+    fx: Fx,
     effect_key: String,
     guarded_key: String,
     guarded: bool,
@@ -127,8 +128,7 @@ impl Worker {
             return Err("cancelled before the effect".into());
         }
         self.hist.write(Ev::EffectBegin { id: id.clone(), token });
-        let mut fx = self.fx.clone();
-        match fx.hincr::<_, _, _, i64>(&self.effect_key, &id, 1).await {
+        match self.fx.hincr(&self.effect_key, &id, 1).await {
             Ok(count) => self.hist.write(Ev::EffectDone {
                 id: id.clone(),
                 token,
@@ -156,18 +156,18 @@ impl Worker {
     async fn guarded_effect(&self, job: &Job<Value>) -> Result<(), String> {
         let (id, token) = (job.id().to_owned(), job.token());
         let marker = EffectMarker::for_job(&self.queue, job, "fault").map_err(|e| e.to_string())?;
-        let mut fx = self.fx.clone();
+        let fx = self.fx.clone();
         let key = self.guarded_key.clone();
         let field = id.clone();
         let done = marker
             .once(|state| async move {
                 if let MarkerState::Orphaned { token } = state {
-                    let seen: Option<i64> = fx.hget(&key, &field).await.map_err(|e| e.to_string())?;
+                    let seen = fx.hget(&key, &field).await.map_err(|e| e.to_string())?;
                     if seen.unwrap_or(0) >= 1 {
                         return Ok(format!("orphan_found (token {token})"));
                     }
                 }
-                let n: i64 = fx.hincr(&key, &field, 1).await.map_err(|e| e.to_string())?;
+                let n = fx.hincr(&key, &field, 1).await.map_err(|e| e.to_string())?;
                 Ok::<_, String>(format!("ran (count {n}, state {state:?})"))
             })
             .await;
@@ -304,15 +304,53 @@ async fn terminated() {
     }
 }
 
-async fn effect_connection(url: &str, timeout: Duration) -> ConnectionManager {
+/// The effects' connection: to the server, or (a comma-separated `--url`)
+/// a cluster connection that follows the slot of `fault:{Q}:*` through
+/// failovers and slot moves.
+#[derive(Clone)]
+enum Fx {
+    Single(ConnectionManager),
+    Cluster(ClusterConnection),
+}
+
+impl Fx {
+    async fn hincr(&self, key: &str, field: &str, by: i64) -> redis::RedisResult<i64> {
+        match self.clone() {
+            Fx::Single(mut c) => c.hincr(key, field, by).await,
+            Fx::Cluster(mut c) => c.hincr(key, field, by).await,
+        }
+    }
+
+    async fn hget(&self, key: &str, field: &str) -> redis::RedisResult<Option<i64>> {
+        match self.clone() {
+            Fx::Single(mut c) => c.hget(key, field).await,
+            Fx::Cluster(mut c) => c.hget(key, field).await,
+        }
+    }
+}
+
+async fn effect_connection(url: &str, timeout: Duration) -> Fx {
     let until = Instant::now() + Duration::from_secs(60);
-    let client = redis::Client::open(url).expect("server url");
+    let seeds = echomq_fault::state::seeds(url);
     loop {
-        let config = redis::aio::ConnectionManagerConfig::new()
-            .set_response_timeout(Some(timeout))
-            .set_connection_timeout(Some(timeout))
-            .set_number_of_retries(1);
-        match ConnectionManager::new_with_config(client.clone(), config).await {
+        let res = if seeds.len() > 1 {
+            redis::cluster::ClusterClient::builder(seeds.clone())
+                .response_timeout(timeout)
+                .connection_timeout(timeout)
+                .build()
+                .expect("cluster seeds")
+                .get_async_connection()
+                .await
+                .map(Fx::Cluster)
+        } else {
+            let client = redis::Client::open(url).expect("server url");
+            let config = redis::aio::ConnectionManagerConfig::new()
+                .set_response_timeout(Some(timeout))
+                .set_connection_timeout(Some(timeout))
+                .set_number_of_retries(1);
+            ConnectionManager::new_with_config(client, config).await.map(Fx::Single)
+        };
+        match res {
             Ok(c) => return c,
             Err(e) if Instant::now() < until => {
                 eprintln!("effect connection: {e}; retrying");
@@ -391,8 +429,7 @@ async fn run_raw(a: &Args, w: &Worker, lease: Duration) {
         lane: lease.lane().map(Into::into),
     });
     w.hist.write(Ev::EffectBegin { id: id.clone(), token });
-    let mut fx = w.fx.clone();
-    let count: i64 = fx.hincr(&w.effect_key, &id, 1).await.expect("the effect");
+    let count = w.fx.hincr(&w.effect_key, &id, 1).await.expect("the effect");
     w.hist.write(Ev::EffectDone {
         id: id.clone(),
         token,

@@ -37,6 +37,13 @@ pub(super) fn check_records(
     // ---- I1: no acknowledged enqueue lost ----
     for (id, _status, job) in &h.acked {
         if !state.jobs.contains_key(*job) {
+            if let Some(window) = opts.loss_window_ms {
+                let at = h.acked_at.get(*job).copied().unwrap_or(0);
+                if h.server_kill_times.iter().any(|&k| k >= at && k - at <= window) {
+                    r.lost_unconfirmed += 1;
+                    continue;
+                }
+            }
             r.lost += 1;
             v.push(format!(
                 "I1 enqueue of {id} was acknowledged (job {job}) but the job is gone"

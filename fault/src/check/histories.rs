@@ -72,6 +72,10 @@ pub(super) struct Histories<'a> {
     pub(super) jobs: BTreeMap<&'a str, JobHist>,
     /// (id, status, job) of every acknowledged enqueue.
     pub(super) acked: Vec<(&'a str, &'a str, &'a str)>,
+    /// Writer's wall time of each acknowledged enqueue (the last, by job id).
+    pub(super) acked_at: HashMap<&'a str, u64>,
+    /// Wall times of the server (master) SIGKILLs the driver recorded.
+    pub(super) server_kill_times: Vec<u64>,
     /// The dedup id each enqueue was invoked with.
     pub(super) invoked_dedup: HashMap<&'a str, &'a str>,
     /// Reaper passes whose outcome is unknown.
@@ -96,6 +100,8 @@ impl<'a> Histories<'a> {
         let mut jobs: BTreeMap<&str, JobHist> = BTreeMap::new();
         let mut acked: Vec<(&str, &str, &str)> = Vec::new(); // (id, status, job)
         let mut invoked_dedup: HashMap<&str, &str> = HashMap::new();
+        let mut acked_at: HashMap<&str, u64> = HashMap::new();
+        let mut server_kill_times: Vec<u64> = Vec::new();
         let mut reap_unknown = 0usize;
         let mut reaper_killed = false;
         let mut call_ms: Vec<(String, u64)> = Vec::new();
@@ -128,7 +134,10 @@ impl<'a> Histories<'a> {
                         paused.insert(target);
                     }
                     "term_worker" => r.graceful_stops += 1,
-                    "kill_server" => r.server_kills += 1,
+                    "kill_server" => {
+                        r.server_kills += 1;
+                        server_kill_times.push(rec.t);
+                    }
                     "restart_server" => r.server_restarts += 1,
                     "torn_aof_tail" => r.torn_tails += 1,
                     "clock_step" => r.clock_steps += 1,
@@ -146,6 +155,7 @@ impl<'a> Histories<'a> {
                 Ev::EnqueueOk { id, status, job, ms } => {
                     r.enqueues_acked += 1;
                     acked.push((id, status, job));
+                    acked_at.insert(job, rec.t);
                     call_ms.push((format!("enqueue {id}"), *ms));
                 }
                 Ev::EnqueueFail { id, definite, ms, .. } => {
@@ -279,6 +289,8 @@ impl<'a> Histories<'a> {
             paused,
             jobs,
             acked,
+            acked_at,
+            server_kill_times,
             invoked_dedup,
             reap_unknown,
             reaper_killed,

@@ -100,6 +100,12 @@ pub struct CheckOptions {
     pub rate: Option<(u64, u64)>,
     /// Every lane's rate limit (R2): (claims, window ms); `None`: not checked.
     pub lane_rate: Option<(u64, u64)>,
+    /// Enqueues acknowledged without `WAIT` on a replicated server: an
+    /// acknowledged job that is gone is counted (`lost_unconfirmed`), not a
+    /// violation, when it was acknowledged at most this many ms before a
+    /// master SIGKILL (the replication lag a failover can lose); gone
+    /// otherwise, it is an I1 violation as ever. `None`: every loss is one.
+    pub loss_window_ms: Option<u64>,
 }
 
 impl Default for CheckOptions {
@@ -111,6 +117,7 @@ impl Default for CheckOptions {
             global_cap: None,
             rate: None,
             lane_rate: None,
+            loss_window_ms: None,
         }
     }
 }
@@ -178,8 +185,12 @@ pub struct Report {
     pub stale_heartbeats_rejected: usize,
     /// Settlements answered "already settled" (a repeat after a lost reply).
     pub already_settled: usize,
-    /// Acknowledged enqueues whose job is missing.
+    /// Acknowledged enqueues whose job is missing (violations of I1).
     pub lost: usize,
+    /// Acknowledged enqueues without `WAIT` whose job is missing, each
+    /// acknowledged within `loss_window_ms` before a master SIGKILL (the
+    /// documented loss of a failover; not a violation).
+    pub lost_unconfirmed: usize,
     /// Longest gap from an expired deadline to the redelivery's claim.
     pub max_redelivery_gap_ms: u64,
     /// Longest library call seen (I11).

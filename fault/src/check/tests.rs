@@ -211,6 +211,46 @@ fn i1_lost_job() {
     assert!(r.violations.iter().any(|v| v.starts_with("I1")));
 }
 
+// I1 with a loss window (enqueues without WAIT, masters killed): a job
+// acknowledged shortly before a master's SIGKILL and gone is counted, not a
+// violation; one acknowledged long before the kill, or after it, is lost.
+#[test]
+fn i1_loss_window() {
+    let (mut h, mut st) = good();
+    st.jobs.clear();
+    st.sets.get_mut("completed").unwrap().clear();
+    for r in h.iter_mut() {
+        r.t = 10_000;
+    }
+    let kill = |t| Record {
+        src: "driver".into(),
+        t,
+        ev: Ev::Fault {
+            kind: "kill_server".into(),
+            target: "7000".into(),
+            detail: "SIGKILL".into(),
+        },
+    };
+    let opts = CheckOptions {
+        loss_window_ms: Some(1000),
+        ..CheckOptions::default()
+    };
+    let mut within = h.clone();
+    within.push(kill(10_400));
+    let r = check(&within, &st, &opts);
+    assert_eq!((r.lost, r.lost_unconfirmed), (0, 1));
+    assert!(!r.violations.iter().any(|v| v.starts_with("I1")), "{:?}", r.violations);
+    for t in [12_000, 9_000] {
+        let mut outside = h.clone();
+        outside.push(kill(t));
+        let r = check(&outside, &st, &opts);
+        assert_eq!((r.lost, r.lost_unconfirmed), (1, 0), "kill at {t}");
+        assert!(r.violations.iter().any(|v| v.starts_with("I1")));
+    }
+    let r = check(&within, &st, &CheckOptions::default());
+    assert_eq!((r.lost, r.lost_unconfirmed), (1, 0), "no window: every loss is one");
+}
+
 // I2: a job nobody enqueued is a violation.
 #[test]
 fn i2_job_never_enqueued() {

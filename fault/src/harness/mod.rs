@@ -68,9 +68,21 @@ pub struct Run {
 impl Run {
     /// A new run against `url`, named after `label`.
     pub fn new(bins: &Bins, url: &str, label: &str) -> Run {
+        let queue = Run::queue_name(label);
+        Run::named(bins, url, &queue, &std::env::temp_dir())
+    }
+
+    /// A queue name for `label`, unique per run (`label-PID-N`).
+    pub fn queue_name(label: &str) -> String {
         let n = RUNS.fetch_add(1, Ordering::Relaxed);
-        let queue = format!("{label}-{}-{n}", std::process::id());
-        let dir = std::env::temp_dir().join(format!("echomq-fault-{queue}"));
+        format!("{label}-{}-{n}", std::process::id())
+    }
+
+    /// A run of queue `queue` against `url` (one server, or a cluster's
+    /// seeds separated by commas), its histories in `under/echomq-fault-QUEUE`.
+    pub fn named(bins: &Bins, url: &str, queue: &str, under: &std::path::Path) -> Run {
+        let queue = queue.to_owned();
+        let dir = under.join(format!("echomq-fault-{queue}"));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).expect("create the run directory");
         let driver = History::open(&dir.join("driver.jsonl"), "driver").expect("driver history");

@@ -35,6 +35,8 @@ pub struct WorkerOpts {
     /// until released, then send this call ("extend" or "complete") with
     /// its token whatever the time.
     pub stale_op: Option<&'static str>,
+    /// Settlements wait for this many replicas (`--wait-replicas`; 0: no `WAIT`).
+    pub wait_replicas: u32,
 }
 
 impl Default for WorkerOpts {
@@ -53,6 +55,7 @@ impl Default for WorkerOpts {
             pause_job: None,
             url: None,
             stale_op: None,
+            wait_replicas: 0,
         }
     }
 }
@@ -82,6 +85,9 @@ pub struct ProducerOpts {
     pub rate: Option<(u32, u64)>,
     /// The default rate limit of lanes to set first: (claims, window ms).
     pub lane_rate: Option<(u32, u64)>,
+    /// Enqueues wait for this many replicas (`--wait-replicas`; 0: no
+    /// `WAIT`); one short of them is retried with its id.
+    pub wait_replicas: u32,
 }
 
 impl Default for ProducerOpts {
@@ -98,6 +104,7 @@ impl Default for ProducerOpts {
             max_active: None,
             rate: None,
             lane_rate: None,
+            wait_replicas: 0,
         }
     }
 }

@@ -61,6 +61,9 @@ impl Run {
             format!("--shutdown-timeout-ms={}", o.shutdown_timeout_ms),
             format!("--response-timeout-ms={}", o.response_timeout_ms),
         ];
+        if o.wait_replicas > 0 {
+            args.push(format!("--wait-replicas={}", o.wait_replicas));
+        }
         if let Some(op) = o.stale_op {
             args.push(format!("--stale-op={op}"));
         }
@@ -114,6 +117,9 @@ impl Run {
             format!("--pace-ms={}", o.pace_ms),
             format!("--lanes={}", o.lanes),
         ];
+        if o.wait_replicas > 0 {
+            args.push(format!("--wait-replicas={}", o.wait_replicas));
+        }
         if let Some(cap) = o.lane_cap {
             args.push(format!("--lane-cap={cap}"));
         }

@@ -34,9 +34,16 @@ impl Checked {
 }
 
 impl Run {
-    /// A blocking connection to the run's server.
+    /// A blocking connection to the run's server (on a cluster, to the
+    /// master that serves the queue's slot now).
     pub fn conn(&self) -> redis::RedisResult<redis::Connection> {
-        let c = redis::Client::open(self.url.as_str())?.get_connection_with_timeout(Duration::from_secs(2))?;
+        let url = if state::seeds(&self.url).len() > 1 {
+            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+            rt.block_on(state::queue_url(&self.url, &self.queue))?
+        } else {
+            self.url.clone()
+        };
+        let c = redis::Client::open(url.as_str())?.get_connection_with_timeout(Duration::from_secs(2))?;
         c.set_read_timeout(Some(Duration::from_secs(5)))?;
         c.set_write_timeout(Some(Duration::from_secs(5)))?;
         Ok(c)

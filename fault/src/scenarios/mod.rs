@@ -10,6 +10,7 @@
 //! the server (restarts, torn AOF tails, clock steps, script flushes:
 //! `server.rs`). The helpers they share are here.
 
+mod cluster;
 mod limits;
 mod network;
 mod server;
@@ -25,6 +26,7 @@ use serde_json::Value;
 use crate::harness::{Bins, Checked, ProducerOpts, Run};
 use crate::history::Ev;
 use crate::state::ServerState;
+pub use cluster::{ClusterOutcome, ClusterPlan, LOSS_WINDOW_MS, cluster_faults, cluster_faults_on};
 pub use limits::{LimitsRun, lane_caps, limits};
 pub use network::{AckLoss, Cut, ack_lost, connection_drops, partition};
 pub use server::{clock_steps, script_flush, server_restarts, torn_aof_tails};

@@ -1,0 +1,312 @@
+//! Faults on a Valkey Cluster (3 masters, a replica each): queues on every
+//! master, half of them enqueued and settled with `WAIT 1`
+//! (`Durability::Replicas`) and half without, workers SIGKILLed at random,
+//! masters SIGKILLed so that their replica takes over (the killed master
+//! restarted, to rejoin as the new master's replica), and queues' slots
+//! moved to another master under load. Each queue is its own run (its own
+//! producer, reaper and workers, all connected to the cluster's seeds) and
+//! is checked on its own: the checker reads it from the master that serves
+//! its slot at the end. A queue without `WAIT` is checked with a loss
+//! window (`fault-check --loss-window-ms`): an acknowledged enqueue gone
+//! after a failover is counted, not a violation, when it was acknowledged
+//! within the window before a kill of a master; a `WAIT` queue is held to
+//! lost 0.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use echomq::server::LocalCluster;
+use serde_json::{Value, json};
+
+use super::{Ctx, Outcome, finish_with};
+use crate::harness::{ProducerOpts, Run, WorkerOpts};
+
+/// The loss window of queues without `WAIT`, ms: an acknowledged enqueue
+/// lost to a failover must have been acknowledged at most this long before
+/// a master was killed. Replication on one machine lags by well under a
+/// millisecond; the window also covers the producer recording its ack
+/// after the reply and the driver recording the kill after the signal.
+pub const LOSS_WINDOW_MS: u64 = 1000;
+
+/// The sizes and faults of one [`cluster_faults`] run.
+#[derive(Debug, Clone)]
+pub struct ClusterPlan {
+    /// Jobs over all queues.
+    pub jobs: u64,
+    /// Queues per master (even ones with `WAIT 1`, odd ones without).
+    pub queues_per_master: usize,
+    /// Workers per queue.
+    pub workers_per_queue: usize,
+    /// Mean time between two random worker SIGKILLs.
+    pub kill_every_ms: u64,
+    /// Masters to SIGKILL (each failed over and restarted), spread over the run.
+    pub master_kills: usize,
+    /// Slots (queues') to move to another master under load.
+    pub migrations: usize,
+    /// First job number (segments of one long run use disjoint ranges).
+    pub from: u64,
+    /// How long to wait for the drain.
+    pub limit: Duration,
+    /// The throughput expected, to spread the master kills and migrations
+    /// over the run.
+    pub jobs_per_s: f64,
+}
+
+/// What [`cluster_faults`] found: each queue's verdict, and the run's figures.
+#[derive(Debug)]
+pub struct ClusterOutcome {
+    /// (queue, waits for replicas, outcome) per queue.
+    pub queues: Vec<(String, bool, Outcome)>,
+    /// The run's figures, one JSON object (see [`ClusterOutcome::ok`]).
+    pub figures: Value,
+}
+
+impl ClusterOutcome {
+    /// Every queue passed its checker and drained.
+    pub fn ok(&self) -> bool {
+        self.queues.iter().all(|(_, _, o)| o.check.ok && o.drained)
+    }
+}
+
+/// A queue name starting with `stem` whose slot the master on `port` serves.
+fn name_on(cluster: &LocalCluster, port: u16, stem: &str) -> String {
+    loop {
+        let name = Run::queue_name(stem);
+        if cluster
+            .master_of_slot(LocalCluster::slot_of(&format!("{{{name}}}")))
+            .ok()
+            == Some(port)
+        {
+            return name;
+        }
+    }
+}
+
+/// Starts a 3-master, 3-replica cluster and runs [`cluster_faults_on`] on it.
+pub fn cluster_faults(ctx: &Ctx, plan: &ClusterPlan) -> ClusterOutcome {
+    let mut cluster = LocalCluster::builder()
+        .masters(3)
+        .replicas_per_master(1)
+        .start()
+        .expect("start a local cluster (run scripts/test, which installs a server)");
+    cluster_faults_on(ctx, &mut cluster, plan, &std::env::temp_dir())
+}
+
+/// One fault run on `cluster`, the histories under `under`.
+pub fn cluster_faults_on(ctx: &Ctx, cluster: &mut LocalCluster, plan: &ClusterPlan, under: &Path) -> ClusterOutcome {
+    let t0 = Instant::now();
+    let seeds = cluster.urls().join(",");
+    let masters = cluster.master_ports().expect("the cluster's masters");
+    let mut runs: Vec<(Run, bool)> = Vec::new();
+    for (m, port) in masters.iter().enumerate() {
+        for i in 0..plan.queues_per_master {
+            let waits = i % 2 == 0;
+            let stem = format!("cl{m}{}", if waits { "w" } else { "n" });
+            let name = name_on(cluster, *port, &stem);
+            runs.push((Run::named(&ctx.bins, &seeds, &name, under), waits));
+        }
+    }
+    let per_queue = plan.jobs / runs.len() as u64;
+    let worker = |waits: bool| WorkerOpts {
+        concurrency: 8,
+        lease_ms: 1000,
+        work_ms: 2,
+        response_timeout_ms: 2000,
+        prefetch: [None, Some(4), Some(0)][fastrand::usize(0..3)],
+        wait_replicas: u32::from(waits),
+        ..WorkerOpts::default()
+    };
+    for (k, (run, waits)) in runs.iter_mut().enumerate() {
+        run.reaper(100, 1000, false);
+        // Every other queue spreads its jobs over three lanes.
+        let lanes = if k % 2 == 0 { 3 } else { 0 };
+        run.producer(&ProducerOpts {
+            from: plan.from,
+            count: per_queue,
+            concurrency: 4,
+            dedup_every: 97,
+            lanes,
+            wait_replicas: u32::from(*waits),
+            ..ProducerOpts::default()
+        });
+        for _ in 0..plan.workers_per_queue {
+            run.worker(&worker(*waits));
+        }
+    }
+
+    // Master kills and migrations are spread over the time the jobs are
+    // expected to take (`jobs_per_s`), at least 3 s apart; the run does not
+    // end before they all happened.
+    let expected = Duration::from_secs_f64(plan.jobs as f64 / plan.jobs_per_s.max(1.0));
+    let steps = plan.master_kills + plan.migrations;
+    let gap = (expected / (steps as u32 + 1)).max(Duration::from_secs(3));
+    let mut plan_steps: Vec<&str> = Vec::new();
+    for s in 0..steps {
+        // Alternate: kill, migrate, kill, ... while both remain.
+        let kills_left = plan.master_kills - plan_steps.iter().filter(|s| **s == "kill").count();
+        let migs_left = plan.migrations - plan_steps.iter().filter(|s| **s == "migrate").count();
+        plan_steps.push(if (s % 2 == 0 && kills_left > 0) || migs_left == 0 {
+            "kill"
+        } else {
+            "migrate"
+        });
+    }
+    let mut next_step = Instant::now() + gap;
+    let mut next_kill = Instant::now() + Duration::from_millis(plan.kill_every_ms);
+    let (mut worker_kills, mut failovers, mut migrations) = (0u64, 0u64, 0u64);
+    let mut failover_ms: Vec<u64> = Vec::new();
+    let mut events: Vec<Value> = Vec::new();
+    let until = Instant::now() + plan.limit;
+    let drained = loop {
+        if plan_steps.is_empty() && runs.iter_mut().all(|(r, _)| r.drained()) {
+            break true;
+        }
+        if Instant::now() > until {
+            break false;
+        }
+        if Instant::now() >= next_kill {
+            let k = fastrand::usize(0..runs.len());
+            let (run, waits) = &mut runs[k];
+            let live = run.live("worker");
+            if !live.is_empty() {
+                let w = &live[fastrand::usize(0..live.len())];
+                run.kill(w);
+                run.worker(&worker(*waits));
+                worker_kills += 1;
+            }
+            next_kill = Instant::now()
+                + Duration::from_millis(fastrand::u64(plan.kill_every_ms / 2..=plan.kill_every_ms * 3 / 2));
+        }
+        if Instant::now() >= next_step && !plan_steps.is_empty() {
+            let step = plan_steps.remove(0);
+            if step == "kill" {
+                let ms = kill_a_master(cluster, &mut runs);
+                failovers += 1;
+                failover_ms.push(ms);
+                events.push(json!({"kill_master_failover_ms": ms}));
+            } else {
+                let (slot, from, to, ms) = migrate_a_slot(cluster, &mut runs);
+                migrations += 1;
+                events.push(json!({"migrate": {"slot": slot, "from": from, "to": to, "ms": ms}}));
+            }
+            next_step = Instant::now() + gap;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let _ = cluster.wait_until_settled(Duration::from_secs(30));
+    let wall = t0.elapsed();
+    let mut queues = Vec::new();
+    let window = format!("--loss-window-ms={LOSS_WINDOW_MS}");
+    for (run, waits) in runs {
+        let name = run.queue.clone();
+        let extra: Vec<&str> = if waits { vec![] } else { vec![window.as_str()] };
+        let out = finish_with(run, drained, BTreeMap::new(), &extra);
+        queues.push((name, waits, out));
+    }
+    let sum = |f: &str, w: Option<bool>| -> u64 {
+        queues
+            .iter()
+            .filter(|(_, waits, _)| w.is_none_or(|w| w == *waits))
+            .map(|(_, _, o)| o.check.n(f))
+            .sum()
+    };
+    let mut dups: BTreeMap<String, u64> = BTreeMap::new();
+    for (_, _, o) in &queues {
+        if let Some(m) = o.check.report["duplicate_explained"].as_object() {
+            for (k, v) in m {
+                *dups.entry(k.clone()).or_default() += v.as_u64().unwrap_or(0);
+            }
+        }
+    }
+    let jobs = sum("jobs", None);
+    let figures = json!({
+        "ok": queues.iter().all(|(_, _, o)| o.check.ok && o.drained),
+        "drained": drained,
+        "queues": queues.len(),
+        "jobs": jobs,
+        "completed": sum("completed", None),
+        "worker_kills": worker_kills,
+        "master_kills": failovers,
+        "failovers": failovers,
+        "failover_ms": failover_ms,
+        "migrations": migrations,
+        "events": events,
+        "lost_with_wait": sum("lost", Some(true)),
+        "lost_without_wait": sum("lost", Some(false)) + sum("lost_unconfirmed", Some(false)),
+        "lost_without_wait_in_window": sum("lost_unconfirmed", Some(false)),
+        "loss_window_ms": LOSS_WINDOW_MS,
+        "redeliveries": sum("redeliveries", None),
+        "duplicate_effects": sum("duplicate_effects", None),
+        "duplicates_by_cause": dups,
+        "guarded_duplicates": sum("guarded_duplicates", None),
+        "stale_settles_rejected": sum("stale_settles_rejected", None),
+        "violations": queues.iter().map(|(_, _, o)| o.check.report["violations"].as_array().map_or(0, Vec::len)).sum::<usize>(),
+        "wall_s": wall.as_secs_f64(),
+        "jobs_per_s": jobs as f64 / wall.as_secs_f64(),
+    });
+    ClusterOutcome { queues, figures }
+}
+
+/// SIGKILLs the master of a random queue's slot, waits for its replica to
+/// take over, restarts it (it rejoins as the new master's replica) and
+/// waits until every node agrees. Records the kill and the restart in the
+/// driver history of every queue on that master. Returns the ms from the
+/// kill to the promotion.
+fn kill_a_master(cluster: &mut LocalCluster, runs: &mut [(Run, bool)]) -> u64 {
+    let k = fastrand::usize(0..runs.len());
+    let slot = LocalCluster::slot_of(&format!("{{{}}}", runs[k].0.queue));
+    let old = cluster.master_of_slot(slot).expect("the master of a queue's slot");
+    let on_it: Vec<usize> = (0..runs.len())
+        .filter(|&i| {
+            cluster
+                .master_of_slot(LocalCluster::slot_of(&format!("{{{}}}", runs[i].0.queue)))
+                .ok()
+                == Some(old)
+        })
+        .collect();
+    let killed = Instant::now();
+    cluster.node_mut(old).expect("the master's node").kill();
+    for &i in &on_it {
+        runs[i]
+            .0
+            .fault("kill_server", &old.to_string(), "SIGKILL (cluster master)");
+    }
+    let new = cluster
+        .wait_for_failover(old, Duration::from_secs(60))
+        .expect("a replica takes over");
+    let ms = killed.elapsed().as_millis() as u64;
+    cluster
+        .node_mut(old)
+        .expect("the old master's node")
+        .restart()
+        .expect("restart the old master");
+    for &i in &on_it {
+        runs[i].0.fault(
+            "restart_server",
+            &old.to_string(),
+            &format!("rejoins as a replica of {new}"),
+        );
+    }
+    cluster
+        .wait_until_settled(Duration::from_secs(60))
+        .expect("the cluster settles after the failover");
+    ms
+}
+
+/// Moves a random queue's slot to another master under load. Returns
+/// (slot, from port, to port, ms).
+fn migrate_a_slot(cluster: &mut LocalCluster, runs: &mut [(Run, bool)]) -> (u16, u16, u16, u64) {
+    let k = fastrand::usize(0..runs.len());
+    let slot = LocalCluster::slot_of(&format!("{{{}}}", runs[k].0.queue));
+    let from = cluster.master_of_slot(slot).expect("the slot's master");
+    let masters = cluster.master_ports().expect("the masters");
+    let others: Vec<u16> = masters.into_iter().filter(|p| *p != from).collect();
+    let to = others[fastrand::usize(0..others.len())];
+    runs[k]
+        .0
+        .fault("migrate_slot", &slot.to_string(), &format!("{from} -> {to}"));
+    let t = Instant::now();
+    cluster.migrate_slot(slot, to).expect("migrate the slot");
+    (slot, from, to, t.elapsed().as_millis() as u64)
+}
