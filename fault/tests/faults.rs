@@ -616,7 +616,8 @@ fn cluster_failovers_and_migrations() {
             limit: Duration::from_secs(60 + jobs / 100),
             jobs_per_s: env_u64("ECHOMQ_FAULT_CLUSTER_JOBS_PER_S", 500) as f64,
         };
-        let out = scenarios::cluster_faults_on(&ctx, &mut cluster, &plan, &std::env::temp_dir());
+        let under = std::env::var("ECHOMQ_FAULT_CLUSTER_DIR").map_or_else(|_| std::env::temp_dir(), Into::into);
+        let out = scenarios::cluster_faults_on(&ctx, &mut cluster, &plan, &under);
         let mut figures = out.figures.clone();
         figures["segment_from"] = plan.from.into();
         figures["commit"] = std::env::var("ECHOMQ_FAULT_COMMIT").unwrap_or_default().into();

@@ -99,6 +99,8 @@ pub fn cluster_faults_on(ctx: &Ctx, cluster: &mut LocalCluster, plan: &ClusterPl
     let seeds = cluster.urls().join(",");
     let masters = cluster.master_ports().expect("the cluster's masters");
     let mut runs: Vec<(Run, bool)> = Vec::new();
+    // The checker's limits per queue (see below).
+    let mut limits: Vec<Vec<String>> = Vec::new();
     for (m, port) in masters.iter().enumerate() {
         for i in 0..plan.queues_per_master {
             let waits = i % 2 == 0;
@@ -119,17 +121,31 @@ pub fn cluster_faults_on(ctx: &Ctx, cluster: &mut LocalCluster, plan: &ClusterPl
     };
     for (k, (run, waits)) in runs.iter_mut().enumerate() {
         run.reaper(100, 1000, false);
-        // Every other queue spreads its jobs over three lanes.
-        let lanes = if k % 2 == 0 { 3 } else { 0 };
-        run.producer(&ProducerOpts {
+        // Every other queue spreads its jobs over three lanes capped at 3
+        // (L1, L2); of the others, one has a global cap of 6 (G1) and one
+        // a rate limit of 50 claims per 200 ms (R1).
+        let mut p = ProducerOpts {
             from: plan.from,
             count: per_queue,
             concurrency: 4,
             dedup_every: 97,
-            lanes,
             wait_replicas: u32::from(*waits),
             ..ProducerOpts::default()
-        });
+        };
+        let mut check = Vec::new();
+        if k % 2 == 0 {
+            p.lanes = 3;
+            p.lane_cap = Some(3);
+            check.push("--lane-cap=3".to_owned());
+        } else if k == 1 {
+            p.max_active = Some(6);
+            check.push("--global-cap=6".to_owned());
+        } else if k == 3 {
+            p.rate = Some((50, 200));
+            check.push("--rate=50:200".to_owned());
+        }
+        run.producer(&p);
+        limits.push(check);
         for _ in 0..plan.workers_per_queue {
             run.worker(&worker(*waits));
         }
@@ -198,10 +214,18 @@ pub fn cluster_faults_on(ctx: &Ctx, cluster: &mut LocalCluster, plan: &ClusterPl
     let wall = t0.elapsed();
     let mut queues = Vec::new();
     let window = format!("--loss-window-ms={LOSS_WINDOW_MS}");
-    for (run, waits) in runs {
+    for ((run, waits), check) in runs.into_iter().zip(&limits) {
         let name = run.queue.clone();
-        let extra: Vec<&str> = if waits { vec![] } else { vec![window.as_str()] };
+        let mut extra: Vec<&str> = check.iter().map(String::as_str).collect();
+        if !waits {
+            extra.push(window.as_str());
+        }
         let out = finish_with(run, drained, BTreeMap::new(), &extra);
+        // Checked: free the cluster's memory for the next segment (the
+        // verdict keeps the final state).
+        if out.check.ok && out.drained {
+            drop_queue(&seeds, &name);
+        }
         queues.push((name, waits, out));
     }
     let sum = |f: &str, w: Option<bool>| -> u64 {
@@ -220,6 +244,20 @@ pub fn cluster_faults_on(ctx: &Ctx, cluster: &mut LocalCluster, plan: &ClusterPl
         }
     }
     let jobs = sum("jobs", None);
+    // The limits' highest marks (each must stay within its limit: the checker's L1, G1, R1).
+    let lane_max = queues
+        .iter()
+        .filter_map(|(_, _, o)| o.check.report["lane_max_active"].as_object())
+        .flat_map(|m| m.values().filter_map(Value::as_u64))
+        .max();
+    let marks = json!({
+        "lane_cap": 3,
+        "lane_max_active": lane_max,
+        "global_cap": 6,
+        "max_active": queues.get(1).map(|(_, _, o)| o.check.n("max_active")),
+        "rate": "50/200ms",
+        "max_claims_per_window": queues.get(3).map(|(_, _, o)| o.check.n("max_claims_per_window")),
+    });
     let figures = json!({
         "ok": queues.iter().all(|(_, _, o)| o.check.ok && o.drained),
         "drained": drained,
@@ -236,6 +274,7 @@ pub fn cluster_faults_on(ctx: &Ctx, cluster: &mut LocalCluster, plan: &ClusterPl
         "lost_without_wait": sum("lost", Some(false)) + sum("lost_unconfirmed", Some(false)),
         "lost_without_wait_in_window": sum("lost_unconfirmed", Some(false)),
         "loss_window_ms": LOSS_WINDOW_MS,
+        "limits": marks,
         "redeliveries": sum("redeliveries", None),
         "duplicate_effects": sum("duplicate_effects", None),
         "duplicates_by_cause": dups,
@@ -309,4 +348,34 @@ fn migrate_a_slot(cluster: &mut LocalCluster, runs: &mut [(Run, bool)]) -> (u16,
     let t = Instant::now();
     cluster.migrate_slot(slot, to).expect("migrate the slot");
     (slot, from, to, t.elapsed().as_millis() as u64)
+}
+
+/// Deletes every key of `queue` (and the fault suite's effect hashes) from
+/// the master that serves its slot.
+fn drop_queue(seeds: &str, queue: &str) {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let res: redis::RedisResult<()> = rt.block_on(async {
+        let url = crate::state::queue_url(seeds, queue).await?;
+        let mut c = redis::Client::open(url)?.get_multiplexed_async_connection().await?;
+        for pattern in [format!("emq:{{{queue}}}:*"), format!("fault:{{{queue}}}:*")] {
+            let keys: Vec<String> = {
+                let mut it: redis::AsyncIter<String> = redis::AsyncCommands::scan_match(&mut c, pattern).await?;
+                let mut keys = Vec::new();
+                while let Some(k) = it.next_item().await {
+                    keys.push(k?);
+                }
+                keys
+            };
+            for chunk in keys.chunks(500) {
+                redis::cmd("UNLINK").arg(chunk).query_async::<()>(&mut c).await?;
+            }
+        }
+        Ok(())
+    });
+    if let Err(e) = res {
+        eprintln!("could not delete the keys of {queue}: {e}");
+    }
 }
