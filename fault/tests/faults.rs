@@ -620,6 +620,7 @@ fn cluster_failovers_and_migrations() {
         let out = scenarios::cluster_faults_on(&ctx, &mut cluster, &plan, &under);
         let mut figures = out.figures.clone();
         figures["segment_from"] = plan.from.into();
+        figures["segment_jobs"] = jobs.into();
         figures["commit"] = std::env::var("ECHOMQ_FAULT_COMMIT").unwrap_or_default().into();
         let line = serde_json::to_string(&figures).expect("figures");
         println!("[cluster segment {seg}] {line}");
