@@ -577,6 +577,44 @@ fn env_u64(name: &str, default: u64) -> u64 {
     std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
 }
 
+// The cluster scenario's CI-tier smoke (about 15 s on 2 cores): 1,800 jobs
+// over 6 queues on 3 masters, workers SIGKILLed at random, one master
+// SIGKILLed and failed over, one slot moved under load; every queue passes,
+// the WAIT ones with lost 0.
+#[test]
+fn cluster_smoke() {
+    let _g = serial();
+    let plan = scenarios::ClusterPlan {
+        jobs: 1_800,
+        queues_per_master: 2,
+        workers_per_queue: 2,
+        kill_every_ms: 400,
+        master_kills: 1,
+        migrations: 1,
+        from: 0,
+        limit: Duration::from_secs(90),
+        jobs_per_s: 300.0,
+    };
+    let out = scenarios::cluster_faults(&ctx(), &plan);
+    println!("[cluster_smoke] {}", out.figures);
+    for (q, waits, o) in &out.queues {
+        assert!(o.check.ok, "[cluster {q}] checker failed:\n{}", o.check.text);
+        assert!(o.drained, "[cluster {q}] jobs left unsettled:\n{}", o.check.text);
+        assert_eq!(
+            o.check.n("completed"),
+            o.check.n("jobs"),
+            "[cluster {q}] not every job completed"
+        );
+        assert!(o.check.n("jobs") > 0, "[cluster {q}] no job read back from its master");
+        if *waits {
+            assert_eq!(o.check.n("lost_unconfirmed"), 0, "[cluster {q}] a WAIT queue lost jobs");
+        }
+    }
+    assert_eq!(out.figures["failovers"], 1, "{}", out.figures);
+    assert_eq!(out.figures["migrations"], 1, "{}", out.figures);
+    assert!(out.figures["worker_kills"].as_u64() > Some(0), "{}", out.figures);
+}
+
 // A 3-master, 3-replica Valkey Cluster (not in the CI tier: set
 // ECHOMQ_FAULT_CLUSTER=1): queues on every master, half with WAIT 1, workers
 // SIGKILLed at random, masters SIGKILLed and failed over (the old master

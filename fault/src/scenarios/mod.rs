@@ -84,7 +84,7 @@ impl Outcome {
         format!(
             "ok={} drained={} jobs={} completed={} kills={} pauses={} server_restarts={} torn_tails={} clock_steps={} partitions={} drops={} \
              flushes={} redeliveries={} stalls={} duplicate_effects={} explained={} guarded={} guarded_dups={} \
-             stale_settles_rejected={} stale_heartbeats_rejected={} already_settled={} lost={} notes={}",
+             stale_settles_rejected={} stale_heartbeats_rejected={} already_settled={} lost={} lost_unconfirmed={} notes={}",
             self.check.ok,
             self.drained,
             r["jobs"],
@@ -107,6 +107,7 @@ impl Outcome {
             r["stale_heartbeats_rejected"],
             r["already_settled"],
             r["lost"],
+            r["lost_unconfirmed"],
             serde_json::to_string(&self.notes).unwrap_or_default()
         )
     }
