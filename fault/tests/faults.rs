@@ -673,6 +673,11 @@ fn cluster_failovers_and_migrations() {
         }
         for (q, waits, o) in &out.queues {
             println!("[cluster {q} wait={waits}] {}", o.summary());
+            if !o.check.ok {
+                println!("[cluster {q}] checker failed:\n{}", o.check.text);
+            }
+        }
+        for (q, waits, o) in &out.queues {
             assert!(o.check.ok, "[cluster {q}] checker failed:\n{}", o.check.text);
             assert!(o.drained, "[cluster {q}] jobs left unsettled:\n{}", o.check.text);
             assert_eq!(o.check.n("lost"), 0, "[cluster {q}] acknowledged jobs lost");

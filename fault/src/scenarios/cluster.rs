@@ -280,6 +280,11 @@ pub fn cluster_faults_on(ctx: &Ctx, cluster: &mut LocalCluster, plan: &ClusterPl
         "duplicates_by_cause": dups,
         "guarded_duplicates": sum("guarded_duplicates", None),
         "stale_settles_rejected": sum("stale_settles_rejected", None),
+        "violation_samples": queues
+            .iter()
+            .filter(|(_, _, o)| !o.check.ok)
+            .map(|(q, _, o)| (q.clone(), o.check.report["violations"].as_array().map(|v| v.iter().take(5).cloned().collect::<Vec<_>>()).unwrap_or_default()))
+            .collect::<BTreeMap<String, Vec<Value>>>(),
         "violations": queues.iter().map(|(_, _, o)| o.check.report["violations"].as_array().map_or(0, Vec::len)).sum::<usize>(),
         "wall_s": wall.as_secs_f64(),
         "jobs_per_s": jobs as f64 / wall.as_secs_f64(),
