@@ -14,24 +14,13 @@ use echomq::server::LocalServer;
 use echomq::{Consumer, Job, JobState, Queue, QueueOptions, Retention, WorkerEvent};
 use tokio::sync::Semaphore;
 
-/// libfaketime's thread-safe build (the server has threads).
-fn faketime_lib() -> &'static str {
-    [
-        "/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1",
-        "/usr/lib/aarch64-linux-gnu/faketime/libfaketimeMT.so.1",
-    ]
-    .into_iter()
-    .find(|p| Path::new(p).exists())
-    .expect("libfaketime is missing (libfaketimeMT.so.1): apt-get install libfaketime (scripts/test installs it)")
-}
-
 /// A server whose clock offset is read from a file at every call, so
 /// [`set_offset`] steps it mid-run (its monotonic clock is left alone).
 fn stepped_server() -> (LocalServer, PathBuf) {
     let file = std::env::temp_dir().join(format!("{}.faketime", common::unique("clock")));
     set_offset(&file, "+0");
     let server = LocalServer::builder()
-        .env("LD_PRELOAD", faketime_lib())
+        .env("LD_PRELOAD", common::faketime_lib())
         .env("FAKETIME_TIMESTAMP_FILE", file.to_str().unwrap())
         .env("FAKETIME_NO_CACHE", "1")
         .env("DONT_FAKE_MONOTONIC", "1")

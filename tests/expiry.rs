@@ -5,7 +5,6 @@
 
 mod common;
 
-use std::path::Path;
 use std::time::{Duration, SystemTime};
 
 use common::{past, setup};
@@ -246,17 +245,6 @@ async fn bad_expiries_are_refused() {
     assert_eq!(q.counts().await.unwrap(), echomq::Counts::default());
 }
 
-/// libfaketime's thread-safe build (the server has threads).
-fn faketime_lib() -> &'static str {
-    [
-        "/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1",
-        "/usr/lib/aarch64-linux-gnu/faketime/libfaketimeMT.so.1",
-    ]
-    .into_iter()
-    .find(|p| Path::new(p).exists())
-    .expect("libfaketime is missing (libfaketimeMT.so.1): apt-get install libfaketime (scripts/test installs it)")
-}
-
 // The client's clock an hour behind the server's (the server runs under
 // libfaketime, an hour ahead): `discard_after` counts from the server's
 // now, so the job is in time for its whole span; `expires_at` is a time
@@ -265,7 +253,7 @@ fn faketime_lib() -> &'static str {
 #[tokio::test]
 async fn expiry_is_decided_on_the_servers_clock() {
     let server = LocalServer::builder()
-        .env("LD_PRELOAD", faketime_lib())
+        .env("LD_PRELOAD", common::faketime_lib())
         .env("FAKETIME", "+1h")
         .env("DONT_FAKE_MONOTONIC", "1")
         .start()

@@ -192,3 +192,15 @@ impl EventLog {
             .collect()
     }
 }
+
+/// libfaketime's thread-safe build (a server has threads), for tests that
+/// run a server with a skewed or stepped clock.
+pub fn faketime_lib() -> &'static str {
+    [
+        "/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1",
+        "/usr/lib/aarch64-linux-gnu/faketime/libfaketimeMT.so.1",
+    ]
+    .into_iter()
+    .find(|p| std::path::Path::new(p).exists())
+    .expect("libfaketime is missing (libfaketimeMT.so.1): apt-get install libfaketime (scripts/test installs it)")
+}

@@ -266,17 +266,14 @@ pub async fn obliterate(ctx: &Ctx, force: bool, yes: bool) -> Result<Output, Fai
     let q = ctx.open_given().await?;
     if !yes {
         let c = q.counts().await.map_err(|e| ctx.err(e))?;
+        let held: Vec<String> = echomq::JobState::ALL
+            .iter()
+            .map(|s| format!("{} {}", c.of(*s), s.as_str()))
+            .collect();
         let mut message = format!(
-            "obliterate deletes every key of queue {} ({} pending, {} delayed, {} active, {} completed, \
-             {} failed, {} cancelled, {} expired, its schedules and user keys); run it again with --yes",
+            "obliterate deletes every key of queue {} ({}, its schedules and user keys); run it again with --yes",
             q.name(),
-            c.pending,
-            c.delayed,
-            c.active,
-            c.completed,
-            c.failed,
-            c.cancelled,
-            c.expired
+            held.join(", ")
         );
         if c.active > 0 && !force {
             message.push_str(" and --force (jobs are active)");

@@ -1,6 +1,7 @@
 //! `stats`: jobs per state, whether paused, and the lag of the job next in
 //! line, for one queue or all.
 
+use echomq::JobState;
 use serde_json::json;
 
 use crate::ctx::{Ctx, Output};
@@ -29,33 +30,20 @@ pub async fn stats(ctx: &Ctx) -> Result<Output, Failure> {
         match counts {
             Ok((c, lag)) => {
                 let lag_ms = u64::try_from(lag.as_millis()).unwrap_or(u64::MAX);
-                docs.push(json!({
+                let mut doc = json!({
                     "queue": name,
                     "paused": c.paused,
-                    "pending": c.pending,
-                    "delayed": c.delayed,
-                    "active": c.active,
-                    "completed": c.completed,
-                    "failed": c.failed,
-                    "cancelled": c.cancelled,
-                    "expired": c.expired,
                     "backlog": c.pending,
                     "lag_ms": lag_ms,
-                }));
+                });
+                // a count per state, by its name
+                for s in JobState::ALL {
+                    doc[s.as_str()] = json!(c.of(s));
+                }
+                docs.push(doc);
                 let paused = if c.paused { "yes" } else { "no" };
                 let mut row = vec![name.clone(), paused.to_owned()];
-                row.extend(
-                    [
-                        c.pending,
-                        c.delayed,
-                        c.active,
-                        c.completed,
-                        c.failed,
-                        c.cancelled,
-                        c.expired,
-                    ]
-                    .map(|n| n.to_string()),
-                );
+                row.extend(JobState::ALL.map(|s| c.of(s).to_string()));
                 row.push(crate::render::duration(lag));
                 rows.push(row);
             }
