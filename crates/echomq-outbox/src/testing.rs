@@ -425,7 +425,23 @@ fn template_dir(bin: &Path, user: Option<(u32, u32)>) -> PathBuf {
         .and_then(|v| v.to_str())
         .unwrap_or("pg");
     let uid = user.map_or_else(|| fs::metadata("/proc/self").map(|m| m.uid()).unwrap_or(0), |(u, _)| u);
-    std::env::temp_dir().join(format!("echomq-outbox-pg-template-{version}-{uid}"))
+    base_dir(user.is_some()).join(format!("echomq-outbox-pg-template-{version}-{uid}"))
+}
+
+/// Where the servers' directories go: the temp dir, unless the server runs
+/// as another user (root starting it as `postgres`) who could not reach it
+/// there: a private temp dir (mode 0700, as `mktemp -d` makes one for a CI
+/// run) is not traversable by others, so then `/tmp`.
+fn base_dir(other_user: bool) -> PathBuf {
+    let tmp = std::env::temp_dir();
+    let traversable = tmp
+        .ancestors()
+        .all(|d| fs::metadata(d).is_ok_and(|m| m.mode() & 0o001 != 0));
+    if other_user && !traversable {
+        PathBuf::from("/tmp")
+    } else {
+        tmp
+    }
 }
 
 /// A fresh directory for one server, owned by the user it runs as.
@@ -435,13 +451,14 @@ fn fresh_dir() -> Result<PathBuf, PgServerError> {
         .duration_since(UNIX_EPOCH)
         .map(|d| d.subsec_nanos())
         .unwrap_or(0);
-    let dir = std::env::temp_dir().join(format!(
+    let user = run_as()?;
+    let dir = base_dir(user.is_some()).join(format!(
         "echomq-outbox-pg-{}-{}-{nanos}",
         std::process::id(),
         N.fetch_add(1, Ordering::Relaxed)
     ));
     fs::create_dir_all(&dir)?;
-    if let Some((uid, gid)) = run_as()? {
+    if let Some((uid, gid)) = user {
         std::os::unix::fs::chown(&dir, Some(uid), Some(gid))?;
     }
     Ok(dir)
