@@ -24,18 +24,30 @@
 //! the worker logs a warning, and if that settlement is lost, the job runs
 //! again (at-least-once holds either way).
 //!
-//! Each confirmation is one more round trip after the script call, whose
-//! latency is the slowest confirming replica's; concurrent enqueues and a
-//! worker's settlements are batched, so one `WAIT` covers a batch.
+//! The confirmation travels in one pipeline right behind the script call
+//! it confirms, so it reaches the node that ran the script, on the same
+//! connection: `WAIT` counts only the replicas of the node that took the
+//! writes. A reconnect, a failover or a cluster's fallback to another node
+//! between the two cannot make another master's replicas confirm a write
+//! they never saw (the redis crate's cluster connection sends a command
+//! whose node is down to a random connected node, another master too).
+//! A connection lost during the pair fails the call as a whole with a
+//! transient error: its outcome is unknown, as for any call whose answer
+//! was lost (enqueue again with the same ids).
 //!
-//! `WAIT` must go on the connection that made the writes, and the server
-//! answers nothing else on that connection until it returns: echomq sends
-//! it on the client's shared connection, so while replicas are missing or
-//! slow, every call of that [`Client`](crate::Client) (other queues'
-//! claims, heartbeats) queues behind it for up to the timeout. Keep the
-//! timeout short next to the leases (tens to hundreds of milliseconds),
-//! and give queues with a durability setting a `Client` of their own when
-//! other queues must not feel a replica's outage.
+//! It costs no round trip of its own, but its answer waits for the
+//! slowest confirming replica. Concurrent enqueues and a worker's
+//! settlements are batched, so one confirmation covers a batch (a bulk
+//! enqueue: one per chunk of jobs).
+//!
+//! The server answers nothing else on that connection until the
+//! confirmation returns, and echomq sends it on the client's shared
+//! connection: while replicas are missing or slow, every call of that
+//! [`Client`](crate::Client) (other queues' claims, heartbeats) queues
+//! behind it for up to the timeout. Keep the timeout short next to the
+//! leases (tens to hundreds of milliseconds) and below the client's
+//! response timeout, and give queues with a durability setting a `Client`
+//! of their own when other queues must not feel a replica's outage.
 
 use std::time::Duration;
 
@@ -75,6 +87,11 @@ pub enum Durability {
     },
 }
 
+/// What a confirmation said: `None` when the writes are as durable as
+/// asked, a [`Shortfall`] when fewer confirmed, an error when it cannot
+/// be used at all.
+pub(crate) type Confirmed = Result<Option<Shortfall>>;
+
 /// A confirmation that fell short: how many replicas (or, for `Fsynced`,
 /// fsyncs counting the primary's) confirmed, and how many were asked for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -105,32 +122,39 @@ impl Durability {
         Ok(())
     }
 
-    /// Whether writes wait for anything past the primary's reply.
-    pub(crate) fn waits(&self) -> bool {
-        !matches!(self, Durability::Primary)
-    }
-
-    /// Waits until the writes this connection sent so far are as durable
-    /// as asked; `None` when they are, else what fell short. A wait whose
-    /// answer was lost (the connection dropped or timed out), or that
-    /// reached a node no longer the queue's master (a failover between the
-    /// writes and the wait), confirmed nothing: a shortfall of all, not an
-    /// error, since the writes it follows were made.
-    pub(crate) async fn confirm(&self, conn: &mut Conn) -> Result<Option<Shortfall>> {
-        let (cmd, wanted) = match *self {
-            Durability::Primary => return Ok(None),
+    /// The command that confirms the writes sent before it on the same
+    /// connection (`WAIT` or `WAITAOF`), and how many confirmations it
+    /// asks for; `None` for [`Primary`](Durability::Primary).
+    pub(crate) fn confirmation(&self) -> Option<redis::Cmd> {
+        match *self {
+            Durability::Primary => None,
             Durability::Replicas { count, timeout } => {
                 let mut c = redis::cmd("WAIT");
                 c.arg(count).arg(timeout_ms(timeout));
-                (c, count)
+                Some(c)
             }
             Durability::Fsynced { replicas, timeout } => {
                 let mut c = redis::cmd("WAITAOF");
                 c.arg(1).arg(replicas).arg(timeout_ms(timeout));
-                (c, 1 + replicas)
+                Some(c)
             }
+        }
+    }
+
+    /// What the [`confirmation`](Self::confirmation)'s answer says: `None`
+    /// when the writes are as durable as asked, else what fell short. A
+    /// node that refuses it because it no longer is the master that took
+    /// the writes (a replica after a failover; a cluster's `MOVED`,
+    /// `TRYAGAIN` or `CLUSTERDOWN`) confirmed nothing: a shortfall of all.
+    /// A refusal that says it cannot be used (an ACL refusal, an unknown
+    /// command) is an error.
+    pub(crate) fn read(&self, answer: redis::Value) -> Confirmed {
+        let wanted = match *self {
+            Durability::Primary => return Ok(None),
+            Durability::Replicas { count, .. } => count,
+            Durability::Fsynced { replicas, .. } => 1 + replicas,
         };
-        let acked = match cmd.query_async::<redis::Value>(conn).await {
+        let acked = match answer.extract_error() {
             Ok(v) => confirmed(&v, *self),
             Err(e) if confirms_nothing(&e) => 0,
             Err(e) => return Err(Error::from_redis(e)),
@@ -209,7 +233,7 @@ mod tests {
         assert_eq!(confirmed(&Value::Array(vec![Value::Int(1), Value::Int(3)]), aof), 2);
         assert_eq!(confirmed(&Value::Array(vec![Value::Int(1), Value::Int(0)]), aof), 1);
         assert_eq!(confirmed(&Value::Int(1), aof), 0);
-        assert!(Durability::Primary.check().is_ok() && !Durability::Primary.waits());
-        assert!(aof.check().is_ok() && aof.waits());
+        assert!(Durability::Primary.check().is_ok() && Durability::Primary.confirmation().is_none());
+        assert!(aof.check().is_ok() && aof.confirmation().is_some());
     }
 }

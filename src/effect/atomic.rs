@@ -191,14 +191,17 @@ impl Queue {
         lease.check_queue(self.base())?;
         effects.check(self)?;
         let keep = self.options().keep_completed.arg();
-        match store::complete::run(&mut self.conn(), self.keys(), lease, &keep, &effects.ops).await? {
+        let durability = self.options().durability;
+        let (completed, confirmed) =
+            store::complete::run(&mut self.conn(), self.keys(), lease, &keep, &effects.ops, durability).await?;
+        match completed {
             Completed::Refused { index, reason } => {
                 let effect = effects.ops.get(index.wrapping_sub(1)).map(describe).unwrap_or_default();
                 Err(Error::EffectRefused { index, effect, reason })
             }
             Completed::Settled(settled) => {
                 if settled.outcome == Outcome::Completed {
-                    self.confirm_settled(1).await;
+                    self.report_settled(1, confirmed);
                 }
                 Ok(settled)
             }

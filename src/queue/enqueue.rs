@@ -59,28 +59,20 @@ pub(super) async fn coalesce(
         let (mut conn, keys) = (conn.clone(), keys.clone());
         tokio::spawn(async move {
             let jobs: Vec<&NewJob> = batch.iter().map(|r| &r.job).collect();
-            let result = store::enqueue::run(&mut conn, &keys, &jobs).await;
+            let result = store::enqueue::run(&mut conn, &keys, &jobs, durability).await;
             drop(jobs);
-            // Stored: as durable as the queue asks? (Each caller hears
+            // Stored, and as durable as the queue asks? (Each caller hears
             // about its own job.)
-            let confirmed = match &result {
-                Ok(_) => durability.confirm(&mut conn).await,
-                Err(_) => Ok(None),
-            };
-            match (result, confirmed) {
-                (Ok(out), Ok(shortfall)) if out.len() == batch.len() => {
+            match result {
+                Ok((out, Ok(shortfall))) if out.len() == batch.len() => {
                     for (request, answer) in batch.into_iter().zip(out) {
                         let _ = request.reply.send(match shortfall {
                             None => Ok(answer),
-                            Some(Shortfall { acked, wanted }) => Err(Error::NotDurable {
-                                ids: vec![answer.id],
-                                acked,
-                                wanted,
-                            }),
+                            Some(s) => Err(not_durable(std::slice::from_ref(&answer), s)),
                         });
                     }
                 }
-                (Ok(out), Ok(_)) => {
+                Ok((out, Ok(_))) => {
                     let detail = format!("{} answers for {} jobs", out.len(), batch.len());
                     for request in batch {
                         let _ = request.reply.send(Err(Error::Protocol {
@@ -89,7 +81,7 @@ pub(super) async fn coalesce(
                         }));
                     }
                 }
-                (Err(e), _) | (Ok(_), Err(e)) => {
+                Err(e) | Ok((_, Err(e))) => {
                     for request in batch {
                         let _ = request.reply.send(Err(e.duplicate()));
                     }
@@ -108,16 +100,12 @@ fn gone() -> Error {
     }
 }
 
-/// Waits, after an enqueue call, until its jobs are as durable as the
-/// queue asks; [`Error::NotDurable`] (with their ids) when they fell short.
-async fn confirm(conn: &mut Conn, durability: Durability, stored: &[Enqueued]) -> Result<()> {
-    match durability.confirm(conn).await? {
-        None => Ok(()),
-        Some(Shortfall { acked, wanted }) => Err(Error::NotDurable {
-            ids: stored.iter().map(|e| e.id.clone()).collect(),
-            acked,
-            wanted,
-        }),
+/// [`Error::NotDurable`] for `stored` jobs whose confirmation fell short.
+fn not_durable(stored: &[Enqueued], Shortfall { acked, wanted }: Shortfall) -> Error {
+    Error::NotDurable {
+        ids: stored.iter().map(|e| e.id.clone()).collect(),
+        acked,
+        wanted,
     }
 }
 
@@ -332,12 +320,22 @@ impl Queue {
     /// Sends encoded jobs a chunk per script call.
     async fn send_bulk(&self, encoded: &[NewJob]) -> Result<Vec<Enqueued>> {
         let mut out = Vec::with_capacity(encoded.len());
+        let mut shortfall = None;
         for chunk in encoded.chunks(ENQUEUE_CHUNK) {
             let jobs: Vec<&NewJob> = chunk.iter().collect();
-            out.extend(store::enqueue::run(&mut self.conn(), self.keys(), &jobs).await?);
+            // Each chunk's confirmation rides with it: an earlier chunk's
+            // writes may have gone over a connection since replaced.
+            let (stored, confirmed) =
+                store::enqueue::run(&mut self.conn(), self.keys(), &jobs, self.options().durability).await?;
+            out.extend(stored);
+            if let Some(s) = confirmed? {
+                shortfall.get_or_insert(s);
+            }
         }
-        // One confirmation covers every chunk: the connection's writes so far.
-        confirm(&mut self.conn(), self.options().durability, &out).await?;
-        Ok(out)
+        // Every chunk is stored; a shortfall of one names them all.
+        match shortfall {
+            None => Ok(out),
+            Some(s) => Err(not_durable(&out, s)),
+        }
     }
 }

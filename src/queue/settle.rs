@@ -5,6 +5,7 @@
 use std::time::Duration;
 
 use super::{MAX_BATCH, Queue};
+use crate::durability::{Confirmed, Durability};
 use crate::error::{Error, Result};
 use crate::job::millis;
 use crate::lease::Lease;
@@ -164,24 +165,21 @@ impl Queue {
                 max: claim,
                 holder: self.holder(),
             }),
+            durability: if sent > 0 { opts.durability } else { Durability::Primary },
         };
         let answer = store::settle::run(&mut self.conn(), self.keys(), self.base(), batch).await?;
         if sent > 0 {
-            self.confirm_settled(sent).await;
+            self.report_settled(sent, answer.confirmed);
         }
         Ok((answer.settled, answer.claimed.leases, answer.claimed.wait))
     }
 
-    /// Waits until settlements just sent are as durable as the queue asks.
-    /// A shortfall is logged, not returned: the settlements are applied
-    /// and cannot be taken back, and a settlement lost in a failover only
-    /// makes its job run again.
-    pub(crate) async fn confirm_settled(&self, n: usize) {
-        let d = self.options().durability;
-        if !d.waits() {
-            return;
-        }
-        match d.confirm(&mut self.conn()).await {
+    /// Says when settlements just sent fell short of the queue's
+    /// durability. Logged, not returned: the settlements are applied and
+    /// cannot be taken back, and a settlement lost in a failover only makes
+    /// its job run again.
+    pub(crate) fn report_settled(&self, n: usize, confirmed: Confirmed) {
+        match confirmed {
             Ok(None) => {}
             Ok(Some(s)) => tracing::warn!(
                 queue = self.name(),

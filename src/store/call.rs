@@ -1,12 +1,15 @@
 //! The transport every script file uses: a [`Call`] of a script's library
 //! function (loading the library when the server has lost it, and on a
-//! cluster declaring the queue's resharding guard), and the [`Reply`] it
+//! cluster declaring the queue's resharding guard; with a durability
+//! setting, its confirmation in the same pipeline), and the [`Reply`] it
 //! reads field by field.
 
+use redis::aio::ConnectionLike;
 use redis::{ToRedisArgs, Value};
 
 use super::{Code, Spec, load_library, missing_function};
 use crate::conn::Conn;
+use crate::durability::{Confirmed, Durability};
 use crate::error::{Error, Result};
 
 /// One script call being built: keys first, then arguments.
@@ -41,8 +44,52 @@ impl Call {
         Reply::new(self.spec, v)
     }
 
+    /// Runs the call and, when `durability` waits for more than the
+    /// primary, its confirmation right behind it in one pipeline: on the
+    /// same connection to the node that ran the script, so it can only
+    /// count that node's replicas (`durability.rs`). The confirmation's
+    /// verdict comes beside the reply; a connection lost during the pair
+    /// fails the whole call.
+    pub(super) async fn run_confirmed(&self, conn: &mut Conn, durability: Durability) -> Result<(Reply, Confirmed)> {
+        let Some(confirmation) = durability.confirmation() else {
+            return Ok((self.run(conn).await?, Ok(None)));
+        };
+        let mut pipe = redis::pipe();
+        pipe.add_command(self.command(conn)).add_command(confirmation);
+        let mut reloaded = false;
+        loop {
+            let answers = conn.req_packed_commands(&pipe, 0, 2).await.map_err(Error::from_redis)?;
+            let Ok::<[Value; 2], _>([reply, confirmed]) = answers.try_into() else {
+                return Err(Error::Protocol {
+                    script: self.spec.name,
+                    detail: "a script call and its confirmation did not answer twice".into(),
+                });
+            };
+            match reply.extract_error() {
+                Err(e) if !reloaded && missing_function(&e) => {
+                    load_library(conn).await?;
+                    reloaded = true;
+                }
+                Err(e) => return Err(Error::from_redis(e)),
+                Ok(v) => return Ok((Reply::new(self.spec, v)?, durability.read(confirmed))),
+            }
+        }
+    }
+
     /// Runs the call and returns its reply as it is.
     pub(super) async fn run_raw(&self, conn: &mut Conn) -> Result<Value> {
+        let cmd = self.command(conn);
+        match cmd.query_async(conn).await {
+            Err(e) if missing_function(&e) => {
+                load_library(conn).await?;
+                cmd.query_async(conn).await.map_err(Error::from_redis)
+            }
+            r => r.map_err(Error::from_redis),
+        }
+    }
+
+    /// The `FCALL` of this call, with the resharding guard on a cluster.
+    fn command(&self, conn: &Conn) -> redis::Cmd {
         let spec = self.spec;
         debug_assert!(
             self.keys.len() == spec.keys.len() || (spec.more_keys && self.keys.len() > spec.keys.len()),
@@ -71,13 +118,7 @@ impl Call {
         for a in &self.args {
             cmd.arg(a.as_slice());
         }
-        match cmd.query_async(conn).await {
-            Err(e) if missing_function(&e) => {
-                load_library(conn).await?;
-                cmd.query_async(conn).await.map_err(Error::from_redis)
-            }
-            r => r.map_err(Error::from_redis),
-        }
+        cmd
     }
 }
 

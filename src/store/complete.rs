@@ -5,6 +5,7 @@ use super::Spec;
 use super::call::fenced;
 use super::codes::Code;
 use crate::conn::Conn;
+use crate::durability::{Confirmed, Durability};
 use crate::error::Result;
 use crate::keys::Keys;
 use crate::lease::Lease;
@@ -59,14 +60,16 @@ pub(crate) enum Completed {
 }
 
 /// Completes `lease` and applies `effects`, all or nothing;
-/// `keep_completed` as `Retention::arg` writes it.
+/// `keep_completed` as `Retention::arg` writes it. Also says whether the
+/// call is as durable as `durability` asks.
 pub(crate) async fn run(
     conn: &mut Conn,
     k: &Keys,
     lease: &Lease,
     keep_completed: &str,
     effects: &[Effect],
-) -> Result<Completed> {
+    durability: Durability,
+) -> Result<(Completed, Confirmed)> {
     let mut targets: Vec<&str> = Vec::new();
     let mut call = SPEC.call();
     call.key(k.job(&lease.id)).key(&k.active).key(&k.completed);
@@ -90,18 +93,18 @@ pub(crate) async fn run(
     for t in &targets {
         call.key(*t);
     }
-    let mut r = call.run(conn).await?;
+    let (mut r, confirmed) = call.run_confirmed(conn, durability).await?;
     let (code, server_ms) = (r.code()?, r.uint()?);
     if code == Code::Refused {
         let index = r.uint()? as usize;
         let reason = r.string()?;
-        return Ok(Completed::Refused { index, reason });
+        return Ok((Completed::Refused { index, reason }, confirmed));
     }
     let outcome = match fenced("complete", &lease.id, lease.token, code)? {
         Code::Already => Outcome::AlreadySettled,
         _ => Outcome::Completed,
     };
-    Ok(Completed::Settled(Settled { outcome, server_ms }))
+    Ok((Completed::Settled(Settled { outcome, server_ms }), confirmed))
 }
 
 #[cfg(test)]

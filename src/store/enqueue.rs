@@ -5,6 +5,7 @@ use super::Spec;
 use super::call::unexpected;
 use super::codes::Code;
 use crate::conn::Conn;
+use crate::durability::{Confirmed, Durability};
 use crate::error::Result;
 use crate::job::{EnqueueStatus, Enqueued, Unique};
 use crate::keys::Keys;
@@ -41,8 +42,14 @@ pub(crate) struct NewJob {
     pub expires: String,
 }
 
-/// Stores `jobs` in one atomic call: one answer per job, in order.
-pub(crate) async fn run(conn: &mut Conn, k: &Keys, jobs: &[&NewJob]) -> Result<Vec<Enqueued>> {
+/// Stores `jobs` in one atomic call: one answer per job, in order, and
+/// whether they are as durable as `durability` asks.
+pub(crate) async fn run(
+    conn: &mut Conn,
+    k: &Keys,
+    jobs: &[&NewJob],
+    durability: Durability,
+) -> Result<(Vec<Enqueued>, Confirmed)> {
     let mut call = SPEC.call();
     call.key(&k.seq)
         .key(&k.pending)
@@ -69,7 +76,7 @@ pub(crate) async fn run(conn: &mut Conn, k: &Keys, jobs: &[&NewJob]) -> Result<V
             .arg(&j.expires)
             .arg(states);
     }
-    let mut r = call.run(conn).await?;
+    let (mut r, confirmed) = call.run_confirmed(conn, durability).await?;
     let _now = r.uint()?;
     let mut out = Vec::with_capacity(jobs.len());
     while r.remaining() > 0 {
@@ -85,5 +92,5 @@ pub(crate) async fn run(conn: &mut Conn, k: &Keys, jobs: &[&NewJob]) -> Result<V
             status,
         });
     }
-    Ok(out)
+    Ok((out, confirmed))
 }

@@ -8,6 +8,7 @@ use super::call::fenced;
 use super::claim::{Claim, Claimed, read_leases};
 use super::codes::Code;
 use crate::conn::Conn;
+use crate::durability::{Confirmed, Durability};
 use crate::error::{Error, Result, truncate};
 use crate::job::delay_ms;
 use crate::keys::Keys;
@@ -121,6 +122,8 @@ pub(crate) struct Batch<'a> {
     pub items: Vec<Result<Item<'a>>>,
     /// The claim that follows the settlements, if any.
     pub claim: Option<Claim<'a>>,
+    /// How durable the settlements must be (claims need nothing).
+    pub durability: Durability,
 }
 
 /// What a settle call did.
@@ -129,6 +132,8 @@ pub(crate) struct Answer {
     pub settled: Vec<Result<Settled>>,
     /// What the claim leased (nothing without one).
     pub claimed: Claimed,
+    /// Whether the settlements are as durable as the batch asked.
+    pub confirmed: Confirmed,
 }
 
 /// Sends the batch's encodable items, and its claim, in one call to the
@@ -160,7 +165,7 @@ pub(crate) async fn run(conn: &mut Conn, k: &Keys, queue: &Arc<str>, batch: Batc
     if let Some(claim) = &batch.claim {
         claim.args(&mut call);
     }
-    let mut r = call.run(conn).await?;
+    let (mut r, confirmed) = call.run_confirmed(conn, batch.durability).await?;
     let now = r.uint()?;
     let mut settled = Vec::with_capacity(batch.items.len());
     for item in batch.items {
@@ -181,5 +186,9 @@ pub(crate) async fn run(conn: &mut Conn, k: &Keys, queue: &Arc<str>, batch: Batc
         Some(_) => read_leases(&mut r, queue, now)?,
         None => Claimed::default(),
     };
-    Ok(Answer { settled, claimed })
+    Ok(Answer {
+        settled,
+        claimed,
+        confirmed,
+    })
 }

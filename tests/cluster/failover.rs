@@ -3,7 +3,7 @@
 use std::time::{Duration, Instant};
 
 use echomq::server::LocalCluster;
-use echomq::{Client, Durability, Error, QueueOptions, Retention};
+use echomq::{Client, Durability, EnqueueOptions, Error, QueueOptions, Retention};
 
 use super::common;
 use super::{Producers, counting_consumer, drained, name_on, opts};
@@ -107,4 +107,73 @@ async fn with_wait_1_a_killed_master_loses_no_acknowledged_enqueue() {
     })
     .await;
     assert_eq!(lost, 0, "acknowledged enqueues lost despite WAIT 1");
+}
+
+// A confirmation counts only the replicas of the node that took the
+// writes. The queue's master has its only replica paused, so no `WAIT 1`
+// can succeed there; it is SIGKILLed while an enqueue's `WAIT` blocks on
+// it. Sent on its own, the redis crate's cluster connection retried that
+// `WAIT` on another connected node, and another master's replica
+// confirmed a job it never saw (found losing 4 enqueues in the long run on
+// a cluster). Sent in one pipeline with its script call, the pair fails
+// as a whole: every attempt must answer an error, never `Ok`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_confirmation_counts_only_the_node_that_took_the_write() {
+    // Each attempt without the fix answered Ok about half the time.
+    const ATTEMPTS: usize = 7;
+    let mut cluster = LocalCluster::builder().replicas_per_master(1).start().unwrap();
+    let masters = cluster.master_ports().unwrap();
+    let master = masters[0];
+    let replica = cluster.replica_of(master).unwrap();
+    let short = opts().response_timeout(Duration::from_secs(1));
+    let client = Client::connect_cluster(&[&cluster.url()], short).await.unwrap();
+    let name = name_on(&cluster, master, "confirm");
+    let wait_1 = Durability::Replicas {
+        count: 1,
+        timeout: Duration::from_millis(800),
+    };
+    let q = client
+        .queue_with(&name, QueueOptions::new().durability(wait_1))
+        .await
+        .unwrap();
+    // Replicated and confirmed while the replica runs.
+    q.enqueue_with(&0u64, &EnqueueOptions::new().id("before"))
+        .await
+        .unwrap();
+    cluster.nodes().iter().find(|n| n.port() == replica).unwrap().pause();
+    let mut answers = Vec::new();
+    for attempt in 0..ATTEMPTS {
+        let id = format!("job-{attempt}");
+        let enqueue = {
+            let q = q.clone();
+            tokio::spawn(async move { q.enqueue_with(&attempt, &EnqueueOptions::new().id(&id)).await })
+        };
+        let blocked = common::eventually(Duration::from_secs(10), || async {
+            let c = redis::Client::open(format!("redis://127.0.0.1:{master}/")).unwrap();
+            let mut conn = c.get_multiplexed_async_connection().await.unwrap();
+            let list: String = redis::cmd("CLIENT").arg("LIST").query_async(&mut conn).await.unwrap();
+            list.contains("cmd=wait")
+        })
+        .await;
+        assert!(
+            blocked,
+            "attempt {attempt}: the enqueue's WAIT never blocked on its master"
+        );
+        cluster.node_mut(master).unwrap().kill();
+        let answer = enqueue.await.unwrap();
+        answers.push(format!("{answer:?}"));
+        if let Err(e) = &answer {
+            assert!(e.is_transient(), "attempt {attempt}: {e}");
+        }
+        cluster.node_mut(master).unwrap().restart().unwrap();
+        tokio::task::block_in_place(|| cluster.wait_until_settled(Duration::from_secs(30))).unwrap();
+    }
+    cluster.nodes().iter().find(|n| n.port() == replica).unwrap().resume();
+    println!("enqueues whose WAIT blocked on a master then killed: {answers:?}");
+    let confirmed: Vec<_> = answers.iter().filter(|a| a.starts_with("Ok")).collect();
+    assert!(
+        confirmed.is_empty(),
+        "{} of {ATTEMPTS} enqueues confirmed by WAIT 1 while their master's only replica was paused: {confirmed:?}",
+        confirmed.len()
+    );
 }
