@@ -2,8 +2,9 @@
 //! master, half of them enqueued and settled with `WAIT 1`
 //! (`Durability::Replicas`) and half without, workers SIGKILLed at random,
 //! masters SIGKILLed so that their replica takes over (the killed master
-//! restarted, to rejoin as the new master's replica), and queues' slots
-//! moved to another master under load. Each queue is its own run (its own
+//! restarted, to rejoin as the new master's replica), workers cut off
+//! (SIGSTOP) for twice their lease and let back, and queues' slots moved
+//! to another master under load. Each queue is its own run (its own
 //! producer, reaper and workers, all connected to the cluster's seeds) and
 //! is checked on its own: the checker reads it from the master that serves
 //! its slot at the end. A queue without `WAIT` is checked with a loss
@@ -29,6 +30,9 @@ use crate::harness::{ProducerOpts, Run, WorkerOpts};
 /// after the reply and the driver recording the kill after the signal.
 pub const LOSS_WINDOW_MS: u64 = 1000;
 
+/// How long a paused worker stays stopped: twice the workers' lease.
+pub const PAUSE_MS: u64 = 2_000;
+
 /// The sizes and faults of one [`cluster_faults`] run.
 #[derive(Debug, Clone)]
 pub struct ClusterPlan {
@@ -44,6 +48,10 @@ pub struct ClusterPlan {
     pub master_kills: usize,
     /// Slots (queues') to move to another master under load.
     pub migrations: usize,
+    /// Workers to cut off (SIGSTOP) for [`PAUSE_MS`], twice their lease,
+    /// spread over the run: their leases lapse and are re-leased, and when
+    /// they come back their settlements must be fenced.
+    pub worker_pauses: usize,
     /// First job number (segments of one long run use disjoint ranges).
     pub from: u64,
     /// How long to wait for the drain.
@@ -169,22 +177,57 @@ pub fn cluster_faults_on(ctx: &Ctx, cluster: &mut LocalCluster, plan: &ClusterPl
         });
     }
     let mut next_step = Instant::now() + gap;
+    let pause_gap = (expected / (plan.worker_pauses as u32 + 1)).max(Duration::from_millis(PAUSE_MS + 500));
+    let mut pauses_left = plan.worker_pauses;
+    let mut next_pause = Instant::now() + pause_gap;
+    // (queue index, worker, when to resume it)
+    let mut paused: Vec<(usize, String, Instant)> = Vec::new();
+    let mut worker_pauses = 0u64;
     let mut next_kill = Instant::now() + Duration::from_millis(plan.kill_every_ms);
     let (mut worker_kills, mut failovers, mut migrations) = (0u64, 0u64, 0u64);
     let mut failover_ms: Vec<u64> = Vec::new();
     let mut events: Vec<Value> = Vec::new();
     let until = Instant::now() + plan.limit;
     let drained = loop {
-        if plan_steps.is_empty() && runs.iter_mut().all(|(r, _)| r.drained()) {
+        if plan_steps.is_empty() && pauses_left == 0 && paused.is_empty() && runs.iter_mut().all(|(r, _)| r.drained()) {
             break true;
         }
         if Instant::now() > until {
             break false;
         }
+        if Instant::now() >= next_pause && pauses_left > 0 {
+            let k = fastrand::usize(0..runs.len());
+            let run = &mut runs[k].0;
+            let live: Vec<String> = run
+                .live("worker")
+                .into_iter()
+                .filter(|w| !paused.iter().any(|(i, p, _)| *i == k && p == w))
+                .collect();
+            if !live.is_empty() {
+                let w = live[fastrand::usize(0..live.len())].clone();
+                run.pause(&w);
+                paused.push((k, w, Instant::now() + Duration::from_millis(PAUSE_MS)));
+                worker_pauses += 1;
+                pauses_left -= 1;
+                next_pause = Instant::now() + pause_gap;
+            }
+        }
+        paused.retain(|(k, w, at)| {
+            if Instant::now() < *at {
+                return true;
+            }
+            runs[*k].0.resume(w);
+            false
+        });
         if Instant::now() >= next_kill {
             let k = fastrand::usize(0..runs.len());
             let (run, waits) = &mut runs[k];
-            let live = run.live("worker");
+            // A paused worker is left to come back (a kill would end its pause).
+            let live: Vec<String> = run
+                .live("worker")
+                .into_iter()
+                .filter(|w| !paused.iter().any(|(i, p, _)| *i == k && p == w))
+                .collect();
             if !live.is_empty() {
                 let w = &live[fastrand::usize(0..live.len())];
                 run.kill(w);
@@ -265,6 +308,8 @@ pub fn cluster_faults_on(ctx: &Ctx, cluster: &mut LocalCluster, plan: &ClusterPl
         "jobs": jobs,
         "completed": sum("completed", None),
         "worker_kills": worker_kills,
+        "worker_pauses_past_lease": worker_pauses,
+        "pause_ms": PAUSE_MS,
         "master_kills": failovers,
         "failovers": failovers,
         "failover_ms": failover_ms,
