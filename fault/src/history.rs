@@ -82,6 +82,18 @@ pub enum Ev {
         /// How long the call took.
         ms: u64,
     },
+    /// A producer asked to cancel job `id` (`Queue::cancel`): `answer` is
+    /// "cancelled" (it was waiting: cancelled now), "requested" (it was
+    /// running), "finished:STATE", "not_found", or "error: ..." (unknown
+    /// whether it applied; asked again).
+    CancelAsked {
+        /// The job.
+        id: String,
+        /// What the call answered.
+        answer: String,
+        /// How long the call took.
+        ms: u64,
+    },
     /// A job was leased (the consumer's `Claimed` event).
     Claimed {
         /// The job.
@@ -226,6 +238,9 @@ pub enum Ev {
         requeued: Vec<(String, u64)>,
         /// Jobs failed as stalled, with their stalls.
         failed: Vec<(String, u64)>,
+        /// Jobs with a cancel request whose lease lapsed: cancelled.
+        #[serde(default)]
+        cancelled: Vec<String>,
         /// How long the call took.
         ms: u64,
     },
@@ -356,6 +371,7 @@ mod tests {
             server_ms: 9,
             requeued: vec![("j1".into(), 1)],
             failed: vec![],
+            cancelled: vec![],
             ms: 3,
         });
         let text = std::fs::read_to_string(&path).unwrap();

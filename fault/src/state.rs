@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use redis::AsyncCommands;
 
 /// The state sets of a queue, in the order the checker reports them.
-pub const SETS: [&str; 5] = ["pending", "active", "delayed", "completed", "failed"];
+pub const SETS: [&str; 6] = ["pending", "active", "delayed", "completed", "failed", "cancelled"];
 
 /// One job hash, decoded.
 #[derive(Debug, Clone, Default, PartialEq)]

@@ -602,9 +602,9 @@ fn cluster_smoke() {
         assert!(o.check.ok, "[cluster {q}] checker failed:\n{}", o.check.text);
         assert!(o.drained, "[cluster {q}] jobs left unsettled:\n{}", o.check.text);
         assert_eq!(
-            o.check.n("completed"),
+            o.check.n("completed") + o.check.n("cancelled"),
             o.check.n("jobs"),
-            "[cluster {q}] not every job completed"
+            "[cluster {q}] not every job completed or was cancelled"
         );
         assert!(o.check.n("jobs") > 0, "[cluster {q}] no job read back from its master");
         if *waits {

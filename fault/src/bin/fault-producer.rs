@@ -7,8 +7,12 @@
 //! `--lane-cap=C` first sets the cap of each of those lanes to C (stored in
 //! the server, so every worker's claims honour it). `--max-active=C`,
 //! `--rate=N:W_MS` and `--lane-rate=N:W_MS` first set the queue's global
-//! cap, its rate limit and the default rate limit of its lanes. Records
-//! invoke / ok / fail (definite or unknown).
+//! cap, its rate limit and the default rate limit of its lanes. With
+//! `--cancel-every=N`, every N-th job created is asked to be cancelled
+//! (`Queue::cancel`) at a random moment up to `--cancel-within-ms` after
+//! its enqueue was answered: waiting, running or finished by then; an
+//! answer lost is asked again. Records invoke / ok / fail (definite or
+//! unknown) and each cancel's answer.
 //!
 //! Limits belong to the job and are fixed here, at enqueue: the handle's
 //! defaults (`Args::queue_options`) give every job 1,000 attempts, 1,000
@@ -21,13 +25,15 @@
 //!     [--pace-ms=0] [--response-timeout-ms=1000] [--lanes=0] [--lane-cap=C]
 //!     [--max-active=C] [--rate=N:W_MS] [--lane-rate=N:W_MS]
 //!     [--max-attempts=1000] [--max-stalls=1000] [--backoff-ms=20]
+//!     [--cancel-every=0] [--cancel-within-ms=50]
 //! ```
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use echomq::{EnqueueOptions, EnqueueStatus, Queue};
+use echomq::admin::Cancel;
+use echomq::{EnqueueOptions, EnqueueStatus, Error, Queue};
 use echomq_fault::args::Args;
 use echomq_fault::history::{Ev, History};
 
@@ -53,6 +59,8 @@ async fn main() {
     let groups: u64 = a.get("dedup-groups", 5);
     let pace = Duration::from_millis(a.get("pace-ms", 0));
     let lanes: u64 = a.get("lanes", 0);
+    let cancel_every: u64 = a.get("cancel-every", 0);
+    let cancel_within = a.get("cancel-within-ms", 50u64);
     let queue = a.connect(&url).await;
     if let Some(cap) = a.opt("lane-cap") {
         let cap: u32 = cap.parse().expect("--lane-cap");
@@ -83,9 +91,11 @@ async fn main() {
         guarded: false,
     });
     let next = Arc::new(AtomicU64::new(from));
+    let cancels = Arc::new(tokio::sync::Mutex::new(tokio::task::JoinSet::new()));
     let mut tasks = Vec::new();
     for _ in 0..a.get("concurrency", 8usize) {
         let (q, h, next, prefix) = (queue.clone(), hist.clone(), next.clone(), prefix.clone());
+        let cancels = cancels.clone();
         tasks.push(tokio::spawn(async move {
             loop {
                 let k = next.fetch_add(1, Ordering::SeqCst);
@@ -95,7 +105,14 @@ async fn main() {
                 let id = format!("{prefix}{k}");
                 let dedup = (dedup_every > 0 && k % dedup_every == 0).then(|| format!("g{}", k % groups));
                 let lane = (lanes > 0).then(|| format!("l{}", k % lanes));
-                enqueue(&q, &h, &id, k, dedup, lane).await;
+                let created = enqueue(&q, &h, &id, k, dedup, lane).await;
+                if let Some(job) = created.filter(|_| cancel_every > 0 && k % cancel_every == cancel_every / 2) {
+                    let (q, h) = (q.clone(), h.clone());
+                    cancels.lock().await.spawn(async move {
+                        tokio::time::sleep(Duration::from_millis(fastrand::u64(0..=cancel_within))).await;
+                        cancel(&q, &h, &job).await;
+                    });
+                }
                 if !pace.is_zero() {
                     tokio::time::sleep(pace).await;
                 }
@@ -105,11 +122,50 @@ async fn main() {
     for t in tasks {
         t.await.expect("producer task");
     }
+    let mut cancels = cancels.lock().await;
+    while let Some(done) = cancels.join_next().await {
+        done.expect("cancel task");
+    }
     hist.write(Ev::Stop { reason: "done".into() });
 }
 
-/// Enqueues one job, retrying an unknown outcome with the same id.
-async fn enqueue(q: &Queue, h: &History, id: &str, n: u64, dedup: Option<String>, lane: Option<String>) {
+/// Asks to cancel job `id`, again while the answer is lost.
+async fn cancel(q: &Queue, h: &History, id: &str) {
+    let give_up = Instant::now() + GIVE_UP;
+    loop {
+        let t0 = Instant::now();
+        let res = q.cancel(id).await;
+        let ms = t0.elapsed().as_millis() as u64;
+        let (answer, again) = match &res {
+            Ok(Cancel::Cancelled) => ("cancelled".to_owned(), false),
+            Ok(Cancel::Requested) => ("requested".to_owned(), false),
+            Ok(Cancel::Finished(state)) => (format!("finished:{}", state.as_str()), false),
+            Ok(_) => ("other".to_owned(), false),
+            Err(Error::JobNotFound(_)) => ("not_found".to_owned(), false),
+            Err(e) => (format!("error: {e}"), e.is_transient() && Instant::now() < give_up),
+        };
+        h.write(Ev::CancelAsked {
+            id: id.to_owned(),
+            answer,
+            ms,
+        });
+        if !again {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Enqueues one job, retrying an unknown outcome with the same id; the
+/// job's id when this call created it.
+async fn enqueue(
+    q: &Queue,
+    h: &History,
+    id: &str,
+    n: u64,
+    dedup: Option<String>,
+    lane: Option<String>,
+) -> Option<String> {
     let mut opts = EnqueueOptions::new().id(id);
     if let Some(d) = &dedup {
         opts = opts.dedup(d.clone());
@@ -138,10 +194,10 @@ async fn enqueue(q: &Queue, h: &History, id: &str, n: u64, dedup: Option<String>
                 h.write(Ev::EnqueueOk {
                     id: id.to_owned(),
                     status: status.into(),
-                    job: e.id,
+                    job: e.id.clone(),
                     ms,
                 });
-                return;
+                return (e.status == EnqueueStatus::Created).then_some(e.id);
             }
             Err(e) => {
                 let definite = !e.is_transient();
@@ -153,7 +209,7 @@ async fn enqueue(q: &Queue, h: &History, id: &str, n: u64, dedup: Option<String>
                 });
                 if definite || Instant::now() > give_up {
                     eprintln!("enqueue {id}: giving up: {e}");
-                    return;
+                    return None;
                 }
                 tokio::time::sleep(Duration::from_millis(50)).await;
             }

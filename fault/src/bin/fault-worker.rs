@@ -374,11 +374,12 @@ async fn run_reaper(a: &Args, hist: History, queue: Queue) {
         let full = match reaper.run_once().await {
             Ok(rep) => {
                 let n = rep.requeued.len() + rep.failed.len();
-                if n > 0 {
+                if n + rep.cancelled.len() > 0 {
                     hist.write(Ev::Reap {
                         server_ms: rep.server_ms,
                         requeued: rep.requeued.clone(),
                         failed: rep.failed.clone(),
+                        cancelled: rep.cancelled.clone(),
                         ms: t0.elapsed().as_millis() as u64,
                     });
                 }

@@ -26,7 +26,7 @@ pub(super) fn figures(state: &ServerState, r: &mut Report) {
     }
 }
 
-/// I1, I2 and I3.
+/// I1, I2, I3, C1 and C2.
 pub(super) fn check_records(
     h: &Histories,
     state: &ServerState,
@@ -91,6 +91,36 @@ pub(super) fn check_records(
         }
     }
     r.invariants.insert("I3".into(), "full".into());
+
+    // ---- C1: only a job asked to be cancelled ends cancelled; C2: one
+    // cancelled while it waited stays cancelled ----
+    let none = Vec::new();
+    for (id, j) in &state.jobs {
+        let asked = h.jobs.get(id.as_str()).map_or(&none, |x| &x.cancels);
+        if j.state == "cancelled" {
+            r.cancelled += 1;
+            if asked.is_empty() {
+                v.push(format!("C1 job {id} is cancelled, but no cancel was asked for it"));
+            }
+        }
+        if let Some(&(at, _)) = asked.iter().find(|(_, a)| *a == "cancelled")
+            && j.state != "cancelled"
+        {
+            let in_window = opts
+                .loss_window_ms
+                .is_some_and(|w| h.server_kill_times.iter().any(|&k| k >= at && k - at <= w));
+            if in_window {
+                r.cancels_lost_unconfirmed += 1;
+            } else {
+                v.push(format!(
+                    "C2 job {id} was cancelled while it waited, but ended {}",
+                    j.state
+                ));
+            }
+        }
+    }
+    r.invariants.insert("C1".into(), "full".into());
+    r.invariants.insert("C2".into(), "full".into());
 }
 
 /// I10: one job per dedup id at a time.

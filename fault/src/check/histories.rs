@@ -57,6 +57,10 @@ pub(super) struct JobHist {
     pub(super) attempts: BTreeMap<u64, Attempt>,
     /// (server_ms, stalls, failed)
     pub(super) reaps: Vec<(u64, u64, bool)>,
+    /// (writer's wall time, answer) of each cancel asked for it.
+    pub(super) cancels: Vec<(u64, &'static str)>,
+    /// A reaper cancelled it (its lease lapsed with a cancel request).
+    pub(super) reaped_cancelled: bool,
 }
 
 /// What the histories say, as the checks read it.
@@ -258,9 +262,13 @@ impl<'a> Histories<'a> {
                     server_ms,
                     requeued,
                     failed,
+                    cancelled,
                     ms,
                 } => {
                     r.reaps += 1;
+                    for id in cancelled {
+                        jobs.entry(id).or_default().reaped_cancelled = true;
+                    }
                     call_ms.push(("reap".into(), *ms));
                     for (id, stalls) in requeued {
                         jobs.entry(id).or_default().reaps.push((*server_ms, *stalls, false));
@@ -268,6 +276,20 @@ impl<'a> Histories<'a> {
                     for (id, stalls) in failed {
                         jobs.entry(id).or_default().reaps.push((*server_ms, *stalls, true));
                     }
+                }
+                Ev::CancelAsked { id, answer, ms } => {
+                    r.cancels_asked += 1;
+                    // The answers the checks tell apart; any other (an
+                    // error) may or may not have applied.
+                    let kind = match answer.as_str() {
+                        "cancelled" => "cancelled",
+                        "requested" => "requested",
+                        "not_found" => "not_found",
+                        a if a.starts_with("finished:") => "finished",
+                        _ => "unknown",
+                    };
+                    jobs.entry(id).or_default().cancels.push((rec.t, kind));
+                    call_ms.push((format!("cancel {id}"), *ms));
                 }
                 Ev::ReapFailed { ms, .. } => {
                     reap_unknown += 1;

@@ -63,9 +63,16 @@
 //!   whose record died with its worker is not counted, so the check never
 //!   reports a false violation; it is strict for the claims recorded
 //!   (almost all: a worker records a claim as soon as its reply arrives).
+//! - C1 (only a job asked to be cancelled ends cancelled) and C2 (a job
+//!   whose cancel answered "cancelled", i.e. it was waiting, ends
+//!   cancelled: it never ran to another end after that): **full**, from
+//!   the producers' `CancelAsked` records and the final state. With a loss
+//!   window, a C2 break whose cancel was answered within it before a
+//!   master SIGKILL is counted (`cancels_lost_unconfirmed`), since a
+//!   cancel is not confirmed with `WAIT`.
 //!
 //! The checks, one file per group: `histories.rs` indexes the records
-//! per job and attempt; `final_state.rs` holds I1–I3 and I10, `job.rs`
+//! per job and attempt; `final_state.rs` holds I1–I3, C1, C2 and I10, `job.rs`
 //! I4–I9, `lanes.rs` L1, L2 and G1, `rates.rs` R1 and R2; I11 is here.
 
 mod final_state;
@@ -191,6 +198,13 @@ pub struct Report {
     /// acknowledged within `loss_window_ms` before a master SIGKILL (the
     /// documented loss of a failover; not a violation).
     pub lost_unconfirmed: usize,
+    /// Cancel calls made (`CancelAsked`), and jobs left cancelled.
+    pub cancels_asked: usize,
+    pub cancelled: usize,
+    /// Jobs whose cancel answered "cancelled" and that ran on all the
+    /// same, each answered within `loss_window_ms` before a master SIGKILL
+    /// (a cancel is not confirmed with `WAIT`; not a violation).
+    pub cancels_lost_unconfirmed: usize,
     /// Longest gap from an expired deadline to the redelivery's claim.
     pub max_redelivery_gap_ms: u64,
     /// Longest library call seen (I11).

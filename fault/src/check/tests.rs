@@ -109,6 +109,7 @@ fn reap(id: &str, at: u64, stalls: u64) -> Record {
             server_ms: at,
             requeued: vec![(id.into(), stalls)],
             failed: vec![],
+            cancelled: vec![],
             ms: 1,
         },
     )
@@ -249,6 +250,82 @@ fn i1_loss_window() {
     }
     let r = check(&within, &st, &CheckOptions::default());
     assert_eq!((r.lost, r.lost_unconfirmed), (1, 0), "no window: every loss is one");
+}
+
+fn cancel_asked(id: &str, answer: &str, t: u64) -> Record {
+    Record {
+        src: "p1".into(),
+        t,
+        ev: Ev::CancelAsked {
+            id: id.into(),
+            answer: answer.into(),
+            ms: 1,
+        },
+    }
+}
+
+/// j2, enqueued and cancelled while it waited: never claimed.
+fn cancelled_while_waiting(st: &mut ServerState) -> Vec<Record> {
+    let mut h = enqueued("j2", None, 2);
+    h.push(cancel_asked("j2", "cancelled", 10_000));
+    st.jobs.insert(
+        "j2".into(),
+        JobRecord {
+            state: "cancelled".into(),
+            created_ms: 950,
+            finished_ms: Some(1000),
+            ..JobRecord::default()
+        },
+    );
+    st.sets.get_mut("cancelled").unwrap().insert("j2".into(), 1000.0);
+    h
+}
+
+// C1 and C2: a cancelled job whose cancel was asked passes; one nobody
+// asked to cancel, or one cancelled while waiting that then completed,
+// is a violation (the latter counted instead when the cancel was answered
+// within the loss window before a master's SIGKILL).
+#[test]
+fn c1_c2_cancels() {
+    let (mut h, mut st) = good();
+    h.extend(cancelled_while_waiting(&mut st));
+    let r = check(&h, &st, &CheckOptions::default());
+    assert!(r.ok, "{:?}", r.violations);
+    assert_eq!((r.cancels_asked, r.cancelled), (1, 1));
+    // Asked for j1 while it ran, and it completed anyway: fine.
+    let mut running = h.clone();
+    running.push(cancel_asked("j1", "requested", 10_000));
+    assert!(violations(&running, &st).is_empty());
+
+    let unasked: Vec<Record> = h
+        .iter()
+        .filter(|r| !matches!(r.ev, Ev::CancelAsked { .. }))
+        .cloned()
+        .collect();
+    assert_violates(&unasked, &st, "C1");
+
+    let mut ran = st.clone();
+    ran.jobs.get_mut("j2").unwrap().state = "completed".into();
+    let c = ran.sets.get_mut("cancelled").unwrap().remove("j2").unwrap();
+    ran.sets.get_mut("completed").unwrap().insert("j2".into(), c);
+    assert_violates(&h, &ran, "C2");
+    let opts = CheckOptions {
+        loss_window_ms: Some(1000),
+        ..CheckOptions::default()
+    };
+    let mut killed = h.clone();
+    killed.push(Record {
+        src: "driver".into(),
+        t: 10_300,
+        ev: Ev::Fault {
+            kind: "kill_server".into(),
+            target: "7000".into(),
+            detail: "SIGKILL".into(),
+        },
+    });
+    let r = check(&killed, &ran, &opts);
+    assert_eq!(r.cancels_lost_unconfirmed, 1);
+    assert!(!r.violations.iter().any(|v| v.starts_with("C2")), "{:?}", r.violations);
 }
 
 // I2: a job nobody enqueued is a violation.

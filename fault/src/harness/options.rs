@@ -88,6 +88,11 @@ pub struct ProducerOpts {
     /// Enqueues wait for this many replicas (`--wait-replicas`; 0: no
     /// `WAIT`); one short of them is retried with its id.
     pub wait_replicas: u32,
+    /// Every n-th job created is asked to be cancelled, at a random moment
+    /// up to `cancel_within_ms` after its enqueue (0: none).
+    pub cancel_every: u64,
+    /// See `cancel_every`.
+    pub cancel_within_ms: u64,
 }
 
 impl Default for ProducerOpts {
@@ -105,6 +110,8 @@ impl Default for ProducerOpts {
             rate: None,
             lane_rate: None,
             wait_replicas: 0,
+            cancel_every: 0,
+            cancel_within_ms: 50,
         }
     }
 }

@@ -132,6 +132,10 @@ impl Run {
         if let Some((n, w)) = o.lane_rate {
             args.push(format!("--lane-rate={n}:{w}"));
         }
+        if o.cancel_every > 0 {
+            args.push(format!("--cancel-every={}", o.cancel_every));
+            args.push(format!("--cancel-within-ms={}", o.cancel_within_ms));
+        }
         let bin = self.bins.producer.clone();
         self.spawn("producer", "p", bin, args)
     }

@@ -49,10 +49,10 @@ impl Run {
         Ok(c)
     }
 
-    /// Jobs per state set: pending, active, delayed, completed, failed.
-    pub fn counts(&self) -> Option<[u64; 5]> {
+    /// Jobs per state set: pending, active, delayed, completed, failed, cancelled.
+    pub fn counts(&self) -> Option<[u64; 6]> {
         let mut c = self.conn().ok()?;
-        let mut out = [0; 5];
+        let mut out = [0; 6];
         for (i, s) in state::SETS.iter().enumerate() {
             out[i] = redis::cmd("ZCARD")
                 .arg(format!("emq:{{{}}}:{s}", self.queue))
@@ -67,7 +67,7 @@ impl Run {
         if !self.live("producer").is_empty() {
             return false;
         }
-        matches!(self.counts(), Some([0, 0, 0, done, failed]) if done + failed > 0)
+        matches!(self.counts(), Some([0, 0, 0, done, failed, cancelled]) if done + failed + cancelled > 0)
     }
 
     /// The server's final state of the run's queue.

@@ -3,8 +3,8 @@
 //! (`Durability::Replicas`) and half without, workers SIGKILLed at random,
 //! masters SIGKILLed so that their replica takes over (the killed master
 //! restarted, to rejoin as the new master's replica), workers cut off
-//! (SIGSTOP) for twice their lease and let back, and queues' slots moved
-//! to another master under load. Each queue is its own run (its own
+//! (SIGSTOP) for twice their lease and let back, queues' slots moved to
+//! another master under load, and every 50th job asked to be cancelled. Each queue is its own run (its own
 //! producer, reaper and workers, all connected to the cluster's seeds) and
 //! is checked on its own: the checker reads it from the master that serves
 //! its slot at the end. A queue without `WAIT` is checked with a loss
@@ -138,6 +138,10 @@ pub fn cluster_faults_on(ctx: &Ctx, cluster: &mut LocalCluster, plan: &ClusterPl
             concurrency: 4,
             dedup_every: 97,
             wait_replicas: u32::from(*waits),
+            // Every 50th job is asked to be cancelled within 100 ms of its
+            // enqueue: waiting, running or done by then (C1, C2).
+            cancel_every: 50,
+            cancel_within_ms: 100,
             ..ProducerOpts::default()
         };
         let mut check = Vec::new();
@@ -320,6 +324,9 @@ pub fn cluster_faults_on(ctx: &Ctx, cluster: &mut LocalCluster, plan: &ClusterPl
         "lost_without_wait_in_window": sum("lost_unconfirmed", Some(false)),
         "loss_window_ms": LOSS_WINDOW_MS,
         "limits": marks,
+        "cancels_asked": sum("cancels_asked", None),
+        "cancelled": sum("cancelled", None),
+        "cancels_lost_unconfirmed": sum("cancels_lost_unconfirmed", None),
         "redeliveries": sum("redeliveries", None),
         "duplicate_effects": sum("duplicate_effects", None),
         "duplicates_by_cause": dups,
