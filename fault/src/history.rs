@@ -94,6 +94,19 @@ pub enum Ev {
         /// How long the call took.
         ms: u64,
     },
+    /// A scheduler's pass took ticks of `schedule` (`Queue::run_schedules`):
+    /// each `(tick ms, job id, created)`, created false when the tick's job
+    /// was already there.
+    Fired {
+        /// The schedule.
+        schedule: String,
+        /// The server's clock when the ticks were taken.
+        server_ms: u64,
+        /// The jobs of the ticks taken.
+        jobs: Vec<(u64, String, bool)>,
+        /// The latest tick taken as missed, if any.
+        missed_ms: Option<u64>,
+    },
     /// A job was leased (the consumer's `Claimed` event).
     Claimed {
         /// The job.

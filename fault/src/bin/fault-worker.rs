@@ -20,6 +20,11 @@
 //! keeps its lease alive with heartbeats and gives up if cancelled.
 //! SIGTERM or Ctrl-C: graceful shutdown (`ConsumerHandle::shutdown`).
 //!
+//! `--role=scheduler --schedule=NAME --cron=EXPR` stores the schedule
+//! (every job of it with 1,000 attempts and stalls, a whole payload) and
+//! runs scheduling passes every `--interval-ms`, recording each schedule's
+//! ticks taken (`fired`), until SIGTERM.
+//!
 //! `--role=raw --stale-op=extend|complete` is one attempt through the
 //! low-level calls instead of a `Consumer`: it claims one job, performs the
 //! unguarded effect, stops at the kill point `after_effect_before_ack`
@@ -37,6 +42,7 @@
 //!     [--work-ms=0] [--guarded] [--shutdown-timeout-ms=2000] [--response-timeout-ms=1000]
 //!     [--pause-point=P --pause-prob=1 --pause-max=1 --pause-job=ID]
 //!     reaper: [--interval-ms=100] [--batch=1000] [--until-empty]
+//!     scheduler: --schedule=NAME --cron=EXPR [--interval-ms=100]
 //!     raw: --stale-op=extend|complete [--lease-ms=1000]
 //! ```
 
@@ -46,12 +52,12 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 use echomq::{
-    Consumer, EffectMarker, Error, HandlerError, Job, MarkerState, Once, OnceError, Outcome, Queue, Reaper, SettleOp,
-    WorkerEvent,
+    Consumer, EffectMarker, Error, HandlerError, Job, MarkerState, Once, OnceError, Outcome, Queue, Reaper, Schedule,
+    SettleOp, WorkerEvent,
 };
 use echomq_fault::args::Args;
 use echomq_fault::history::{Ev, History};
-use echomq_fault::state::{effect_key, guarded_key, payload_is_whole};
+use echomq_fault::state::{effect_key, guarded_key, payload_for, payload_is_whole};
 use redis::AsyncCommands;
 use redis::aio::ConnectionManager;
 use redis::cluster_async::ClusterConnection;
@@ -361,6 +367,41 @@ async fn effect_connection(url: &str, timeout: Duration) -> Fx {
     }
 }
 
+async fn run_scheduler(a: &Args, hist: History, queue: Queue) {
+    let interval = Duration::from_millis(a.get("interval-ms", 100u64));
+    let schedule = Schedule::new(a.req("schedule"), a.req("cron"))
+        .max_attempts(1000)
+        .max_stalls(1000);
+    let give_up = Instant::now() + Duration::from_secs(60);
+    // Stored again by every scheduler (unchanged after the first); retried
+    // while the cluster fails over.
+    while let Err(e) = queue.upsert_schedule(&schedule, &payload_for(0)).await {
+        assert!(e.is_transient() && Instant::now() < give_up, "store the schedule: {e}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let stop = terminated();
+    tokio::pin!(stop);
+    loop {
+        if let Ok(rep) = queue.run_schedules().await {
+            for f in &rep.fired {
+                hist.write(Ev::Fired {
+                    schedule: f.schedule.clone(),
+                    server_ms: f.server_ms,
+                    jobs: f.jobs.iter().map(|j| (j.tick_ms, j.id.clone(), j.created)).collect(),
+                    missed_ms: f.missed_ms,
+                });
+            }
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(interval) => {}
+            _ = &mut stop => break,
+        }
+    }
+    hist.write(Ev::Stop {
+        reason: "signal".into(),
+    });
+}
+
 async fn run_reaper(a: &Args, hist: History, queue: Queue) {
     let interval = Duration::from_millis(a.get("interval-ms", 100u64));
     let batch: usize = a.get("batch", 1000);
@@ -500,11 +541,19 @@ async fn main() {
     hist.write(Ev::Start {
         role: role.clone(),
         pid: std::process::id(),
-        lease_ms: if role == "reaper" { 0 } else { lease_ms },
+        lease_ms: if role == "reaper" || role == "scheduler" {
+            0
+        } else {
+            lease_ms
+        },
         guarded: guarded && role == "worker",
     });
     if role == "reaper" {
         run_reaper(&a, hist, queue).await;
+        return;
+    }
+    if role == "scheduler" {
+        run_scheduler(&a, hist, queue).await;
         return;
     }
 

@@ -54,7 +54,13 @@ pub(super) fn check_records(
 
     // ---- I2: no job that was never enqueued ----
     for id in state.jobs.keys() {
-        if !h.jobs.get(id.as_str()).is_some_and(|j| j.invoked) {
+        let of_schedule = echomq::schedule::tick_of(id).is_some_and(|(s, _)| h.schedules.contains(s));
+        let recorded = h.jobs.get(id.as_str()).is_some_and(|j| j.invoked);
+        if of_schedule && !recorded {
+            r.cron_jobs_unrecorded += 1;
+            continue;
+        }
+        if !recorded {
             v.push(format!("I2 job {id} exists but was never enqueued"));
         }
     }
@@ -120,6 +126,26 @@ pub(super) fn check_records(
         }
     }
     r.invariants.insert("C1".into(), "full".into());
+
+    // ---- K1: one job per schedule tick ----
+    for (id, times) in &h.tick_created {
+        for w in times.windows(2) {
+            let (first, again) = (w[0], w[1]);
+            let lost_between = opts.loss_window_ms.is_some_and(|win| {
+                h.server_kill_times
+                    .iter()
+                    .any(|&k| k >= first && k - first <= win && k <= again)
+            });
+            if !lost_between {
+                v.push(format!(
+                    "K1 the tick of job {id} was taken twice (passes answered at {first} and {again})"
+                ));
+            }
+        }
+    }
+    if !h.schedules.is_empty() {
+        r.invariants.insert("K1".into(), "full".into());
+    }
     r.invariants.insert("C2".into(), "full".into());
 }
 

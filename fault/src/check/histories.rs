@@ -91,6 +91,10 @@ pub(super) struct Histories<'a> {
     pub(super) settle_durations: Vec<(&'a str, String, u64)>,
     /// The shortest lease of any process (0: none).
     pub(super) min_lease: u64,
+    /// Schedules whose ticks a scheduler took.
+    pub(super) schedules: BTreeSet<&'a str>,
+    /// Writer's wall times of each pass that created a tick's job, by job id.
+    pub(super) tick_created: BTreeMap<&'a str, Vec<u64>>,
 }
 
 impl<'a> Histories<'a> {
@@ -112,6 +116,8 @@ impl<'a> Histories<'a> {
         // (src, id, token, op) → t of the first send, for I11
         let mut settle_started: HashMap<(&str, &str, u64, &str), u64> = HashMap::new();
         let mut settle_durations: Vec<(&str, String, u64)> = Vec::new();
+        let mut schedules: BTreeSet<&str> = BTreeSet::new();
+        let mut tick_created: BTreeMap<&str, Vec<u64>> = BTreeMap::new();
 
         for rec in records {
             let src = rec.src.as_str();
@@ -277,6 +283,23 @@ impl<'a> Histories<'a> {
                         jobs.entry(id).or_default().reaps.push((*server_ms, *stalls, true));
                     }
                 }
+                Ev::Fired {
+                    schedule, jobs: fired, ..
+                } => {
+                    schedules.insert(schedule);
+                    for (_, id, created) in fired {
+                        if !*created {
+                            continue;
+                        }
+                        // A tick's job is an enqueue the schedule made:
+                        // acknowledged once the pass answered.
+                        r.cron_jobs_created += 1;
+                        jobs.entry(id).or_default().invoked = true;
+                        acked.push((id, "created", id));
+                        acked_at.insert(id, rec.t);
+                        tick_created.entry(id).or_default().push(rec.t);
+                    }
+                }
                 Ev::CancelAsked { id, answer, ms } => {
                     r.cancels_asked += 1;
                     // The answers the checks tell apart; any other (an
@@ -319,6 +342,8 @@ impl<'a> Histories<'a> {
             call_ms,
             settle_durations,
             min_lease,
+            schedules,
+            tick_created,
         }
     }
 }

@@ -63,6 +63,12 @@
 //!   whose record died with its worker is not counted, so the check never
 //!   reports a false violation; it is strict for the claims recorded
 //!   (almost all: a worker records a claim as soon as its reply arrives).
+//! - K1 (one job per schedule tick: no tick's job is created twice): the
+//!   schedulers' `Fired` records; a second creation is explained only when
+//!   the first was answered within the loss window before a master
+//!   SIGKILL (its job lost in the failover, the tick taken again). A tick's
+//!   job counts as an acknowledged enqueue for I1 and I2 (one whose pass's
+//!   answer was lost is enqueued by its schedule, and counted).
 //! - C1 (only a job asked to be cancelled ends cancelled) and C2 (a job
 //!   whose cancel answered "cancelled", i.e. it was waiting, ends
 //!   cancelled: it never ran to another end after that): **full**, from
@@ -198,6 +204,11 @@ pub struct Report {
     /// acknowledged within `loss_window_ms` before a master SIGKILL (the
     /// documented loss of a failover; not a violation).
     pub lost_unconfirmed: usize,
+    /// Jobs of schedule ticks the schedulers' passes created (recorded).
+    pub cron_jobs_created: usize,
+    /// Jobs of schedule ticks in the final state that no recorded pass
+    /// created (the pass's answer was lost).
+    pub cron_jobs_unrecorded: usize,
     /// Cancel calls made (`CancelAsked`), and jobs left cancelled.
     pub cancels_asked: usize,
     pub cancelled: usize,

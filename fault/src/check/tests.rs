@@ -328,6 +328,74 @@ fn c1_c2_cancels() {
     assert!(!r.violations.iter().any(|v| v.starts_with("C2")), "{:?}", r.violations);
 }
 
+fn fired(src: &str, t: u64, tick: u64, created: bool) -> Record {
+    Record {
+        src: src.into(),
+        t,
+        ev: Ev::Fired {
+            schedule: "tick".into(),
+            server_ms: tick,
+            jobs: vec![(tick, format!("cron:tick@{tick}"), created)],
+            missed_ms: None,
+        },
+    }
+}
+
+// K1: a tick's job created by one pass (the other scheduler finding it
+// there) passes, and is an enqueue for I1/I2; created by two passes is a
+// violation, unless the first was answered within the loss window before
+// a master's SIGKILL. A tick's job no recorded pass created is counted.
+#[test]
+fn k1_one_job_per_tick() {
+    let (mut h, mut st) = good();
+    let id = "cron:tick@5000";
+    let mut j = st.jobs["j1"].clone();
+    j.state = "pending".into();
+    st.jobs.insert(id.into(), j);
+    st.sets.get_mut("pending").unwrap().insert(id.into(), 1.0);
+    h.push(fired("s1", 10_000, 5000, true));
+    h.push(fired("s2", 10_050, 5000, false));
+    let r = check(&h, &st, &CheckOptions::default());
+    assert!(r.ok, "{:?}", r.violations);
+    assert_eq!((r.cron_jobs_created, r.cron_jobs_unrecorded), (1, 0));
+
+    let mut twice = h.clone();
+    twice.push(fired("s2", 10_600, 5000, true));
+    assert_violates(&twice, &st, "K1");
+    let opts = CheckOptions {
+        loss_window_ms: Some(1000),
+        ..CheckOptions::default()
+    };
+    twice.push(Record {
+        src: "driver".into(),
+        t: 10_300,
+        ev: Ev::Fault {
+            kind: "kill_server".into(),
+            target: "7000".into(),
+            detail: "SIGKILL".into(),
+        },
+    });
+    let r = check(&twice, &st, &opts);
+    assert!(!r.violations.iter().any(|v| v.starts_with("K1")), "{:?}", r.violations);
+
+    // Its pass's answer lost: the job is the schedule's, counted, not I2.
+    let mut unrecorded = h.clone();
+    unrecorded.retain(|r| !matches!(&r.ev, Ev::Fired { jobs, .. } if jobs[0].2));
+    let r = check(&unrecorded, &st, &CheckOptions::default());
+    assert!(r.ok, "{:?}", r.violations);
+    assert_eq!(r.cron_jobs_unrecorded, 1);
+    // A job of a schedule no scheduler ran is never enqueued.
+    let mut stranger = st.clone();
+    let j = stranger.jobs[id].clone();
+    stranger.jobs.insert("cron:other@5000".into(), j);
+    stranger
+        .sets
+        .get_mut("pending")
+        .unwrap()
+        .insert("cron:other@5000".into(), 1.0);
+    assert_violates(&h, &stranger, "I2");
+}
+
 // I2: a job nobody enqueued is a violation.
 #[test]
 fn i2_job_never_enqueued() {

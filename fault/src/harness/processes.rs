@@ -106,6 +106,19 @@ impl Run {
         self.spawn("reaper", "r", bin, args)
     }
 
+    /// Starts a scheduler of `schedule` (`cron`), passes every 100 ms.
+    pub fn scheduler(&mut self, schedule: &str, cron: &str) -> String {
+        let args = vec![
+            format!("--url={}", self.client_url),
+            "--role=scheduler".into(),
+            format!("--schedule={schedule}"),
+            format!("--cron={cron}"),
+            "--interval-ms=100".into(),
+        ];
+        let bin = self.bins.worker.clone();
+        self.spawn("scheduler", "s", bin, args)
+    }
+
     /// Starts a producer; returns its name.
     pub fn producer(&mut self, o: &ProducerOpts) -> String {
         let mut args = vec![

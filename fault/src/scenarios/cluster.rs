@@ -4,7 +4,8 @@
 //! masters SIGKILLed so that their replica takes over (the killed master
 //! restarted, to rejoin as the new master's replica), workers cut off
 //! (SIGSTOP) for twice their lease and let back, queues' slots moved to
-//! another master under load, and every 50th job asked to be cancelled. Each queue is its own run (its own
+//! another master under load, every 50th job asked to be cancelled, and a
+//! schedule ticking every second in each queue, raced by two schedulers. Each queue is its own run (its own
 //! producer, reaper and workers, all connected to the cluster's seeds) and
 //! is checked on its own: the checker reads it from the master that serves
 //! its slot at the end. A queue without `WAIT` is checked with a loss
@@ -157,6 +158,9 @@ pub fn cluster_faults_on(ctx: &Ctx, cluster: &mut LocalCluster, plan: &ClusterPl
             check.push("--rate=50:200".to_owned());
         }
         run.producer(&p);
+        // A schedule ticking every second, raced by two schedulers (K1).
+        run.scheduler("tick", "* * * * * *");
+        run.scheduler("tick", "* * * * * *");
         limits.push(check);
         for _ in 0..plan.workers_per_queue {
             run.worker(&worker(*waits));
@@ -187,13 +191,28 @@ pub fn cluster_faults_on(ctx: &Ctx, cluster: &mut LocalCluster, plan: &ClusterPl
     // (queue index, worker, when to resume it)
     let mut paused: Vec<(usize, String, Instant)> = Vec::new();
     let mut worker_pauses = 0u64;
+    // The schedulers stop once every producer is done, so the queues drain.
+    let mut schedulers_stopped = false;
     let mut next_kill = Instant::now() + Duration::from_millis(plan.kill_every_ms);
     let (mut worker_kills, mut failovers, mut migrations) = (0u64, 0u64, 0u64);
     let mut failover_ms: Vec<u64> = Vec::new();
     let mut events: Vec<Value> = Vec::new();
     let until = Instant::now() + plan.limit;
     let drained = loop {
-        if plan_steps.is_empty() && pauses_left == 0 && paused.is_empty() && runs.iter_mut().all(|(r, _)| r.drained()) {
+        if !schedulers_stopped && runs.iter_mut().all(|(r, _)| r.live("producer").is_empty()) {
+            for (run, _) in runs.iter_mut() {
+                for s in run.live("scheduler") {
+                    run.term(&s, Duration::from_secs(5));
+                }
+            }
+            schedulers_stopped = true;
+        }
+        if plan_steps.is_empty()
+            && schedulers_stopped
+            && pauses_left == 0
+            && paused.is_empty()
+            && runs.iter_mut().all(|(r, _)| r.drained())
+        {
             break true;
         }
         if Instant::now() > until {
@@ -324,6 +343,8 @@ pub fn cluster_faults_on(ctx: &Ctx, cluster: &mut LocalCluster, plan: &ClusterPl
         "lost_without_wait_in_window": sum("lost_unconfirmed", Some(false)),
         "loss_window_ms": LOSS_WINDOW_MS,
         "limits": marks,
+        "cron_jobs_created": sum("cron_jobs_created", None),
+        "cron_jobs_unrecorded": sum("cron_jobs_unrecorded", None),
         "cancels_asked": sum("cancels_asked", None),
         "cancelled": sum("cancelled", None),
         "cancels_lost_unconfirmed": sum("cancels_lost_unconfirmed", None),
