@@ -592,6 +592,7 @@ fn cluster_smoke() {
         master_kills: 1,
         migrations: 1,
         worker_pauses: 1,
+        clock_steps: 1,
         from: 0,
         limit: Duration::from_secs(90),
         jobs_per_s: 300.0,
@@ -637,11 +638,7 @@ fn cluster_failovers_and_migrations() {
     let segments = env_u64("ECHOMQ_FAULT_CLUSTER_SEGMENTS", 1);
     let from = env_u64("ECHOMQ_FAULT_CLUSTER_FROM", 0);
     let results = std::env::var("ECHOMQ_FAULT_CLUSTER_RESULTS").ok();
-    let mut cluster = echomq::server::LocalCluster::builder()
-        .masters(3)
-        .replicas_per_master(1)
-        .start()
-        .expect("start a local cluster");
+    let (mut cluster, mut clock) = scenarios::fault_cluster();
     let ctx = ctx();
     for seg in 0..segments {
         let plan = scenarios::ClusterPlan {
@@ -652,12 +649,13 @@ fn cluster_failovers_and_migrations() {
             master_kills: env_u64("ECHOMQ_FAULT_CLUSTER_MASTER_KILLS", 2) as usize,
             migrations: env_u64("ECHOMQ_FAULT_CLUSTER_MIGRATIONS", 1) as usize,
             worker_pauses: env_u64("ECHOMQ_FAULT_CLUSTER_WORKER_PAUSES", 3) as usize,
+            clock_steps: env_u64("ECHOMQ_FAULT_CLUSTER_CLOCK_STEPS", 3) as usize,
             from: from + seg * jobs,
             limit: Duration::from_secs(60 + jobs / 100),
             jobs_per_s: env_u64("ECHOMQ_FAULT_CLUSTER_JOBS_PER_S", 500) as f64,
         };
         let under = std::env::var("ECHOMQ_FAULT_CLUSTER_DIR").map_or_else(|_| std::env::temp_dir(), Into::into);
-        let out = scenarios::cluster_faults_on(&ctx, &mut cluster, &plan, &under);
+        let out = scenarios::cluster_faults_on(&ctx, &mut cluster, &mut clock, &plan, &under);
         let mut figures = out.figures.clone();
         figures["segment_from"] = plan.from.into();
         figures["segment_jobs"] = jobs.into();

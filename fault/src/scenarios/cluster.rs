@@ -5,7 +5,8 @@
 //! restarted, to rejoin as the new master's replica), workers cut off
 //! (SIGSTOP) for twice their lease and let back, queues' slots moved to
 //! another master under load, every 50th job asked to be cancelled, and a
-//! schedule ticking every second in each queue, raced by two schedulers. Each queue is its own run (its own
+//! schedule ticking every second in each queue, raced by two schedulers,
+//! and every node's clock stepped forward at once (libfaketime). Each queue is its own run (its own
 //! producer, reaper and workers, all connected to the cluster's seeds) and
 //! is checked on its own: the checker reads it from the master that serves
 //! its slot at the end. A queue without `WAIT` is checked with a loss
@@ -15,10 +16,10 @@
 //! lost 0.
 
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use echomq::server::LocalCluster;
+use echomq::server::{LocalCluster, LocalServer};
 use serde_json::{Value, json};
 
 use super::{Ctx, Outcome, finish_with};
@@ -49,6 +50,9 @@ pub struct ClusterPlan {
     pub master_kills: usize,
     /// Slots (queues') to move to another master under load.
     pub migrations: usize,
+    /// Steps of every node's clock forward by 3–30 s at once, spread over
+    /// the run (past every lease; a schedule's ticks jump ahead).
+    pub clock_steps: usize,
     /// Workers to cut off (SIGSTOP) for [`PAUSE_MS`], twice their lease,
     /// spread over the run: their leases lapse and are re-leased, and when
     /// they come back their settlements must be fenced.
@@ -92,18 +96,81 @@ fn name_on(cluster: &LocalCluster, port: u16, stem: &str) -> String {
     }
 }
 
-/// Starts a 3-master, 3-replica cluster and runs [`cluster_faults_on`] on it.
-pub fn cluster_faults(ctx: &Ctx, plan: &ClusterPlan) -> ClusterOutcome {
-    let mut cluster = LocalCluster::builder()
-        .masters(3)
-        .replicas_per_master(1)
-        .start()
-        .expect("start a local cluster (run scripts/test, which installs a server)");
-    cluster_faults_on(ctx, &mut cluster, plan, &std::env::temp_dir())
+/// The clock of every node of a [`fault_cluster`]: libfaketime reads its
+/// offset from one file at every call (the monotonic clock left alone), so
+/// one write steps every node at once, and a node restarted after a kill
+/// keeps the offset. Stepping the whole cluster together keeps the nodes'
+/// clocks agreeing, as I6 needs across a failover; the cluster bus stays
+/// up through a step (checked: no failover, every node settled).
+pub struct ClusterClock {
+    file: PathBuf,
+    /// Seconds ahead of the machine's clock.
+    pub offset_s: u64,
 }
 
-/// One fault run on `cluster`, the histories under `under`.
-pub fn cluster_faults_on(ctx: &Ctx, cluster: &mut LocalCluster, plan: &ClusterPlan, under: &Path) -> ClusterOutcome {
+impl ClusterClock {
+    fn set(&self, offset_s: u64) -> std::io::Result<()> {
+        std::fs::write(&self.file, format!("+{offset_s}\n"))
+    }
+
+    /// Steps every node's clock `by_s` seconds forward.
+    pub fn step(&mut self, by_s: u64) -> std::io::Result<()> {
+        self.set(self.offset_s + by_s)?;
+        self.offset_s += by_s;
+        Ok(())
+    }
+}
+
+impl Drop for ClusterClock {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.file);
+    }
+}
+
+/// A 3-master, 3-replica cluster for the fault runs, every node under
+/// libfaketime with one [`ClusterClock`]. Panics without libfaketime
+/// (`scripts/test` installs it) or a server.
+pub fn fault_cluster() -> (LocalCluster, ClusterClock) {
+    let lib = super::server::faketime_mt()
+        .expect("libfaketime is missing (libfaketimeMT.so.1; scripts/test installs the faketime packages)");
+    let clock = ClusterClock {
+        file: std::env::temp_dir().join(format!(
+            "echomq-fault-cluster-clock-{}-{}.faketime",
+            std::process::id(),
+            fastrand::u64(..)
+        )),
+        offset_s: 0,
+    };
+    clock.set(0).expect("write the clock's offset file");
+    let file = clock.file.display().to_string();
+    let node = LocalServer::builder()
+        .env("LD_PRELOAD", lib)
+        .env("FAKETIME_TIMESTAMP_FILE", &file)
+        .env("FAKETIME_NO_CACHE", "1")
+        .env("DONT_FAKE_MONOTONIC", "1");
+    let cluster = LocalCluster::builder()
+        .masters(3)
+        .replicas_per_master(1)
+        .node(node)
+        .start()
+        .expect("start a local cluster under libfaketime (run scripts/test, which installs a server)");
+    (cluster, clock)
+}
+
+/// Starts a [`fault_cluster`] and runs [`cluster_faults_on`] on it.
+pub fn cluster_faults(ctx: &Ctx, plan: &ClusterPlan) -> ClusterOutcome {
+    let (mut cluster, mut clock) = fault_cluster();
+    cluster_faults_on(ctx, &mut cluster, &mut clock, plan, &std::env::temp_dir())
+}
+
+/// One fault run on `cluster` (its clock `clock`), the histories under `under`.
+pub fn cluster_faults_on(
+    ctx: &Ctx,
+    cluster: &mut LocalCluster,
+    clock: &mut ClusterClock,
+    plan: &ClusterPlan,
+    under: &Path,
+) -> ClusterOutcome {
     let t0 = Instant::now();
     let seeds = cluster.urls().join(",");
     let masters = cluster.master_ports().expect("the cluster's masters");
@@ -191,6 +258,9 @@ pub fn cluster_faults_on(ctx: &Ctx, cluster: &mut LocalCluster, plan: &ClusterPl
     // (queue index, worker, when to resume it)
     let mut paused: Vec<(usize, String, Instant)> = Vec::new();
     let mut worker_pauses = 0u64;
+    let clock_gap = (expected / (plan.clock_steps as u32 + 1)).max(Duration::from_secs(1));
+    let mut next_clock_step = Instant::now() + clock_gap;
+    let (mut clock_steps, mut stepped_s) = (0u64, 0u64);
     // The schedulers stop once every producer is done, so the queues drain.
     let mut schedulers_stopped = false;
     let mut next_kill = Instant::now() + Duration::from_millis(plan.kill_every_ms);
@@ -209,6 +279,7 @@ pub fn cluster_faults_on(ctx: &Ctx, cluster: &mut LocalCluster, plan: &ClusterPl
         }
         if plan_steps.is_empty()
             && schedulers_stopped
+            && clock_steps as usize >= plan.clock_steps
             && pauses_left == 0
             && paused.is_empty()
             && runs.iter_mut().all(|(r, _)| r.drained())
@@ -217,6 +288,16 @@ pub fn cluster_faults_on(ctx: &Ctx, cluster: &mut LocalCluster, plan: &ClusterPl
         }
         if Instant::now() > until {
             break false;
+        }
+        if Instant::now() >= next_clock_step && (clock_steps as usize) < plan.clock_steps {
+            let by = fastrand::u64(3..=30);
+            clock.step(by).expect("step the cluster's clock");
+            for (run, _) in runs.iter_mut() {
+                run.fault("clock_step", "cluster", &format!("+{by} s"));
+            }
+            clock_steps += 1;
+            stepped_s += by;
+            next_clock_step = Instant::now() + clock_gap;
         }
         if Instant::now() >= next_pause && pauses_left > 0 {
             let k = fastrand::usize(0..runs.len());
@@ -278,6 +359,7 @@ pub fn cluster_faults_on(ctx: &Ctx, cluster: &mut LocalCluster, plan: &ClusterPl
     };
     let _ = cluster.wait_until_settled(Duration::from_secs(30));
     let wall = t0.elapsed();
+    let server_ahead_s = server_ahead_s(&seeds);
     let mut queues = Vec::new();
     let window = format!("--loss-window-ms={LOSS_WINDOW_MS}");
     for ((run, waits), check) in runs.into_iter().zip(&limits) {
@@ -332,6 +414,10 @@ pub fn cluster_faults_on(ctx: &Ctx, cluster: &mut LocalCluster, plan: &ClusterPl
         "completed": sum("completed", None),
         "worker_kills": worker_kills,
         "worker_pauses_past_lease": worker_pauses,
+        "clock_steps": clock_steps,
+        "clock_stepped_s": stepped_s,
+        "clock_offset_s": clock.offset_s,
+        "server_ahead_s": server_ahead_s,
         "pause_ms": PAUSE_MS,
         "master_kills": failovers,
         "failovers": failovers,
@@ -426,6 +512,18 @@ fn migrate_a_slot(cluster: &mut LocalCluster, runs: &mut [(Run, bool)]) -> (u16,
     let t = Instant::now();
     cluster.migrate_slot(slot, to).expect("migrate the slot");
     (slot, from, to, t.elapsed().as_millis() as u64)
+}
+
+/// How far a master's clock (`TIME`) is ahead of this machine's, s: the
+/// clock steps took hold.
+fn server_ahead_s(seeds: &str) -> Option<i64> {
+    let url = seeds.split(',').next()?;
+    let mut c = redis::Client::open(url).ok()?.get_connection().ok()?;
+    let (s, _): (i64, u64) = redis::cmd("TIME").query(&mut c).ok()?;
+    let ours = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .ok()?;
+    Some(s - ours.as_secs() as i64)
 }
 
 /// Deletes every key of `queue` (and the fault suite's effect hashes) from

@@ -26,7 +26,9 @@ use serde_json::Value;
 use crate::harness::{Bins, Checked, ProducerOpts, Run};
 use crate::history::Ev;
 use crate::state::ServerState;
-pub use cluster::{ClusterOutcome, ClusterPlan, LOSS_WINDOW_MS, cluster_faults, cluster_faults_on};
+pub use cluster::{
+    ClusterClock, ClusterOutcome, ClusterPlan, LOSS_WINDOW_MS, cluster_faults, cluster_faults_on, fault_cluster,
+};
 pub use limits::{LimitsRun, lane_caps, limits};
 pub use network::{AckLoss, Cut, ack_lost, connection_drops, partition};
 pub use server::{clock_steps, script_flush, server_restarts, torn_aof_tails};

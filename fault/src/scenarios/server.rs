@@ -130,7 +130,7 @@ fn redis_7_0(run: &mut Run) -> bool {
 }
 
 /// libfaketime's thread-safe build, to step a server's clock.
-fn faketime_mt() -> Option<&'static str> {
+pub(super) fn faketime_mt() -> Option<&'static str> {
     [
         "/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1",
         "/usr/lib/aarch64-linux-gnu/faketime/libfaketimeMT.so.1",
