@@ -24,6 +24,16 @@
 //! the worker logs a warning, and if that settlement is lost, the job runs
 //! again (at-least-once holds either way).
 //!
+//! A cancel ([`Queue::cancel`](crate::Queue::cancel), `cancel_many`) is
+//! confirmed as an enqueue is (one lost in a failover would let the job
+//! run): short, it answers [`Error::NotDurable`] with the ids, and
+//! cancelling again answers
+//! [`Cancel::Finished`](crate::admin::Cancel::Finished) for those already
+//! cancelled. Other operator writes (retry, remove, promote) and the
+//! schedules' ticks are not confirmed; a tick whose job a failover lost is
+//! taken again by the next pass on the new master, which lost the record
+//! of the tick with it.
+//!
 //! The confirmation travels in one pipeline right behind the script call
 //! it confirms, so it reaches the node that ran the script, on the same
 //! connection: `WAIT` counts only the replicas of the node that took the

@@ -145,15 +145,17 @@ pub enum Error {
     /// A call did not finish within its timeout.
     #[error("timed out after {0:?}")]
     Timeout(Duration),
-    /// The jobs were stored on the primary, but fewer replicas (or fsyncs)
-    /// than the queue's [`Durability`](crate::Durability) asks confirmed
-    /// them in time: they may be lost if the primary fails now. Transient:
-    /// enqueue again with the same ids
-    /// ([`EnqueueOptions::id`](crate::EnqueueOptions::id)) once replicas
-    /// are back; an existing job is not duplicated.
-    #[error("{} job(s) stored on the primary but confirmed by {acked} of {wanted} (see Durability)", ids.len())]
+    /// The jobs were stored (or cancelled) on the primary, but fewer
+    /// replicas (or fsyncs) than the queue's
+    /// [`Durability`](crate::Durability) asks confirmed it in time: it may
+    /// be lost if the primary fails now. Transient: do it again with the
+    /// same ids once replicas are back. An enqueue with an existing id
+    /// ([`EnqueueOptions::id`](crate::EnqueueOptions::id)) does not
+    /// duplicate the job; a cancel of a cancelled job answers
+    /// [`Cancel::Finished`](crate::admin::Cancel::Finished).
+    #[error("{} job(s) written on the primary but confirmed by {acked} of {wanted} (see Durability)", ids.len())]
     NotDurable {
-        /// The jobs stored (ids the server minted included).
+        /// The jobs written (ids the server minted included).
         ids: Vec<String>,
         /// Replicas (or fsyncs) that confirmed.
         acked: u32,

@@ -147,6 +147,21 @@ async fn unconfirmed_enqueues_say_so_with_their_ids() {
         Err(Error::NotDurable { ids, .. }) => assert_eq!(ids.len(), 2),
         other => panic!("expected NotDurable, got {other:?}"),
     }
+    // A cancel is confirmed as an enqueue is: made on the primary, short.
+    let doomed = q
+        .enqueue_with(&9u32, &EnqueueOptions::new().id("doomed"))
+        .await
+        .unwrap_err();
+    assert!(matches!(doomed, Error::NotDurable { .. }), "{doomed:?}");
+    match q.cancel("doomed").await {
+        Err(Error::NotDurable {
+            ids,
+            acked: 0,
+            wanted: 1,
+        }) => assert_eq!(ids, ["doomed"]),
+        other => panic!("expected NotDurable, got {other:?}"),
+    }
+    assert_eq!(q.job("doomed").await.unwrap().state, JobState::Cancelled);
     let leases = q.claim(5, Duration::from_secs(30)).await.unwrap();
     assert_eq!(leases.len(), 3);
     q.complete(&leases[0]).await.unwrap();

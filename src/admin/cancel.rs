@@ -47,7 +47,9 @@ impl Queue {
     /// ```
     ///
     /// # Errors
-    /// [`Error::InvalidId`], [`Error::JobNotFound`], server errors.
+    /// [`Error::InvalidId`], [`Error::JobNotFound`],
+    /// [`Error::NotDurable`] (as [`cancel_many`](Self::cancel_many)),
+    /// server errors.
     pub async fn cancel(&self, id: &str) -> Result<Cancel> {
         crate::validate::id("job id", id)?;
         let (_, r) = self.cancel_many(&[id]).await?.pop().ok_or_else(|| Error::Protocol {
@@ -63,11 +65,24 @@ impl Queue {
     ///
     /// # Errors
     /// [`Error::InvalidOption`] for no ids or too many, [`Error::InvalidId`];
-    /// server errors.
+    /// [`Error::NotDurable`] when the queue's
+    /// [`Durability`](crate::Durability) was not met (the cancels are made
+    /// on the primary: cancel again); server errors.
     pub async fn cancel_many(&self, ids: &[&str]) -> Result<Vec<(String, Result<Cancel>)>> {
         check_ids(ids)?;
         let keep_failed = self.options().keep_failed.arg();
-        let answers = store::cancel::run(&mut self.conn(), self.keys(), &keep_failed, ids).await?;
+        let durability = self.options().durability;
+        let (answers, confirmed) =
+            store::cancel::run(&mut self.conn(), self.keys(), &keep_failed, ids, durability).await?;
+        // A cancel answered for is as durable as an enqueue: one lost in a
+        // failover would let the job run.
+        if let Some(s) = confirmed? {
+            return Err(Error::NotDurable {
+                ids: ids.iter().map(|&id| id.to_owned()).collect(),
+                acked: s.acked,
+                wanted: s.wanted,
+            });
+        }
         let out = answers
             .into_iter()
             .map(|(id, answer)| {

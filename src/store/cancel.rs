@@ -5,6 +5,7 @@ use super::Spec;
 use super::call::unexpected;
 use super::codes::Code;
 use crate::conn::Conn;
+use crate::durability::{Confirmed, Durability};
 use crate::error::{Error, Result};
 use crate::job::JobState;
 use crate::keys::Keys;
@@ -28,20 +29,22 @@ pub(crate) enum Cancelled {
 }
 
 /// Cancels `ids`; `keep_failed` as `Retention::arg` writes it. One answer
-/// per id, in order (a missing job is [`Error::JobNotFound`] in its place).
+/// per id, in order (a missing job is [`Error::JobNotFound`] in its place),
+/// and whether the call is as durable as `durability` asks.
 pub(crate) async fn run(
     conn: &mut Conn,
     k: &Keys,
     keep_failed: &str,
     ids: &[&str],
-) -> Result<Vec<(String, Result<Cancelled>)>> {
+    durability: Durability,
+) -> Result<(Vec<(String, Result<Cancelled>)>, Confirmed)> {
     let mut call = SPEC.call();
     call.key(&k.pending).key(&k.delayed).key(&k.cancelled);
     call.arg(&k.base).arg(keep_failed);
     for id in ids {
         call.arg(*id);
     }
-    let mut r = call.run(conn).await?;
+    let (mut r, confirmed) = call.run_confirmed(conn, durability).await?;
     let _now = r.uint()?;
     let mut out = Vec::with_capacity(ids.len());
     while r.remaining() > 0 {
@@ -60,5 +63,5 @@ pub(crate) async fn run(
         };
         out.push((id, answer));
     }
-    Ok(out)
+    Ok((out, confirmed))
 }
