@@ -177,9 +177,17 @@ async fn is_cluster_node(conn: &Conn) -> bool {
 async fn cluster(seeds: Vec<redis::ConnectionInfo>, opts: &ClientOptions) -> Result<Conn> {
     let builder = redis::cluster::ClusterClientBuilder::new(seeds)
         .connection_timeout(opts.connection_timeout)
-        .response_timeout(opts.response_timeout)
+        // One bound per call, retries and redirections included, and none
+        // per attempt: with both, a process that was paused (a stop, a
+        // frozen VM) found both expired at once, the redis crate sent the
+        // timed-out command again before the call gave up, and the server
+        // ran it twice (a script: an enqueue stored twice, a claim leasing
+        // jobs nobody holds). The price: a call that meets a node that
+        // hangs (stopped, cut off) waits for it until its bound instead of
+        // being tried elsewhere within it; the next call is routed afresh.
+        .overall_response_timeout(Some(opts.response_timeout))
         // Failovers and reshardings answer TRYAGAIN/CLUSTERDOWN/MOVED for
-        // a while; the call's overall bound is the response timeout.
+        // a while.
         .retries(CLUSTER_RETRIES);
     #[cfg(feature = "tls")]
     let builder = match opts.certificates() {

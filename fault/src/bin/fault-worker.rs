@@ -340,8 +340,11 @@ async fn effect_connection(url: &str, timeout: Duration) -> Fx {
     let seeds = echomq_fault::state::seeds(url);
     loop {
         let res = if seeds.len() > 1 {
+            // A bound per call and none per attempt, as echomq's own
+            // cluster connection: with both, a worker resumed after a
+            // SIGSTOP had its timed-out HINCRBY sent again and applied twice.
             redis::cluster::ClusterClient::builder(seeds.clone())
-                .response_timeout(timeout)
+                .overall_response_timeout(Some(timeout))
                 .connection_timeout(timeout)
                 .build()
                 .expect("cluster seeds")
