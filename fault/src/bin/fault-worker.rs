@@ -2,7 +2,9 @@
 //! appends every step to a history, whose handler performs an unguarded
 //! effect (HINCRBY of the job's counter in `fault:{Q}:fxu`) and, with
 //! `--guarded`, a guarded one (the same behind an `EffectMarker`, in
-//! `fault:{Q}:fxg`). With `--role=reaper` it runs reaper passes instead and
+//! `fault:{Q}:fxg`, applied only with a fencing token no older than any
+//! seen for the job, kept in `fault:{Q}:fxg:fence`, as the effect module
+//! recommends against paused attempts). With `--role=reaper` it runs reaper passes instead and
 //! records what each reaped. Every event names the attempt by its fencing
 //! token (`Job::token`), the key the checker joins events on; `Claimed`
 //! also records the delivery number (`Job::attempt`).
@@ -164,16 +166,30 @@ impl Worker {
         let marker = EffectMarker::for_job(&self.queue, job, "fault").map_err(|e| e.to_string())?;
         let fx = self.fx.clone();
         let key = self.guarded_key.clone();
+        let fence = format!("{key}:fence");
         let field = id.clone();
+        let mine = token.to_string();
         let done = marker
             .once(|state| async move {
                 if let MarkerState::Orphaned { token } = state {
+                    // Fence first, then read: the attempt that held the
+                    // marker may only be paused, and must not land its
+                    // effect after this one decided.
+                    fx.eval(RAISE_FENCE, &[&fence], &[&field, &mine])
+                        .await
+                        .map_err(|e| e.to_string())?;
                     let seen = fx.hget(&key, &field).await.map_err(|e| e.to_string())?;
                     if seen.unwrap_or(0) >= 1 {
                         return Ok(format!("orphan_found (token {token})"));
                     }
                 }
-                let n = fx.hincr(&key, &field, 1).await.map_err(|e| e.to_string())?;
+                let n = fx
+                    .eval(FENCED_APPLY, &[&fence, &key], &[&field, &mine])
+                    .await
+                    .map_err(|e| e.to_string())?;
+                if n < 0 {
+                    return Err(format!("fenced out: a newer attempt than {mine} holds job {field}"));
+                }
                 Ok::<_, String>(format!("ran (count {n}, state {state:?})"))
             })
             .await;
@@ -333,7 +349,38 @@ impl Fx {
             Fx::Cluster(mut c) => c.hget(key, field).await,
         }
     }
+
+    /// Runs `script` (EVAL) on `keys` (one slot) with `args`.
+    async fn eval(&self, script: &str, keys: &[&str], args: &[&str]) -> redis::RedisResult<i64> {
+        let mut cmd = redis::cmd("EVAL");
+        cmd.arg(script).arg(keys.len()).arg(keys).arg(args);
+        match self.clone() {
+            Fx::Single(mut c) => cmd.query_async(&mut c).await,
+            Fx::Cluster(mut c) => cmd.query_async(&mut c).await,
+        }
+    }
 }
+
+/// The guarded effect's "external system" accepts a fencing token, as the
+/// effect module recommends against attempts that are paused or cut off:
+/// KEYS[1] holds the highest token seen per job (ARGV[1]); an apply with
+/// an older token (ARGV[2]) is refused (-1), otherwise it raises the fence
+/// and increments the job's counter in KEYS[2] (its new value).
+const FENCED_APPLY: &str = r"
+local fence = tonumber(redis.call('HGET', KEYS[1], ARGV[1]) or '0')
+local token = tonumber(ARGV[2])
+if token < fence then return -1 end
+redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
+return redis.call('HINCRBY', KEYS[2], ARGV[1], 1)
+";
+
+/// Raises the fence of job ARGV[1] in KEYS[1] to token ARGV[2]: from now
+/// on no older attempt's apply lands.
+const RAISE_FENCE: &str = r"
+local fence = tonumber(redis.call('HGET', KEYS[1], ARGV[1]) or '0')
+if tonumber(ARGV[2]) > fence then redis.call('HSET', KEYS[1], ARGV[1], ARGV[2]) end
+return 1
+";
 
 async fn effect_connection(url: &str, timeout: Duration) -> Fx {
     let until = Instant::now() + Duration::from_secs(60);
