@@ -212,6 +212,19 @@ fn i1_lost_job() {
     assert!(r.violations.iter().any(|v| v.starts_with("I1")));
 }
 
+/// The driver's record of a master SIGKILLed at `t`.
+fn master_killed(t: u64) -> Record {
+    Record {
+        src: "driver".into(),
+        t,
+        ev: Ev::Fault {
+            kind: "kill_server".into(),
+            target: "7000".into(),
+            detail: "SIGKILL".into(),
+        },
+    }
+}
+
 // I1 with a loss window (enqueues without WAIT, masters killed): a job
 // acknowledged shortly before a master's SIGKILL and gone is counted, not a
 // violation; one acknowledged long before the kill, or after it, is lost.
@@ -223,15 +236,7 @@ fn i1_loss_window() {
     for r in h.iter_mut() {
         r.t = 10_000;
     }
-    let kill = |t| Record {
-        src: "driver".into(),
-        t,
-        ev: Ev::Fault {
-            kind: "kill_server".into(),
-            target: "7000".into(),
-            detail: "SIGKILL".into(),
-        },
-    };
+    let kill = master_killed;
     let opts = CheckOptions {
         loss_window_ms: Some(1000),
         ..CheckOptions::default()
@@ -314,15 +319,7 @@ fn c1_c2_cancels() {
         ..CheckOptions::default()
     };
     let mut killed = h.clone();
-    killed.push(Record {
-        src: "driver".into(),
-        t: 10_300,
-        ev: Ev::Fault {
-            kind: "kill_server".into(),
-            target: "7000".into(),
-            detail: "SIGKILL".into(),
-        },
-    });
+    killed.push(master_killed(10_300));
     let r = check(&killed, &ran, &opts);
     assert_eq!(r.cancels_lost_unconfirmed, 1);
     assert!(!r.violations.iter().any(|v| v.starts_with("C2")), "{:?}", r.violations);
@@ -366,15 +363,7 @@ fn k1_one_job_per_tick() {
         loss_window_ms: Some(1000),
         ..CheckOptions::default()
     };
-    twice.push(Record {
-        src: "driver".into(),
-        t: 10_300,
-        ev: Ev::Fault {
-            kind: "kill_server".into(),
-            target: "7000".into(),
-            detail: "SIGKILL".into(),
-        },
-    });
+    twice.push(master_killed(10_300));
     let r = check(&twice, &st, &opts);
     assert!(!r.violations.iter().any(|v| v.starts_with("K1")), "{:?}", r.violations);
 

@@ -302,11 +302,7 @@ pub fn cluster_faults_on(
         if Instant::now() >= next_pause && pauses_left > 0 {
             let k = fastrand::usize(0..runs.len());
             let run = &mut runs[k].0;
-            let live: Vec<String> = run
-                .live("worker")
-                .into_iter()
-                .filter(|w| !paused.iter().any(|(i, p, _)| *i == k && p == w))
-                .collect();
+            let live = running_workers(run, k, &paused);
             if !live.is_empty() {
                 let w = live[fastrand::usize(0..live.len())].clone();
                 run.pause(&w);
@@ -327,11 +323,7 @@ pub fn cluster_faults_on(
             let k = fastrand::usize(0..runs.len());
             let (run, waits) = &mut runs[k];
             // A paused worker is left to come back (a kill would end its pause).
-            let live: Vec<String> = run
-                .live("worker")
-                .into_iter()
-                .filter(|w| !paused.iter().any(|(i, p, _)| *i == k && p == w))
-                .collect();
+            let live = running_workers(run, k, &paused);
             if !live.is_empty() {
                 let w = &live[fastrand::usize(0..live.len())];
                 run.kill(w);
@@ -449,6 +441,14 @@ pub fn cluster_faults_on(
         "jobs_per_s": jobs as f64 / wall.as_secs_f64(),
     });
     ClusterOutcome { queues, figures }
+}
+
+/// The live workers of queue `k`'s run that are not paused.
+fn running_workers(run: &mut Run, k: usize, paused: &[(usize, String, Instant)]) -> Vec<String> {
+    run.live("worker")
+        .into_iter()
+        .filter(|w| !paused.iter().any(|(i, p, _)| *i == k && p == w))
+        .collect()
 }
 
 /// SIGKILLs the master of a random queue's slot, waits for its replica to
