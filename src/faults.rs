@@ -2,8 +2,9 @@
 //! echomq_faults` (never a normal build). `ECHOMQ_FAULT` is a
 //! comma-separated list of `no-token-check`, `client-clock`,
 //! `two-step-reaper`, `no-stall-increment`, `per-job-token`,
-//! `no-lane-cap`, `no-global-cap` and `no-rate-limit`; each breaks one guarantee, so the suite can assert that
-//! its checks notice.
+//! `no-lane-cap`, `no-global-cap`, `no-rate-limit`, `tick-twice` and
+//! `cancel-keeps-waiting`; each breaks one guarantee, so the suite can
+//! assert that its checks notice.
 //! `settler-panic` makes a consumer's settler panic on its first batch, so
 //! a test can check how the consumer survives one of its own tasks dying.
 
@@ -43,6 +44,24 @@ pub(crate) fn apply(source: &str) -> String {
         src = src.replace(
             "if type(s) ~= 'string' then return nil end",
             "if true then return nil end",
+        );
+    }
+    if active("tick-twice") {
+        // a schedule's pass takes every tick offered, makes its job again
+        // over the one already there, and never moves the last tick taken.
+        src = src.replace("  if t > lt then", "  if t > 0 then");
+        src = src.replace("if rcall('EXISTS', prefix .. 'job:' .. id) == 0 then", "if true then");
+        src = src.replace("local sh = {'lt', int_s(lt)}", "local sh = {'lt', f[3] or int_s(lt)}");
+    }
+    if active("cancel-keeps-waiting") {
+        // a cancel answers "cancelled" for a waiting job and leaves it to run.
+        src = src.replace(
+            "if st == 'pending' then from_pending(pending_key, id, job[4]) else rcall('ZREM', waiting[st], id) end",
+            "",
+        );
+        src = src.replace(
+            "finish(moves, prefix, jk, id, 'cancelled', now, keep, job[2], {'err', 'cancelled'})",
+            "",
         );
     }
     if active("per-job-token") {

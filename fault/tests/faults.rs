@@ -423,6 +423,34 @@ fn script_flush_under_load() {
 }
 
 // SIGTERM under load: quick handlers finish, slow ones are released within the grace period; no stall.
+// Every 5th job asked to be cancelled while waiting, running or done, and
+// a schedule ticking every second raced by two schedulers, under worker
+// SIGKILLs: only a job asked ends cancelled, one cancelled while waiting
+// never runs (C1, C2), no tick's job is made twice (K1).
+#[test]
+fn cancels_and_schedules_under_kills() {
+    let _g = serial();
+    let out = scenarios::cancels_and_schedules(&ctx(), if long() { 3_000 } else { 600 });
+    println!(
+        "[cancels_and_schedules] {} cancels {}",
+        out.summary(),
+        out.check.report["cancel_answers"]
+    );
+    assert!(out.check.ok, "checker failed:\n{}", out.check.text);
+    assert!(out.drained, "jobs left unsettled:\n{}", out.check.text);
+    assert_eq!(
+        out.check.n("completed") + out.check.n("cancelled"),
+        out.check.n("jobs"),
+        "not every job completed or was cancelled"
+    );
+    assert!(out.check.n("cancelled") > 0, "no cancel took: {}", out.check.text);
+    assert!(
+        out.check.n("cron_jobs_created") > 0,
+        "no tick made a job: {}",
+        out.check.text
+    );
+}
+
 #[test]
 fn graceful_shutdown_under_load() {
     let _g = serial();

@@ -357,3 +357,23 @@ fn per_job_token_is_caught() {
         Some("per-job-token")
     ));
 }
+
+// tick-twice: a schedule's passes take the same ticks again and make their
+// jobs again; the checker (K1) fails.
+#[test]
+fn tick_twice_is_caught() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let out = scenarios::cancels_and_schedules(&ctx(Some("tick-twice")), 300);
+    failed("tick-twice", &out);
+    assert!(out.check.violates("K1"));
+}
+
+// cancel-keeps-waiting: a cancel answers "cancelled" and leaves the job to
+// run; the checker (C2) fails.
+#[test]
+fn cancel_keeps_waiting_is_caught() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let out = scenarios::cancels_and_schedules(&ctx(Some("cancel-keeps-waiting")), 600);
+    failed("cancel-keeps-waiting", &out);
+    assert!(out.check.violates("C2"));
+}

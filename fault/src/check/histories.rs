@@ -51,6 +51,10 @@ impl Attempt {
     }
 }
 
+/// The stall count of a reap whose record gave none (filled in once every
+/// record is read).
+const STALLS_UNREPORTED: u64 = u64::MAX;
+
 #[derive(Debug, Default)]
 pub(super) struct JobHist {
     pub(super) invoked: bool,
@@ -272,8 +276,13 @@ impl<'a> Histories<'a> {
                     ms,
                 } => {
                     r.reaps += 1;
+                    // A reap that cancels (its job had a cancel request)
+                    // counts a stall too, and ends the job: a terminal
+                    // reap. Its stall count is filled in below.
                     for id in cancelled {
-                        jobs.entry(id).or_default().reaped_cancelled = true;
+                        let j = jobs.entry(id).or_default();
+                        j.reaped_cancelled = true;
+                        j.reaps.push((*server_ms, STALLS_UNREPORTED, true));
                     }
                     call_ms.push(("reap".into(), *ms));
                     for (id, stalls) in requeued {
@@ -312,6 +321,7 @@ impl<'a> Histories<'a> {
                         _ => "unknown",
                     };
                     jobs.entry(id).or_default().cancels.push((rec.t, kind));
+                    *r.cancel_answers.entry(kind.to_owned()).or_default() += 1;
                     call_ms.push((format!("cancel {id}"), *ms));
                 }
                 Ev::ReapFailed { ms, .. } => {
@@ -319,6 +329,19 @@ impl<'a> Histories<'a> {
                     call_ms.push(("reap (failed)".into(), *ms));
                 }
                 Ev::Stop { .. } | Ev::Guarded { .. } | Ev::PausedAt { .. } => {}
+            }
+        }
+        // The reaper reports no stall count for the jobs it cancels; it
+        // counted one more stall than the job's reap before (reap.lua
+        // increments, then cancels).
+        for j in jobs.values_mut() {
+            j.reaps.sort_by_key(|x| x.0);
+            let mut prev = 0;
+            for r in &mut j.reaps {
+                if r.1 == STALLS_UNREPORTED {
+                    r.1 = prev + 1;
+                }
+                prev = r.1;
             }
         }
         for k in &killed {

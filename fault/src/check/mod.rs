@@ -209,8 +209,9 @@ pub struct Report {
     /// Jobs of schedule ticks in the final state that no recorded pass
     /// created (the pass's answer was lost).
     pub cron_jobs_unrecorded: usize,
-    /// Cancel calls made (`CancelAsked`), and jobs left cancelled.
+    /// Cancel calls made (`CancelAsked`), by answer, and jobs left cancelled.
     pub cancels_asked: usize,
+    pub cancel_answers: BTreeMap<String, usize>,
     pub cancelled: usize,
     /// Jobs whose cancel answered "cancelled" and that ran on all the
     /// same, each answered within `loss_window_ms` before a master SIGKILL

@@ -301,9 +301,9 @@ impl Run {
     }
 
     /// Stops every process gracefully (SIGTERM; SIGKILL after 30 s),
-    /// producers first.
+    /// schedulers and producers first.
     pub fn stop_all(&mut self) {
-        for role in ["producer", "worker", "reaper"] {
+        for role in ["scheduler", "producer", "worker", "reaper"] {
             for src in self.live(role) {
                 self.term(&src, Duration::from_secs(30));
             }

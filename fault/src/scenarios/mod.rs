@@ -8,11 +8,13 @@
 //! (`workers.rs`), lanes and limits under kills (`limits.rs`), the
 //! network (acks cut, partitions, dropped connections: `network.rs`), and
 //! the server (restarts, torn AOF tails, clock steps, script flushes:
-//! `server.rs`). The helpers they share are here.
+//! `server.rs`), cancels and schedules (`operator.rs`), and all of them on
+//! a cluster (`cluster.rs`). The helpers they share are here.
 
 mod cluster;
 mod limits;
 mod network;
+mod operator;
 mod server;
 mod workers;
 
@@ -31,6 +33,7 @@ pub use cluster::{
 };
 pub use limits::{LimitsRun, lane_caps, limits};
 pub use network::{AckLoss, Cut, ack_lost, connection_drops, partition};
+pub use operator::cancels_and_schedules;
 pub use server::{clock_steps, script_flush, server_restarts, torn_aof_tails};
 pub use workers::{Stale, graceful_shutdown, kill_point, paused_alone, paused_takeover, racing_reapers, random_kills};
 
