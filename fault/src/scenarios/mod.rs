@@ -29,7 +29,8 @@ use crate::harness::{Bins, Checked, ProducerOpts, Run};
 use crate::history::Ev;
 use crate::state::ServerState;
 pub use cluster::{
-    ClusterClock, ClusterOutcome, ClusterPlan, LOSS_WINDOW_MS, cluster_faults, cluster_faults_on, fault_cluster,
+    ClusterClock, ClusterOutcome, ClusterPlan, LOSS_WINDOW_MS, PAUSE_MS, cluster_faults, cluster_faults_on,
+    fault_cluster,
 };
 pub use limits::{LimitsRun, lane_caps, limits};
 pub use network::{AckLoss, Cut, ack_lost, connection_drops, partition};
