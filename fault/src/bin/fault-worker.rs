@@ -363,9 +363,9 @@ impl Fx {
 
 /// The guarded effect's "external system" accepts a fencing token, as the
 /// effect module recommends against attempts that are paused or cut off:
-/// KEYS[1] holds the highest token seen per job (ARGV[1]); an apply with
-/// an older token (ARGV[2]) is refused (-1), otherwise it raises the fence
-/// and increments the job's counter in KEYS[2] (its new value).
+/// `KEYS[1]` holds the highest token seen per job (`ARGV[1]`); an apply
+/// with an older token (`ARGV[2]`) is refused (-1), otherwise it raises
+/// the fence and increments the job's counter in `KEYS[2]` (its new value).
 const FENCED_APPLY: &str = r"
 local fence = tonumber(redis.call('HGET', KEYS[1], ARGV[1]) or '0')
 local token = tonumber(ARGV[2])
@@ -374,8 +374,8 @@ redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
 return redis.call('HINCRBY', KEYS[2], ARGV[1], 1)
 ";
 
-/// Raises the fence of job ARGV[1] in KEYS[1] to token ARGV[2]: from now
-/// on no older attempt's apply lands.
+/// Raises the fence of job `ARGV[1]` in `KEYS[1]` to token `ARGV[2]`: from
+/// now on no older attempt's apply lands.
 const RAISE_FENCE: &str = r"
 local fence = tonumber(redis.call('HGET', KEYS[1], ARGV[1]) or '0')
 if tonumber(ARGV[2]) > fence then redis.call('HSET', KEYS[1], ARGV[1], ARGV[2]) end
