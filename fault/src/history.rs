@@ -265,9 +265,10 @@ pub enum Ev {
         ms: u64,
     },
     /// A fault the driver injected: `kind` is one of kill_worker,
-    /// stop_worker, cont_worker, term_worker, kill_server, restart_server,
-    /// partition, heal, drop_connections, client_kill, script_flush,
-    /// pause_server, resume_server, cut_ack.
+    /// kill_producer, stop_worker, cont_worker, term_worker, term_producer,
+    /// term_scheduler, kill_server, restart_server, partition, heal,
+    /// drop_connections, client_kill, script_flush, pause_server,
+    /// resume_server, cut_ack, clock_step, migrate_slot.
     Fault {
         /// The kind.
         kind: String,

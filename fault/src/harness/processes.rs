@@ -232,7 +232,14 @@ impl Run {
             return Some(Duration::ZERO);
         }
         let t0 = Instant::now();
-        self.fault("term_worker", src, "SIGTERM");
+        // Only workers' and reapers' stops count as graceful stops (the
+        // checker's figure); a producer or scheduler is just ended.
+        let kind = match self.proc(src).role {
+            "worker" | "reaper" => "term_worker",
+            "producer" => "term_producer",
+            _ => "term_scheduler",
+        };
+        self.fault(kind, src, "SIGTERM");
         self.signal(src, "TERM");
         if self.wait_exit(src, limit) {
             Some(t0.elapsed())
@@ -304,9 +311,14 @@ impl Run {
     /// schedulers and producers first.
     pub fn stop_all(&mut self) {
         for role in ["scheduler", "producer", "worker", "reaper"] {
-            for src in self.live(role) {
-                self.term(&src, Duration::from_secs(30));
-            }
+            self.term_all(role, Duration::from_secs(30));
+        }
+    }
+
+    /// SIGTERMs every live process of `role` in turn, each given `limit`.
+    pub fn term_all(&mut self, role: &str, limit: Duration) {
+        for src in self.live(role) {
+            self.term(&src, limit);
         }
     }
 }

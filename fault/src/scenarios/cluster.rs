@@ -280,9 +280,7 @@ pub fn cluster_faults_on(
     let drained = loop {
         if !schedulers_stopped && runs.iter_mut().all(|(r, _)| r.live("producer").is_empty()) {
             for (run, _) in runs.iter_mut() {
-                for s in run.live("scheduler") {
-                    run.term(&s, Duration::from_secs(5));
-                }
+                run.term_all("scheduler", Duration::from_secs(5));
             }
             schedulers_stopped = true;
         }

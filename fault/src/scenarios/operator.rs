@@ -48,9 +48,7 @@ pub fn cancels_and_schedules(ctx: &Ctx, jobs: u64) -> Outcome {
     let (mut kills, mut schedulers_stopped) = (0u64, false);
     let drained = loop {
         if !schedulers_stopped && run.live("producer").is_empty() {
-            for s in run.live("scheduler") {
-                run.term(&s, Duration::from_secs(5));
-            }
+            run.term_all("scheduler", Duration::from_secs(5));
             schedulers_stopped = true;
         }
         if schedulers_stopped && run.drained() {
