@@ -6,7 +6,9 @@
 //! dumps, with the server's command counts written to CMD_LOG at each.
 //! MODE, a comma-separated list, turns features on: evoff, lanes (8),
 //! cap, rate, result, dedup, priority, delay, kind, keep_all, keep_none,
-//! keep_100, keep_age. The payload is 100 bytes of JSON.
+//! keep_100, keep_age; `floor` claims and completes with floor.lua instead
+//! of echomq's scripts (the least a fenced settle-and-claim can do on
+//! this keyspace). The payload is 100 bytes of JSON.
 use echomq::{Client, EnqueueOptions, QueueOptions, Retention, Settle};
 use std::time::Duration;
 
@@ -67,6 +69,30 @@ async fn main() {
     let lease = Duration::from_secs(600);
     let settle = if has("result") { Settle::Return { result: "{\"ok\":true,\"n\":17}".into() } } else { Settle::Complete };
     let mut done = 0;
+    if has("floor") {
+        // floor.lua on the same records, for what any script could reach
+        let mut con = redis::Client::open(url.as_str()).unwrap().get_multiplexed_async_connection().await.unwrap();
+        let script = redis::Script::new(include_str!("floor.lua"));
+        let keys = ["pending", "active", "completed", "token", "events"].map(|k| format!("emq:{{h}}:{k}"));
+        let call = |held: &[(String, String)]| {
+            let mut inv = script.prepare_invoke();
+            for k in &keys { inv.key(k); }
+            inv.arg("emq:{h}:").arg(if has("evoff") { "0" } else { "1" }).arg(batch);
+            for (id, tk) in held { inv.arg(id).arg(tk); }
+            inv
+        };
+        let mut held: Vec<(String, String)> = Vec::new();
+        loop {
+            let out: Vec<String> = call(&held).invoke_async(&mut con).await.unwrap();
+            done += held.len();
+            held = out.chunks(3).map(|c| (c[0].clone(), c[1].clone())).collect();
+            if held.is_empty() { break; }
+        }
+        cg("-d");
+        assert_eq!(done, n);
+        eprintln!("done {done}");
+        return;
+    }
     if has("split") || has("delay") {
         // plain claims (which promote due delayed jobs), then settle_many
         let mut all = Vec::new();
