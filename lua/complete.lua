@@ -34,7 +34,8 @@ local jk, active_key, completed_key = KEYS[1], KEYS[2], KEYS[3]
 local prefix, id, token, keep = ARGV[1], ARGV[2], ARGV[3], retention(ARGV[4])
 local n_effects = tonumber(ARGV[5] or '0')
 local now = server_now()
-local refused, owner = check_owner(jk, token, 'c', now)
+local cur = complete_fields(jk)
+local refused = not_owner(cur and cur[1], cur and cur[2], cur and cur[3], token, 'c', now)
 if refused then return refused end
 
 -- Counters stay exact in Lua's doubles up to 2^53 - 1.
@@ -111,6 +112,6 @@ if n_effects > 0 then
 end
 
 local moves = new_moves()
-local r = settle_complete(moves, prefix, jk, id, token, now, keep, owner, nil)
+local code = settle_complete(moves, prefix, jk, id, token, now, keep, nil, cur)
 apply_moves(moves, {active = active_key, completed = completed_key}, prefix, keep, KEEP_ALL, now)
-return {r[1], now}
+return {code, now}

@@ -74,26 +74,31 @@ moves.gone = {}
 for i = 1, n do
   local op, id, token, delay, text = item(i)
   local jk = prefix .. 'job:' .. id
-  local r, owner
-  if moves.gone[jk] then
-    r = settled_in_call(moves.gone[jk], token, op, now)
+  if op == 'c' and not moves.gone[jk] then
+    -- the most common settlement, with its own owner check
+    out[#out + 1] = settle_complete(moves, prefix, jk, id, token, now, keep_completed, text)
+    out[#out + 1] = 0
   else
-    r, owner = check_owner(jk, token, op, now)
-  end
-  if not r then
-    if op == 'c' then r = settle_complete(moves, prefix, jk, id, token, now, keep_completed, owner, text)
-    elseif op == 'x' or owner.cx then
-      r = settle_cancel(moves, prefix, jk, id, token, now, op, text, keep_failed, owner)
-    elseif op == 'r' then
-      r = settle_retry(moves, k, prefix, jk, id, token, now, tonumber(delay) or -1, text, keep_failed, owner)
-    elseif op == 'f' then r = settle_fail(moves, prefix, jk, id, token, now, text, keep_failed, owner)
+    local r, owner
+    if moves.gone[jk] then
+      r = settled_in_call(moves.gone[jk], token, op, now)
     else
-      r = settle_requeue(moves, k, prefix, jk, id, token, now, op, tonumber(delay) or 0, keep_failed, owner)
-      if op == 'h' then hold_starts(prefix, owner.ln, now + (tonumber(delay) or 0)) end
+      r, owner = check_owner(jk, token, op, now)
     end
+    if not r then
+      if op == 'x' or owner.cx then
+        r = settle_cancel(moves, prefix, jk, id, token, now, op, text, keep_failed, owner)
+      elseif op == 'r' then
+        r = settle_retry(moves, k, prefix, jk, id, token, now, tonumber(delay) or -1, text, keep_failed, owner)
+      elseif op == 'f' then r = settle_fail(moves, prefix, jk, id, token, now, text, keep_failed, owner)
+      else
+        r = settle_requeue(moves, k, prefix, jk, id, token, now, op, tonumber(delay) or 0, keep_failed, owner)
+        if op == 'h' then hold_starts(prefix, owner.ln, now + (tonumber(delay) or 0)) end
+      end
+    end
+    out[#out + 1] = r[1]
+    out[#out + 1] = r[2] or 0
   end
-  out[#out + 1] = r[1]
-  out[#out + 1] = r[2] or 0
 end
 apply_moves(moves, k, prefix, keep_completed, keep_failed, now)
 if claim_max then

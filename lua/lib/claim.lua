@@ -4,7 +4,7 @@
 -- by claim.lua and settle.lua, which claims after settling).
 --
 -- Needs: base (rcall, hfields, int_s, now_str), keyspace (wake), meta (queue_meta),
--- payload (joined_payload), events (events_on, record_job), lanes (LANED, LANE_BLOCKED,
+-- payload (PAYLOAD_CHUNK, joined_payload), events (events_on, record_job), lanes (LANED, LANE_BLOCKED,
 -- LANE_IDLE, LANE_SLACK, lane_key, held_member, lane_active, lane_cap, lane_weight,
 -- lane_shut, reopen_lanes, lanes_in_use, mark_lanes), throttle (rate_room, rate_log, lane_rate, lane_log,
 -- queue_room), sets (promote_due, new_moves, unlease, apply_moves, KEEP_ALL), fence (mint_tokens),
@@ -12,12 +12,21 @@
 
 -- The fields of job record `jk` a lease needs, in this order: p, f, a,
 -- lm, kd, ct, st, ln, tp (lease_job reads them by position), the rest
--- of a split payload, p2, p3, p4 (lib/payload.lua), and xa, its expiry
--- (lib/expiry.lua); nil for a key of another type. (One HGETALL instead,
--- picking the fields in Lua, measured the same: what it saved the server
--- the loop cost.)
+-- of a split payload, p2, p3, p4 (lib/payload.lua; false when absent),
+-- and xa, its expiry (lib/expiry.lua); nil for a key of another type.
+-- p3 and p4 are asked for only behind a full p2: a field the record lacks
+-- costs the server a scan of the whole record, about 2,000 instructions
+-- (benches/README.md). (One HGETALL instead, picking the fields in Lua,
+-- measured the same: what it saved the server the loop cost.)
 local function lease_fields(jk)
-  return hfields(jk, 'p', 'f', 'a', 'lm', 'kd', 'ct', 'st', 'ln', 'tp', 'p2', 'p3', 'p4', 'xa')
+  local job = hfields(jk, 'p', 'f', 'a', 'lm', 'kd', 'ct', 'st', 'ln', 'tp', 'p2', 'xa')
+  if not job then return nil end
+  job[13], job[11], job[12] = job[11], false, false
+  if job[10] and #job[10] == PAYLOAD_CHUNK then
+    local more = rcall('HMGET', jk, 'p3', 'p4')
+    job[11], job[12] = more[1], more[2]
+  end
+  return job
 end
 
 -- Ends picked job `id` expired instead of leasing it when its expiry has
@@ -212,9 +221,10 @@ end
 -- `prefix`; its fields `job`, as lease_fields reads them) with fencing
 -- token `token` until `deadline_s`: attempts += 1, state active, holder.
 -- Appends its reply fields to `out` (lane "" for none) and its deadline
--- and id to `zargs` (the active set's ZADD). A pending id without a record
+-- and id to `zargs` (the active set's ZADD), and its `claimed` event when
+-- `cap` (the queue's events_on) is set. A pending id without a record
 -- (evicted, a torn write, a foreign key) is dropped.
-local function lease_job(prefix, jk, id, job, token, now, deadline_s, holder, lane, zargs, out)
+local function lease_job(prefix, jk, id, job, token, now, deadline_s, holder, lane, zargs, out, cap)
   if not job or not job[1] then return end
   local attempt = int_s((tonumber(job[3]) or 0) + 1)
   local token_s = int_s(token)
@@ -224,20 +234,22 @@ local function lease_job(prefix, jk, id, job, token, now, deadline_s, holder, la
   else
     rcall('HSET', jk, 'a', attempt, 'tk', token_s, 'st', 'active', 'hd', holder)
   end
-  zargs[#zargs + 1] = deadline_s
-  zargs[#zargs + 1] = id
-  local cap = events_on(prefix)
+  local z = #zargs
+  zargs[z + 1] = deadline_s
+  zargs[z + 2] = id
   if cap then record_job(prefix, 'claimed', cap, id, 'a', attempt, 'tk', token_s, 'ln', lane, 'kd', job[5]) end
-  out[#out + 1] = id
-  out[#out + 1] = token_s
-  out[#out + 1] = attempt
-  out[#out + 1] = job[2] or '0'
-  out[#out + 1] = job[4] or ''
-  out[#out + 1] = joined_payload(job[1], job[10], job[11], job[12])
-  out[#out + 1] = lane
-  out[#out + 1] = job[5] or ''
-  out[#out + 1] = job[6] or '0'
-  out[#out + 1] = job[9] or ''
+  -- by position, with no helper call: this runs for every job leased
+  local o = #out
+  out[o + 1] = id
+  out[o + 2] = token_s
+  out[o + 3] = attempt
+  out[o + 4] = job[2] or '0'
+  out[o + 5] = job[4] or ''
+  out[o + 6] = job[10] and joined_payload(job[1], job[10], job[11], job[12]) or job[1]
+  out[o + 7] = lane
+  out[o + 8] = job[5] or ''
+  out[o + 9] = job[6] or '0'
+  out[o + 10] = job[9] or ''
 end
 
 -- Leases up to `limit` pending jobs until now + lease, after promoting up
@@ -288,6 +300,7 @@ local function claim_jobs(k, prefix, now, lease, limit, promote, holder, out, ke
   local deadline_s = int_s(deadline)
   local zargs = {}
   local ended = {n = 0}
+  local cap = events_on(prefix)
   if not lanes_in_use(prefix) then
     local popped = rcall('ZPOPMIN', k.pending, limit)
     -- Nothing left to hand out: clear stale wake tokens so idle consumers sleep.
@@ -326,8 +339,8 @@ local function claim_jobs(k, prefix, now, lease, limit, promote, holder, out, ke
       -- on pending too, and leasing it would run it again. Its id just
       -- leaves pending; the sweep puts the job where its state says.
       if job and job[7] and job[7] ~= 'pending' then job = nil end
-      if expired_pick(ended, prefix, jk, id, job, nil, now, keep) then job = nil end
-      lease_job(prefix, jk, id, job, token, now, deadline_s, holder, '', zargs, out)
+      if job and job[13] and expired_pick(ended, prefix, jk, id, job, nil, now, keep) then job = nil end
+      lease_job(prefix, jk, id, job, token, now, deadline_s, holder, '', zargs, out, cap)
       if rn and #zargs > 2 * #logged then logged[#logged + 1] = int_s(token) end
     end
   else
@@ -352,7 +365,7 @@ local function claim_jobs(k, prefix, now, lease, limit, promote, holder, out, ke
       token = token + 1
       local job = pick.job or lease_fields(jk)
       if expired_pick(ended, prefix, jk, pick.id, job, pick.lane, now, keep) then job = nil end
-      lease_job(prefix, jk, pick.id, job, token, now, deadline_s, holder, pick.lane or '', zargs, out)
+      lease_job(prefix, jk, pick.id, job, token, now, deadline_s, holder, pick.lane or '', zargs, out, cap)
       if #zargs > 2 * #logged then
         logged[#logged + 1] = int_s(token)
         if pick.lane and lane_limits then

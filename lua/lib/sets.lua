@@ -96,6 +96,19 @@ local function retention(s)
 end
 local KEEP_ALL = {n = -1, age = 0}
 
+-- The set move of job `id` (record `jk`) finished in `state` at
+-- `finished` (now_str): onto the state's set, or, with retention `keep`
+-- of 0 records, its record deleted at the end of the call.
+local function finished_into(moves, keep, jk, id, state, finished)
+  if keep.n == 0 then
+    moves.delete[#moves.delete + 1] = jk
+    return
+  end
+  local into = moves[state]
+  into[#into + 1] = finished
+  into[#into + 1] = id
+end
+
 -- Terminal move into state `state` (completed, failed, cancelled or expired) at `now`: releases
 -- the job's dedup marker `dd` if it still holds it; with retention `keep`
 -- of 0 records the record is deleted, otherwise it is stamped with `fields`.
@@ -125,13 +138,7 @@ local function finish(moves, prefix, jk, id, state, now, keep, dd, fields, owner
     end
     emit_job(prefix, state, id, jk, err, owner)
   end
-  if keep.n == 0 then
-    moves.delete[#moves.delete + 1] = jk
-    return
-  end
-  local into = moves[state]
-  into[#into + 1] = finished
-  into[#into + 1] = id
+  finished_into(moves, keep, jk, id, state, finished)
 end
 
 -- Deletes the oldest records of `set_key` beyond the newest `keep.n` (-1:

@@ -2,25 +2,55 @@
 -- cancel, release, snooze, rate limited), shared by settle.lua and
 -- complete.lua; reap.lua and cancel.lua end jobs through sets.lua finish.
 --
--- Needs: base (rcall, int_s), codes (CODE), defaults (ERRORS_KEEP), keyspace (wake),
--- events (ev_text, emit_job), budget (budget, backoff_ms), sets (to_pending, unlease,
--- finish), fence (remember), expiry (past_expiry, expire).
+-- Needs: base (rcall, hfields, int_s, now_str), codes (CODE), defaults (ERRORS_KEEP),
+-- keyspace (wake, release_dedup), events (events_on, record_job, ev_text, emit_job),
+-- budget (budget, backoff_ms), sets (to_pending, unlease, finish, finished_into),
+-- fence (not_owner, remember), expiry (past_expiry, expire).
 
--- Each settlement assumes check_owner has passed (`owner` is what it
--- returned) and records its set moves in `moves`. `k` holds the queue's
+-- Each settlement but settle_complete assumes check_owner has passed
+-- (`owner` is what it returned); each records its set moves in `moves`. `k` holds the queue's
 -- keys: active, pending, delayed, completed, failed, wake. Each returns
 -- {code, due}.
 
--- `result`: the handler's result (JSON) to keep, or nil / "" for none.
-local function settle_complete(moves, prefix, jk, id, token, now, keep, owner, result)
-  unlease(moves, id, owner.ln)
-  local fields = {'lo', remember(owner, 'c', token)}
-  if result and result ~= '' then
-    fields[3] = 'rs'
-    fields[4] = result
+-- The fields settle_complete reads (hfields; nil for a key of another
+-- type): st, tk, lo (the owner check), ln, dd, a, kd. Fewer than
+-- check_owner's: a field the record lacks costs the server a scan of the
+-- whole record (benches/README.md, "The completion and the claim").
+local function complete_fields(jk)
+  return hfields(jk, 'st', 'tk', 'lo', 'ln', 'dd', 'a', 'kd')
+end
+
+-- Completes job `id` (record `jk`, its complete_fields `cur`, read here
+-- when nil) if the caller holds it with `token`; `result`: the handler's
+-- result (JSON) to keep, or nil / "" for none. Returns the reply code:
+-- OK, or not_owner's. The most common settlement, so it is written out
+-- here rather than through check_owner and finish (what those build per
+-- job, an owner table and a field list, cost a fifth of a settlement's
+-- server time); it records what finish records for a completed job.
+local function settle_complete(moves, prefix, jk, id, token, now, keep, result, cur)
+  cur = cur or complete_fields(jk)
+  if not (cur and cur[1] == 'active' and cur[2] == token) then
+    return not_owner(cur and cur[1], cur and cur[2], cur and cur[3], token, 'c', now)[1]
   end
-  finish(moves, prefix, jk, id, 'completed', now, keep, owner.dd, fields, owner)
-  return {CODE.OK, 0}
+  -- the helpers are called only when there is work for them: a call per
+  -- job costs more here than what most of them do
+  local ln = cur[4] or nil
+  if ln then unlease(moves, id, ln) else moves.unlease[#moves.unlease + 1] = id end
+  if cur[5] then release_dedup(prefix, cur[5], id) end
+  local lo = 'c:' .. token
+  if cur[3] then lo = remember(cur[3], 'c', token) end
+  local finished = now_str(now)
+  if keep.n == 0 and moves.gone then
+    moves.gone[jk] = lo
+  elseif result and result ~= '' then
+    rcall('HSET', jk, 'st', 'completed', 'ft', finished, 'lo', lo, 'rs', result)
+  else
+    rcall('HSET', jk, 'st', 'completed', 'ft', finished, 'lo', lo)
+  end
+  local cap = events_on(prefix)
+  if cap then record_job(prefix, 'completed', cap, id, 'a', cur[6], 'tk', token, 'ln', ln, 'kd', cur[7]) end
+  finished_into(moves, keep, jk, id, 'completed', finished)
+  return CODE.OK
 end
 
 -- Back to pending at once (`delay` 0) or delayed until now + delay.
@@ -58,7 +88,7 @@ local function settle_retry(moves, k, prefix, jk, id, token, now, delay, err, ke
   unlease(moves, id, owner.ln)
   local failures = rcall('HINCRBY', jk, 'f', '1')
   local max, _, bo, jitter = budget(rcall('HGET', jk, 'lm'))
-  local lo = remember(owner, 'r', token)
+  local lo = remember(owner.lo, 'r', token)
   local eh = errors_with(jk, now, err)
   if failures >= max then
     finish(moves, prefix, jk, id, 'failed', now, keep, owner.dd, {'err', err, 'eh', eh, 'lo', lo}, owner)
@@ -81,7 +111,7 @@ local function settle_fail(moves, prefix, jk, id, token, now, reason, keep, owne
   rcall('HINCRBY', jk, 'f', '1')
   local eh = errors_with(jk, now, reason)
   finish(moves, prefix, jk, id, 'failed', now, keep, owner.dd,
-    {'err', reason, 'eh', eh, 'lo', remember(owner, 'f', token)}, owner)
+    {'err', reason, 'eh', eh, 'lo', remember(owner.lo, 'f', token)}, owner)
   return {CODE.OK, 0}
 end
 
@@ -91,7 +121,7 @@ end
 -- carried, kept in the error history.
 local function settle_cancel(moves, prefix, jk, id, token, now, op, text, keep, owner)
   unlease(moves, id, owner.ln)
-  local fields = {'err', 'cancelled', 'lo', remember(owner, op, token)}
+  local fields = {'err', 'cancelled', 'lo', remember(owner.lo, op, token)}
   if text and text ~= '' then
     if op == 'x' then fields[2] = text end
     fields[5] = 'eh'
@@ -109,7 +139,7 @@ end
 local REQUEUE_EVENT = {l = 'released', s = 'snoozed', h = 'rate_limited'}
 local function settle_requeue(moves, k, prefix, jk, id, token, now, op, delay, keep, owner)
   unlease(moves, id, owner.ln)
-  local lo = remember(owner, op, token)
+  local lo = remember(owner.lo, op, token)
   if past_expiry(owner.xa, now + delay) then
     expire(moves, prefix, jk, id, now, keep, owner.dd, {'err', 'expired', 'lo', lo}, owner)
     return {CODE.EXPIRED, 0}
