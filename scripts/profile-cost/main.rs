@@ -8,7 +8,9 @@
 //! cap, rate, result, dedup, priority, delay, kind, keep_all, keep_none,
 //! keep_100, keep_age; `floor` claims and completes with floor.lua instead
 //! of echomq's scripts (the least a fenced settle-and-claim can do on
-//! this keyspace). The payload is 100 bytes of JSON.
+//! this keyspace), `floor_list` with floor_list.lua (the same on a
+//! keyspace with pending in a list and a lease per call). The payload is
+//! 100 bytes of JSON.
 use echomq::{Client, EnqueueOptions, QueueOptions, Retention, Settle};
 use std::time::Duration;
 
@@ -69,11 +71,21 @@ async fn main() {
     let lease = Duration::from_secs(600);
     let settle = if has("result") { Settle::Return { result: "{\"ok\":true,\"n\":17}".into() } } else { Settle::Complete };
     let mut done = 0;
-    if has("floor") {
-        // floor.lua on the same records, for what any script could reach
+    if has("floor") || has("floor_list") {
+        // floor.lua on the same records, for what any script could reach;
+        // floor_list.lua with pending moved into a list first (not counted)
         let mut con = redis::Client::open(url.as_str()).unwrap().get_multiplexed_async_connection().await.unwrap();
-        let script = redis::Script::new(include_str!("floor.lua"));
-        let keys = ["pending", "active", "completed", "token", "events"].map(|k| format!("emq:{{h}}:{k}"));
+        let list = has("floor_list");
+        let script = redis::Script::new(if list { include_str!("floor_list.lua") } else { include_str!("floor.lua") });
+        let names = if list { ["plist", "leases", "clist", "token", "events"] } else { ["pending", "active", "completed", "token", "events"] };
+        let keys = names.map(|k| format!("emq:{{h}}:{k}"));
+        if list {
+            let ids: Vec<String> = redis::cmd("ZRANGE").arg("emq:{h}:pending").arg(0).arg(-1).query_async(&mut con).await.unwrap();
+            let _: () = redis::cmd("RPUSH").arg(&keys[0]).arg(&ids).query_async(&mut con).await.unwrap();
+            let _: () = redis::cmd("DEL").arg("emq:{h}:pending").query_async(&mut con).await.unwrap();
+            let pid = std::env::var("CG_PID").unwrap();
+            std::process::Command::new("callgrind_control").arg("-z").arg(&pid).output().unwrap();
+        }
         let call = |held: &[(String, String)]| {
             let mut inv = script.prepare_invoke();
             for k in &keys { inv.key(k); }
