@@ -17,15 +17,15 @@
 -- its lanes' rate limits lease fewer jobs, or none (lib/throttle.lua). A
 -- job past its expiry is not leased: it ends expired (lib/expiry.lua).
 --
--- REPLY: {now:int, deadline:int, wait:int, (id:str, token:int, attempt:int,
---   failures:int, limits:str, payload:str, lane:str, kind:str, created:int,
---   traceparent:str)*}
--- One group per job leased: limits its `lm` field; lane, kind,
--- traceparent "" for a job without one; created its record's `ct`
--- (server ms, 0 if it has none). `wait` is 0, or the ms until a rate
--- limit that stopped the claim (or a lane it left out) lets it lease
--- again, or until the next slot of the queue's rate limit frees when it
--- left room for fewer jobs than asked.
+-- REPLY: {now:int, deadline:int, wait:int, (head:str, payload:str)*}
+-- Two elements per job leased (lib/claim.lua lease_job): head is its id,
+-- token, attempt and created (its record's `ct`, server ms, 0 if it has
+-- none) joined by NUL bytes, then its failures, `lm`, lane, kind and
+-- traceparent too when it has any of them; lua/README.md, claim, tells
+-- why. `wait` is 0, or the ms until a rate limit that stopped the claim
+-- (or a lane it left out) lets it lease again, or until the next slot of
+-- the queue's rate limit frees when it left room for fewer jobs than
+-- asked.
 --
 -- Events (lib/events.lua, unless the queue turned them off): promoted (due
 -- delayed jobs), claimed (each job leased), expired (each job past its

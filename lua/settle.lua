@@ -32,15 +32,16 @@
 -- complete. A retry, release or snooze that would make a job wait until
 -- its expiry or later ends it expired instead (lib/expiry.lua).
 --
--- REPLY: {now:int, (code:code, due:int)*, [deadline:int, wait:int, (id:str,
---   token:int, attempt:int, failures:int, limits:str, payload:str, lane:str,
---   kind:str, created:int, traceparent:str)*]}
--- One (code, due) per item, in order: OK, FAILED (a retry failed the job
--- for good), CANCELLED (the job ended cancelled), EXPIRED (the job ended
--- expired), ALREADY (this
--- settlement already happened with this token), NOT_FOUND, LEASE_LOST
--- (nothing changed); due is the delayed job's due time (server ms), 0
--- otherwise. When M was sent, claim.lua's reply after its `now` follows.
+-- REPLY: {now:int, outcomes:str, [deadline:int, wait:int,
+--   (head:str, payload:str)*]}
+-- outcomes is "" when every item got (OK, 0), the common case; else
+-- `code,due` per item, in order, all joined by commas (one reply element
+-- rather than two an item: lua/README.md, settle). Codes: OK, FAILED (a
+-- retry failed the job for good), CANCELLED (the job ended cancelled),
+-- EXPIRED (the job ended expired), ALREADY (this settlement already
+-- happened with this token), NOT_FOUND, LEASE_LOST (nothing changed);
+-- due is the delayed job's due time (server ms), 0 otherwise. When M was
+-- sent, claim.lua's reply after its `now` follows.
 -- Every item that ends a lease gives its lane's slot back
 -- (lib/sets.lua apply_moves) before the claim; slots freed under the queue's
 -- global cap that this call's claim leaves free wake other consumers.
@@ -66,7 +67,9 @@ local c = 5 * (n + 1)
 local claim_lease, claim_max, claim_holder = ARGV[c], ARGV[c + 1], ARGV[c + 2]
 
 local now = server_now()
-local out = {now}
+local out = {now, ''}
+-- each item's code and due, sent only when one is not (OK, 0)
+local res, plain = {}, true
 local moves = new_moves()
 moves.defer = claim_max ~= nil
 -- records this call deletes are not stamped first (lib/sets.lua finish)
@@ -76,8 +79,10 @@ for i = 1, n do
   local jk = prefix .. 'job:' .. id
   if op == 'c' and not moves.gone[jk] then
     -- the most common settlement, with its own owner check
-    out[#out + 1] = settle_complete(moves, prefix, jk, id, token, now, keep_completed, text)
-    out[#out + 1] = 0
+    local code = settle_complete(moves, prefix, jk, id, token, now, keep_completed, text)
+    res[#res + 1] = code
+    res[#res + 1] = 0
+    if code ~= CODE.OK then plain = false end
   else
     local r, owner
     if moves.gone[jk] then
@@ -96,9 +101,14 @@ for i = 1, n do
         if op == 'h' then hold_starts(prefix, owner.ln, now + (tonumber(delay) or 0)) end
       end
     end
-    out[#out + 1] = r[1]
-    out[#out + 1] = r[2] or 0
+    res[#res + 1] = r[1]
+    res[#res + 1] = r[2] or 0
+    if r[1] ~= CODE.OK or (r[2] or 0) ~= 0 then plain = false end
   end
+end
+if not plain then
+  for i = 1, #res do res[i] = int_s(res[i]) end
+  out[2] = table.concat(res, ',')
 end
 apply_moves(moves, k, prefix, keep_completed, keep_failed, now)
 if claim_max then

@@ -15,7 +15,7 @@
 -- of a split payload, p2, p3, p4 (lib/payload.lua; false when absent),
 -- and xa, its expiry (lib/expiry.lua); nil for a key of another type.
 -- p3 and p4 are asked for only behind a full p2: a field the record lacks
--- costs the server a scan of the whole record, about 2,000 instructions
+-- costs the server a scan of the whole record, about 1,200 instructions
 -- (benches/README.md). (One HGETALL instead, picking the fields in Lua,
 -- measured the same: what it saved the server the loop cost.)
 local function lease_fields(jk)
@@ -220,9 +220,9 @@ end
 -- Leases job `id` (record `jk` of the queue whose keys start with
 -- `prefix`; its fields `job`, as lease_fields reads them) with fencing
 -- token `token` until `deadline_s`: attempts += 1, state active, holder.
--- Appends its reply fields to `out` (lane "" for none) and its deadline
--- and id to `zargs` (the active set's ZADD), and its `claimed` event when
--- `cap` (the queue's events_on) is set. A pending id without a record
+-- Appends its reply fields to `out` (claim's reply, lua/README.md) and
+-- its deadline and id to `zargs` (the active set's ZADD), and its
+-- `claimed` event when `cap` (the queue's events_on) is set. A pending id without a record
 -- (evicted, a torn write, a foreign key) is dropped.
 local function lease_job(prefix, jk, id, job, token, now, deadline_s, holder, lane, zargs, out, cap)
   if not job or not job[1] then return end
@@ -238,18 +238,18 @@ local function lease_job(prefix, jk, id, job, token, now, deadline_s, holder, la
   zargs[z + 1] = deadline_s
   zargs[z + 2] = id
   if cap then record_job(prefix, 'claimed', cap, id, 'a', attempt, 'tk', token_s, 'ln', lane, 'kd', job[5]) end
-  -- by position, with no helper call: this runs for every job leased
+  -- two reply elements a job, the payload and the rest NUL-joined (lua/README.md,
+  -- claim): each element costs the client a parse, about 1,200 instructions
+  -- (benches/README.md, "The replies the client parses"); the fields most jobs
+  -- lack are left off when a job has none of them
   local o = #out
-  out[o + 1] = id
-  out[o + 2] = token_s
-  out[o + 3] = attempt
-  out[o + 4] = job[2] or '0'
-  out[o + 5] = job[4] or ''
-  out[o + 6] = job[10] and joined_payload(job[1], job[10], job[11], job[12]) or job[1]
-  out[o + 7] = lane
-  out[o + 8] = job[5] or ''
-  out[o + 9] = job[6] or '0'
-  out[o + 10] = job[9] or ''
+  local head = id .. '\0' .. token_s .. '\0' .. attempt .. '\0' .. (job[6] or '0')
+  local f, lm, kd, tp = job[2], job[4], job[5], job[9]
+  if f or lm or kd or tp or lane ~= '' then
+    head = head .. '\0' .. (f or '0') .. '\0' .. (lm or '') .. '\0' .. lane .. '\0' .. (kd or '') .. '\0' .. (tp or '')
+  end
+  out[o + 1] = head
+  out[o + 2] = job[10] and joined_payload(job[1], job[10], job[11], job[12]) or job[1]
 end
 
 -- Leases up to `limit` pending jobs until now + lease, after promoting up

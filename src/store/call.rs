@@ -199,6 +199,11 @@ impl Reply {
         }
     }
 
+    /// The error for a reply element that is not `what` (`got`, as read).
+    pub(super) fn malformed(&self, what: &str, got: &str) -> Error {
+        self.bad(what, Some(Value::BulkString(got.as_bytes().to_vec())))
+    }
+
     pub(super) fn remaining(&self) -> usize {
         self.items.len()
     }

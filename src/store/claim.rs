@@ -78,17 +78,31 @@ pub(crate) async fn run(
     read_leases(&mut r, queue, claimed_ms)
 }
 
-/// Reads claim's `deadline, wait, id, token, attempt, failures, limits,
-/// payload, lane, kind, created, traceparent, ...` tail (also the tail of
-/// settle's reply).
+/// Reads claim's `deadline, wait, (head, payload)*` tail (also the tail
+/// of settle's reply). `head` is `id, token, attempt, created` joined by
+/// NUL bytes, then, for a job with failures, limits, a lane, a kind or a
+/// traceparent, those five too (`lua/README.md`, claim): two reply
+/// elements a job rather than ten, each a parse for the client.
 pub(super) fn read_leases(r: &mut Reply, queue: &Arc<str>, claimed_ms: u64) -> Result<Claimed> {
     let deadline_ms = r.uint()?;
     let wait = Some(Duration::from_millis(r.uint()?)).filter(|w| !w.is_zero());
-    let mut leases = Vec::with_capacity(r.remaining() / 10);
+    let mut leases = Vec::with_capacity(r.remaining() / 2);
     while r.remaining() > 0 {
-        let id = r.string()?;
-        let (token, attempt, failures) = (r.uint()?, r.uint()?, r.uint()?);
-        let limits = Limits::decode(&r.bytes()?);
+        let head = r.string()?;
+        let mut parts = head.split('\0');
+        let id = parts.next().filter(|id| !id.is_empty()).map(str::to_owned);
+        let mut num = || parts.next().and_then(|n| n.parse::<u64>().ok());
+        let (Some(id), Some(token), Some(attempt), Some(created_ms)) = (id, num(), num(), num()) else {
+            return Err(r.malformed("a lease's id, token, attempt and created", &head));
+        };
+        let failures = match parts.next() {
+            Some(f) => f.parse().map_err(|_| r.malformed("a lease's failures", &head))?,
+            None => 0,
+        };
+        let mut text = || parts.next().filter(|p| !p.is_empty());
+        let limits = Limits::decode(text().unwrap_or("").as_bytes());
+        let (lane, kind) = (text().map(str::to_owned), text().map(str::to_owned));
+        let traceparent = text().map(str::to_owned);
         let payload = crate::compression::readable(r.bytes()?, &id);
         leases.push(Lease {
             queue: queue.clone(),
@@ -98,10 +112,10 @@ pub(super) fn read_leases(r: &mut Reply, queue: &Arc<str>, claimed_ms: u64) -> R
             failures,
             limits,
             payload,
-            lane: Some(r.string()?).filter(|l| !l.is_empty()),
-            kind: Some(r.string()?).filter(|k| !k.is_empty()),
-            created_ms: r.uint()?,
-            traceparent: Some(r.string()?).filter(|t| !t.is_empty()),
+            lane,
+            kind,
+            created_ms,
+            traceparent,
             deadline_ms,
             claimed_ms,
             cancel_requested: false,

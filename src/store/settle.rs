@@ -167,6 +167,9 @@ pub(crate) async fn run(conn: &mut Conn, k: &Keys, queue: &Arc<str>, batch: Batc
     }
     let (mut r, confirmed) = call.run_confirmed(conn, batch.durability).await?;
     let now = r.uint()?;
+    // "" when every item got (OK, 0); else `code,due` per item sent
+    let outcomes = r.string()?;
+    let mut fields = outcomes.split(',');
     let mut settled = Vec::with_capacity(batch.items.len());
     for item in batch.items {
         let item = match item {
@@ -176,7 +179,14 @@ pub(crate) async fn run(conn: &mut Conn, k: &Keys, queue: &Arc<str>, batch: Batc
                 continue;
             }
         };
-        let (code, due) = (r.code()?, r.uint()?);
+        let (code, due) = if outcomes.is_empty() {
+            (Code::Ok, 0)
+        } else {
+            let (code, due) = (fields.next(), fields.next());
+            let bad = || r.malformed("a code and a due time for each item", &outcomes);
+            let code = code.and_then(|c| c.parse().ok()).ok_or_else(bad)?;
+            (Code::of(SPEC.name, code)?, due.and_then(|d| d.parse().ok()).ok_or_else(bad)?)
+        };
         settled.push(item.outcome(code, due).map(|outcome| Settled {
             outcome,
             server_ms: now,
