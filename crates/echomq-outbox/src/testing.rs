@@ -248,7 +248,16 @@ impl LocalPostgres {
     fn init(&self) -> Result<(), PgServerError> {
         let template = template_dir(&self.bin, self.user);
         if !template.join("PG_VERSION").exists() {
-            let staging = PathBuf::from(format!("{}.{}.tmp", template.display(), std::process::id()));
+            // One staging dir per call, not per process: tests of one
+            // process (`cargo test` runs them on threads) start servers at
+            // once, and with the pid alone two initdb runs shared a dir.
+            static STAGING: AtomicU64 = AtomicU64::new(0);
+            let staging = PathBuf::from(format!(
+                "{}.{}-{}.tmp",
+                template.display(),
+                std::process::id(),
+                STAGING.fetch_add(1, Ordering::Relaxed)
+            ));
             let _ = fs::remove_dir_all(&staging);
             fs::create_dir_all(&staging)?;
             self.own(&staging)?;
