@@ -1,11 +1,13 @@
--- enqueue: adds a batch of jobs (one job is a batch of one).
+-- enqueue: adds jobs, one or many in one call, perhaps to a batch.
 --
 -- KEYS[1] seq      mint counter          KEYS[2] pending (zset)
 -- KEYS[3] delayed  (zset)                KEYS[4] wake (list)
 -- KEYS[5] expiring (zset: the jobs with an expiry, lib/expiry.lua)
 -- ARGV[1] prefix  key prefix "emq:{Q}:" (job and dedup keys are built from
 --                 it; they carry the same hash tag, so they live in the same slot)
--- ARGV[2] jobs    number of jobs N, then 13 fields per job:
+-- ARGV[2] batch   "" for none, else the id of an open batch the jobs join
+--                 (lib/batch.lua: each job stored holds it in `bt`)
+-- ARGV[3] jobs    number of jobs N, then 13 fields per job:
 --   id          "" to mint one from seq
 --   payload     JSON bytes
 --   priority    integer -128..127, higher runs first
@@ -37,22 +39,33 @@
 --               while its holder's state is one of its letters
 --
 -- REPLY: {now:int, (status:code, id:str)*}
--- One (status, id) per job, in order: OK created (taking the dedup id
+-- With a batch that does not exist or is closed, one (status, id) only:
+-- NOT_FOUND or CLOSED and the batch's id, and nothing written. Otherwise
+-- one (status, id) per job, in order: OK created (taking the dedup id
 -- over when its marker no longer holds),
 -- EXISTS a job with that id already exists (nothing written), DEDUPED the
 -- dedup marker is held by job id (nothing written), REPLACED the dedup
 -- marker is held by waiting job id, whose payload and due time are now
 -- this job's (its id, priority, limits, lane, created time, counters and pending
 -- place are kept; the marker is set again as this job asks). Jobs are
--- handled in order, so a later job of the batch may replace an earlier one.
+-- handled in order, so a later job of the call may replace an earlier one.
 --
 -- Events (lib/events.lua, unless the queue turned them off): enqueued (each
 -- job stored), replaced (a debounce).
 local seq_key, pending_key, delayed_key, wake_key, expiring_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
-local prefix = ARGV[1]
-local n = tonumber(ARGV[2])
+local prefix, batch = ARGV[1], ARGV[2]
+local n = tonumber(ARGV[3])
 local now = server_now()
 local out = {now}
+-- the batch the jobs join, and how many of them did
+local batch_key, joined
+if batch ~= '' then
+  batch_key = prefix .. 'batch:' .. batch
+  local b = hfields(batch_key, 'n', 'cl')
+  if not (b and b[1]) then return {now, CODE.NOT_FOUND, batch} end
+  if b[2] then return {now, CODE.CLOSED, batch} end
+  joined = 0
+end
 local woken = 0
 local mint = minter(seq_key)
 -- whether payloads are split (lib/payload.lua), read with the queue's settings
@@ -93,7 +106,7 @@ end
 -- enqueue asks; it stays in exactly one set, and keeps its place on
 -- pending when it stays there.
 local function replace(id, st, payload, due, mk, ttl, dedup, states)
-  -- the holder may be a job of this batch, whose set move is still in `adds`
+  -- the holder may be a job of this call, whose set move is still in `adds`
   add_all(adds, pending_key, delayed_key)
   local jk = prefix .. 'job:' .. id
   local h = {}
@@ -125,7 +138,7 @@ end
 
 for j = 0, n - 1 do
   -- job j's fields, named here once in the header's order
-  local b = 3 + j * 13
+  local b = 4 + j * 13
   local id, payload = ARGV[b], ARGV[b + 1]
   local priority, when = tonumber(ARGV[b + 2]), ARGV[b + 3]
   -- The due time, or nil to be pending at once.
@@ -176,12 +189,17 @@ for j = 0, n - 1 do
       expiring[#expiring + 1] = xa
       expiring[#expiring + 1] = id
     end
+    if batch_key then
+      h[#h + 1] = 'bt'; h[#h + 1] = batch
+      joined = joined + 1
+    end
     if store_job(prefix, pending_key, delayed_key, id, score, due, h, lane, adds) then woken = woken + 1 end
   end
   out[#out + 1] = status
   out[#out + 1] = id
 end
 add_all(adds, pending_key, delayed_key)
+if joined and joined > 0 then rcall('HINCRBY', batch_key, 'n', joined) end
 if #expiring > 0 then rcall('ZADD', expiring_key, unpack(expiring)) end
 if woken > 0 then wake(wake_key, woken) end
 return out

@@ -15,6 +15,9 @@
 -- not removed); in drain mode `left` is how many pending and delayed jobs
 -- remain.
 --
+-- A batch member removed before it ended counts toward its batch as
+-- ended, not completed (lib/batch.lua), and may end the batch.
+--
 -- Events (lib/events.lua, unless the queue turned them off): removed.
 local prefix, limit = ARGV[1], tonumber(ARGV[2])
 local now = server_now()
@@ -33,6 +36,8 @@ local function delete(id, st, dd, ln)
   else
     rcall('ZREM', sets[st], id)
   end
+  -- a batch member not yet ended counts as ended (lib/batch.lua)
+  if batches_on(prefix) then batch_member_done(prefix, jk, 'removed', now) end
   rcall('DEL', jk)
   removed = removed + 1
   emit(prefix, 'removed', id)

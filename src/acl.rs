@@ -38,6 +38,7 @@
 /// `XRANGE`/`XREVRANGE`/`XREAD` on a queue's event stream (an
 /// [`EventReader`](crate::EventReader)) and `HMGET`/`HSET`/`HDEL` of the
 /// queue's event settings ([`Queue::set_events`](crate::Queue::set_events)),
+/// `HMGET` of a batch's counts ([`Batch::status`](crate::batch::Batch::status)),
 /// `WAIT` after writes when a queue asks for replicas'
 /// [`Durability`](crate::Durability), and `CLUSTER SLOTS`, with which a
 /// cluster connection learns which master holds which slot. (`Durability::Fsynced` needs

@@ -70,6 +70,19 @@ pub enum Error {
     /// No job with this id exists (never enqueued, or removed by retention).
     #[error("job {0} not found")]
     JobNotFound(String),
+    /// No batch with this id exists on the queue (never opened, or its
+    /// record expired after the batch ended: `BatchOptions::keep`).
+    #[error("batch {0} not found")]
+    BatchNotFound(String),
+    /// A batch with this id is already open (or ended and still kept):
+    /// nothing was written. A retried open that finds its own batch can
+    /// go on with [`Queue::batch`](crate::Queue::batch).
+    #[error("batch {0} exists")]
+    BatchExists(String),
+    /// The batch is closed: no job joins it after its close, and it closes
+    /// once. Nothing was written.
+    #[error("batch {0} is closed")]
+    BatchClosed(String),
     /// An operator call left this job alone because it is active (leased
     /// to a worker): wait for it to finish, or let its lease lapse.
     #[error("job {0} is active (leased to a worker); it was left alone")]
@@ -394,8 +407,10 @@ impl Error {
             Error::Encode(_) | Error::EffectRefused { .. } => 400,
             Error::PayloadTooLarge { .. } => 413,
             Error::NoPermission { .. } => 403,
-            Error::JobNotFound(_) => 404,
+            Error::JobNotFound(_) | Error::BatchNotFound(_) => 404,
             Error::LeaseLost { .. }
+            | Error::BatchExists(_)
+            | Error::BatchClosed(_)
             | Error::WrongQueue { .. }
             | Error::MarkerLost { .. }
             | Error::JobActive(_)

@@ -30,6 +30,8 @@
 //!   lifetimes).
 //! - [`schedules`]: leaderless cron schedules, one job per tick, missed
 //!   ticks, daylight saving.
+//! - [`batches`]: a group of jobs whose end enqueues callback jobs, each
+//!   exactly once.
 //! - [`lanes`]: tenants sharing a queue fairly, with caps and weights.
 //! - [`kinds`]: several kinds of job on one queue, application state,
 //!   tower services as handlers.
@@ -86,6 +88,9 @@ pub mod job_lifetimes {}
 
 #[doc = include_str!("../docs/schedules.md")]
 pub mod schedules {}
+
+#[doc = include_str!("../docs/batches.md")]
+pub mod batches {}
 
 #[doc = include_str!("../docs/lanes.md")]
 pub mod lanes {}

@@ -142,6 +142,11 @@ impl Keys {
         format!("{}job:{id}", self.base)
     }
 
+    /// The hash of batch `id` (`src/batch.rs`, `lua/lib/batch.lua`).
+    pub fn batch(&self, id: &str) -> String {
+        format!("{}batch:{id}", self.base)
+    }
+
     /// The hash of cron schedule `name` (`src/schedule/`).
     #[cfg_attr(not(feature = "cron"), allow(dead_code))]
     pub fn schedule(&self, name: &str) -> String {

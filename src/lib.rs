@@ -121,6 +121,7 @@
 
 pub mod acl;
 pub mod admin;
+pub mod batch;
 pub mod client;
 mod compression;
 mod conn;
@@ -158,6 +159,7 @@ pub mod throttle;
 mod validate;
 pub mod worker;
 
+pub use batch::{Batch, BatchOptions, BatchStatus, Callback};
 pub use client::{Client, ClientOptions};
 pub use durability::Durability;
 pub use effect::{EffectMarker, Effects, MarkerState, Once, OnceError};

@@ -4,7 +4,7 @@
 --
 -- Needs: base (rcall, hfields, int_s, now_str), keyspace (wake, release_dedup),
 -- events (events_on, ev_text, emit_job), lanes (LANE_BLOCKED, lane_key, held_member,
--- lane_settle, lane_push), throttle (global_cap).
+-- lane_settle, lane_push), throttle (global_cap), batch (batches_on, batch_member_done).
 
 -- Puts job `id` on pending at its own score (so a returned job keeps its
 -- place: priority first, then mint order), on its lane when it has one. A
@@ -97,9 +97,11 @@ end
 local KEEP_ALL = {n = -1, age = 0}
 
 -- The set move of job `id` (record `jk`) finished in `state` at
--- `finished` (now_str): onto the state's set, or, with retention `keep`
--- of 0 records, its record deleted at the end of the call.
-local function finished_into(moves, keep, jk, id, state, finished)
+-- `finished` (now_str, of server ms `now`): onto the state's set, or, with
+-- retention `keep` of 0 records, its record deleted at the end of the
+-- call. Every end of a job passes here, so a batch member is counted here.
+local function finished_into(moves, prefix, keep, jk, id, state, now, finished)
+  if batches_on(prefix) then batch_member_done(prefix, jk, state, now) end
   if keep.n == 0 then
     moves.delete[#moves.delete + 1] = jk
     return
@@ -138,7 +140,7 @@ local function finish(moves, prefix, jk, id, state, now, keep, dd, fields, owner
     end
     emit_job(prefix, state, id, jk, err, owner)
   end
-  finished_into(moves, keep, jk, id, state, finished)
+  finished_into(moves, prefix, keep, jk, id, state, now, finished)
 end
 
 -- Deletes the oldest records of `set_key` beyond the newest `keep.n` (-1:

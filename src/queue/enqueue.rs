@@ -59,7 +59,7 @@ pub(super) async fn coalesce(
         let (mut conn, keys) = (conn.clone(), keys.clone());
         tokio::spawn(async move {
             let jobs: Vec<&NewJob> = batch.iter().map(|r| &r.job).collect();
-            let result = store::enqueue::run(&mut conn, &keys, &jobs, durability).await;
+            let result = store::enqueue::run(&mut conn, &keys, &jobs, None, durability).await;
             drop(jobs);
             // Stored, and as durable as the queue asks? (Each caller hears
             // about its own job.)
@@ -125,7 +125,7 @@ impl Queue {
     /// against this queue's options, every job before anything is sent.
     /// `kind` (a [`JobKind`]'s) overrides the options' kind; a job whose
     /// options name no traceparent carries the caller's (looked up once).
-    fn prepare<'a, T: Serialize + ?Sized + 'a>(
+    pub(crate) fn prepare<'a, T: Serialize + ?Sized + 'a>(
         &self,
         jobs: impl IntoIterator<Item = (&'a T, &'a EnqueueOptions)>,
         kind: Option<&'static str>,
@@ -179,7 +179,7 @@ impl Queue {
         kind: Option<&'static str>,
     ) -> Result<Vec<Enqueued>> {
         let encoded = self.prepare(jobs, kind)?;
-        self.send_bulk(&encoded).await
+        self.send_bulk(&encoded, None).await
     }
 
     /// Enqueues a job and returns its id once the server has stored it (as
@@ -317,8 +317,9 @@ impl Queue {
         self.enqueue_all(jobs.iter().map(|(j, o)| (j, o)), Some(J::KIND)).await
     }
 
-    /// Sends encoded jobs a chunk per script call.
-    async fn send_bulk(&self, encoded: &[NewJob]) -> Result<Vec<Enqueued>> {
+    /// Sends encoded jobs a chunk per script call, as members of open
+    /// batch `batch` if given (`src/batch.rs`).
+    pub(crate) async fn send_bulk(&self, encoded: &[NewJob], batch: Option<&str>) -> Result<Vec<Enqueued>> {
         let mut out = Vec::with_capacity(encoded.len());
         let mut shortfall = None;
         for chunk in encoded.chunks(ENQUEUE_CHUNK) {
@@ -326,7 +327,7 @@ impl Queue {
             // Each chunk's confirmation rides with it: an earlier chunk's
             // writes may have gone over a connection since replaced.
             let (stored, confirmed) =
-                store::enqueue::run(&mut self.conn(), self.keys(), &jobs, self.options().durability).await?;
+                store::enqueue::run(&mut self.conn(), self.keys(), &jobs, batch, self.options().durability).await?;
             out.extend(stored);
             if let Some(s) = confirmed? {
                 shortfall.get_or_insert(s);

@@ -33,7 +33,9 @@ pub(super) enum Code {
     Finished,
     /// The job ended expired: it can no longer start before its expiry (13).
     Expired,
-    /// No such job (-1).
+    /// The batch is closed: nothing written (14).
+    Closed,
+    /// No such job (or, for the batch scripts, no such batch) (-1).
     NotFound,
     /// Not active under this token: nothing changed (-2).
     LeaseLost,
@@ -64,6 +66,7 @@ pub(super) const CODES: &[(&str, i64, Code)] = &[
     ("CANCELLED", 11, Code::Cancelled),
     ("FINISHED", 12, Code::Finished),
     ("EXPIRED", 13, Code::Expired),
+    ("CLOSED", 14, Code::Closed),
     ("NOT_FOUND", -1, Code::NotFound),
     ("LEASE_LOST", -2, Code::LeaseLost),
     ("REFUSED", -3, Code::Refused),

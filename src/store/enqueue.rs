@@ -6,7 +6,7 @@ use super::call::unexpected;
 use super::codes::Code;
 use crate::conn::Conn;
 use crate::durability::{Confirmed, Durability};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::job::{EnqueueStatus, Enqueued, Unique};
 use crate::keys::Keys;
 use crate::limits::Limits;
@@ -16,7 +16,7 @@ pub(super) static SPEC: Spec = Spec::new(
     include_str!("../../lua/enqueue.lua"),
     &["seq", "pending", "delayed", "wake", "expiring"],
     false,
-    &["prefix", "jobs"],
+    &["prefix", "batch", "jobs"],
 );
 
 /// One job to store, checked by the caller.
@@ -42,12 +42,18 @@ pub(crate) struct NewJob {
     pub expires: String,
 }
 
-/// Stores `jobs` in one atomic call: one answer per job, in order, and
-/// whether they are as durable as `durability` asks.
+/// Stores `jobs` in one atomic call, as members of open batch `batch` if
+/// given: one answer per job, in order, and whether they are as durable as
+/// `durability` asks.
+///
+/// # Errors
+/// [`Error::BatchNotFound`] or [`Error::BatchClosed`] for a batch that
+/// cannot take members (nothing written), or a server error.
 pub(crate) async fn run(
     conn: &mut Conn,
     k: &Keys,
     jobs: &[&NewJob],
+    batch: Option<&str>,
     durability: Durability,
 ) -> Result<(Vec<Enqueued>, Confirmed)> {
     let mut call = SPEC.call();
@@ -56,7 +62,7 @@ pub(crate) async fn run(
         .key(&k.delayed)
         .key(&k.wake)
         .key(&k.expiring);
-    call.arg(&k.base).arg(jobs.len());
+    call.arg(&k.base).arg(batch.unwrap_or_default()).arg(jobs.len());
     for j in jobs {
         let (dedup, (dedup_ttl_ms, states)) = match &j.dedup {
             Some((d, unique)) => (d.as_str(), unique.encode()?),
@@ -85,6 +91,8 @@ pub(crate) async fn run(
             Code::Exists => EnqueueStatus::Existing,
             Code::Deduped => EnqueueStatus::Deduplicated,
             Code::Replaced => EnqueueStatus::Replaced,
+            Code::NotFound if batch.is_some() => return Err(Error::BatchNotFound(r.string()?)),
+            Code::Closed if batch.is_some() => return Err(Error::BatchClosed(r.string()?)),
             other => return Err(unexpected("enqueue", other)),
         };
         out.push(Enqueued {

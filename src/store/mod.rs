@@ -58,9 +58,10 @@ const LIB: &[(&str, &str)] = &[
     ("budget", include_str!("../../lua/lib/budget.lua")),
     ("lanes", include_str!("../../lua/lib/lanes.lua")),
     ("throttle", include_str!("../../lua/lib/throttle.lua")),
+    ("mint", include_str!("../../lua/lib/mint.lua")),
+    ("batch", include_str!("../../lua/lib/batch.lua")),
     ("sets", include_str!("../../lua/lib/sets.lua")),
     ("expiry", include_str!("../../lua/lib/expiry.lua")),
-    ("mint", include_str!("../../lua/lib/mint.lua")),
     ("fence", include_str!("../../lua/lib/fence.lua")),
     ("claim", include_str!("../../lua/lib/claim.lua")),
     ("settle", include_str!("../../lua/lib/settle.lua")),
@@ -230,6 +231,8 @@ scripts! {
     lanes,
     throttle,
     aging,
+    batch_open,
+    batch_close,
     #[cfg(feature = "cron")]
     schedule_upsert,
     #[cfg(feature = "cron")]

@@ -51,6 +51,7 @@ const LAYERS: &[&[&str]] = &[
         "throttle",
         "events",
         "schedule",
+        "batch",
         "partition",
         "health",
         "metrics",

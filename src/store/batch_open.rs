@@ -1,0 +1,66 @@
+//! `lua/batch_open.lua`: opens a batch with its callbacks.
+
+use super::Spec;
+use super::call::unexpected;
+use super::codes::Code;
+use crate::conn::Conn;
+use crate::error::{Error, Result};
+use crate::keys::Keys;
+
+pub(super) static SPEC: Spec = Spec::new(
+    "batch_open",
+    include_str!("../../lua/batch_open.lua"),
+    &["seq", "meta"],
+    false,
+    &[
+        "prefix",
+        "id",
+        "keep",
+        "success",
+        "success_kind",
+        "complete",
+        "complete_kind",
+        "death",
+        "death_kind",
+    ],
+);
+
+/// A callback as the script stores it: its JSON payload and its kind.
+pub(crate) struct NewCallback<'a> {
+    pub payload: &'a [u8],
+    pub kind: Option<&'a str>,
+}
+
+/// Opens batch `id` (`None` mints one) on the queue of `k`, its hash kept
+/// `keep_ms` after its end, with the callbacks on success, on complete
+/// and on death given; answers its id.
+///
+/// # Errors
+/// [`Error::BatchExists`] when the id is taken (nothing written), or a
+/// server error.
+pub(crate) async fn run(
+    conn: &mut Conn,
+    k: &Keys,
+    id: Option<&str>,
+    keep_ms: u64,
+    callbacks: [Option<NewCallback<'_>>; 3],
+) -> Result<String> {
+    let mut call = SPEC.call();
+    call.key(&k.seq).key(&k.meta);
+    call.arg(&k.base).arg(id.unwrap_or_default()).arg(keep_ms);
+    for cb in &callbacks {
+        match cb {
+            Some(c) => call.arg(c.payload).arg(c.kind.unwrap_or_default()),
+            None => call.arg("").arg(""),
+        };
+    }
+    let mut r = call.run(conn).await?;
+    let _now = r.uint()?;
+    let code = r.code()?;
+    let id = r.string()?;
+    match code {
+        Code::Ok => Ok(id),
+        Code::Exists => Err(Error::BatchExists(id)),
+        other => Err(unexpected("batch_open", other)),
+    }
+}
