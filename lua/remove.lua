@@ -16,7 +16,9 @@
 -- remain.
 --
 -- A batch member removed before it ended counts toward its batch as
--- ended, not completed (lib/batch.lua), and may end the batch.
+-- ended, not completed (lib/batch.lua), and may end the batch; a flow's
+-- job removed ends its node as removed (lib/flow.lua), which may fail or
+-- release its parents.
 --
 -- Events (lib/events.lua, unless the queue turned them off): removed.
 local prefix, limit = ARGV[1], tonumber(ARGV[2])
@@ -25,6 +27,8 @@ local sets = {pending = KEYS[1], delayed = KEYS[2], completed = KEYS[3], failed 
   expired = KEYS[6]}
 local out = {now, 0, 0}
 local removed = 0
+-- the set moves of flow parents that fail without running (lib/flow.lua)
+local moves = new_moves()
 
 -- Deletes job `id` in state `st` (of lane `ln`, or nil), releasing its
 -- dedup marker if it holds it; a pending job leaves its lane too.
@@ -38,6 +42,7 @@ local function delete(id, st, dd, ln)
   end
   -- a batch member not yet ended counts as ended (lib/batch.lua)
   if batches_on(prefix) then batch_member_done(prefix, jk, 'removed', now) end
+  if flows_on(prefix) then flow_job_done(moves, prefix, KEEP_ALL, jk, id, 'removed', nil, now) end
   rcall('DEL', jk)
   removed = removed + 1
   emit(prefix, 'removed', id)
@@ -67,5 +72,6 @@ else
   end
   out[3] = rcall('ZCARD', sets.pending) + rcall('ZCARD', sets.delayed)
 end
+apply_moves(moves, sets, prefix, KEEP_ALL, KEEP_ALL, now)
 out[2] = removed
 return out

@@ -83,6 +83,21 @@ pub enum Error {
     /// once. Nothing was written.
     #[error("batch {0} is closed")]
     BatchClosed(String),
+    /// No flow with this id exists on the queue (never added, or its
+    /// record expired after every node ended: `FlowSpec::keep`), or the
+    /// flow has no node of that name.
+    #[error("flow {0} not found")]
+    FlowNotFound(String),
+    /// A flow with this id, or a job with the id one of its nodes would
+    /// have (`FLOW:NAME`), exists: nothing was written.
+    #[error("flow or job {0} exists")]
+    FlowExists(String),
+    /// A flow's graph cannot be added: what is wrong with it (a cycle, an
+    /// edge to a name not in the flow, two nodes of one name, no nodes,
+    /// more than `flow::MAX_NODES`, an option a node cannot take).
+    /// Nothing was sent.
+    #[error("invalid flow: {0}")]
+    InvalidFlow(String),
     /// An operator call left this job alone because it is active (leased
     /// to a worker): wait for it to finish, or let its lease lapse.
     #[error("job {0} is active (leased to a worker); it was left alone")]
@@ -404,13 +419,14 @@ impl Error {
         match self {
             _ if self.is_transient() => 503,
             Error::InvalidQueueName { .. } | Error::InvalidId { .. } | Error::InvalidOption { .. } => 400,
-            Error::Encode(_) | Error::EffectRefused { .. } => 400,
+            Error::Encode(_) | Error::EffectRefused { .. } | Error::InvalidFlow(_) => 400,
             Error::PayloadTooLarge { .. } => 413,
             Error::NoPermission { .. } => 403,
-            Error::JobNotFound(_) | Error::BatchNotFound(_) => 404,
+            Error::JobNotFound(_) | Error::BatchNotFound(_) | Error::FlowNotFound(_) => 404,
             Error::LeaseLost { .. }
             | Error::BatchExists(_)
             | Error::BatchClosed(_)
+            | Error::FlowExists(_)
             | Error::WrongQueue { .. }
             | Error::MarkerLost { .. }
             | Error::JobActive(_)

@@ -32,6 +32,8 @@
 //!   ticks, daylight saving.
 //! - [`batches`]: a group of jobs whose end enqueues callback jobs, each
 //!   exactly once.
+//! - [`flows`]: a graph of jobs in which a job runs after those it waits
+//!   on, and reads their results.
 //! - [`lanes`]: tenants sharing a queue fairly, with caps and weights.
 //! - [`kinds`]: several kinds of job on one queue, application state,
 //!   tower services as handlers.
@@ -91,6 +93,9 @@ pub mod schedules {}
 
 #[doc = include_str!("../docs/batches.md")]
 pub mod batches {}
+
+#[doc = include_str!("../docs/flows.md")]
+pub mod flows {}
 
 #[doc = include_str!("../docs/lanes.md")]
 pub mod lanes {}

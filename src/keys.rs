@@ -147,6 +147,11 @@ impl Keys {
         format!("{}batch:{id}", self.base)
     }
 
+    /// The hash of flow `id` (`src/flow.rs`, `lua/lib/flow.lua`).
+    pub fn flow(&self, id: &str) -> String {
+        format!("{}flow:{id}", self.base)
+    }
+
     /// The hash of cron schedule `name` (`src/schedule/`).
     #[cfg_attr(not(feature = "cron"), allow(dead_code))]
     pub fn schedule(&self, name: &str) -> String {

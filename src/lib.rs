@@ -131,6 +131,7 @@ pub mod error;
 pub mod events;
 #[cfg(echomq_faults)]
 mod faults;
+pub mod flow;
 pub mod guide;
 pub mod handlers;
 pub mod health;
@@ -165,6 +166,7 @@ pub use durability::Durability;
 pub use effect::{EffectMarker, Effects, MarkerState, Once, OnceError};
 pub use error::{Error, Result};
 pub use events::{EventCursor, EventKind, EventReader, EventSettings, QueueEvent};
+pub use flow::{Flow, FlowSpec, FlowStatus, Step};
 pub use handlers::with_state;
 pub use health::{ScriptLibraries, ServerReport};
 pub use job::{Counts, EnqueueOptions, EnqueueStatus, Enqueued, JobError, JobInfo, JobKind, JobState, Unique};

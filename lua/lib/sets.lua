@@ -4,7 +4,8 @@
 --
 -- Needs: base (rcall, hfields, int_s, now_str), keyspace (wake, release_dedup),
 -- events (events_on, ev_text, emit_job), lanes (LANE_BLOCKED, lane_key, held_member,
--- lane_settle, lane_push), throttle (global_cap), batch (batches_on, batch_member_done).
+-- lane_settle, lane_push), throttle (global_cap), batch (batches_on, batch_member_done),
+-- flow (flows_on, flow_job_done).
 
 -- Puts job `id` on pending at its own score (so a returned job keeps its
 -- place: priority first, then mint order), on its lane when it has one. A
@@ -99,9 +100,12 @@ local KEEP_ALL = {n = -1, age = 0}
 -- The set move of job `id` (record `jk`) finished in `state` at
 -- `finished` (now_str, of server ms `now`): onto the state's set, or, with
 -- retention `keep` of 0 records, its record deleted at the end of the
--- call. Every end of a job passes here, so a batch member is counted here.
-local function finished_into(moves, prefix, keep, jk, id, state, now, finished)
+-- call. Every end of a job passes here, so a batch member is counted here
+-- and a flow's node reaches its flow here (`detail`: a completed job's
+-- result, else its error; nil for none).
+local function finished_into(moves, prefix, keep, jk, id, state, now, finished, detail)
   if batches_on(prefix) then batch_member_done(prefix, jk, state, now) end
+  if flows_on(prefix) then flow_job_done(moves, prefix, keep, jk, id, state, detail, now) end
   if keep.n == 0 then
     moves.delete[#moves.delete + 1] = jk
     return
@@ -133,14 +137,12 @@ local function finish(moves, prefix, jk, id, state, now, keep, dd, fields, owner
     -- of the same call sees the job settled (check_owner reads the hash).
     rcall('HSET', jk, 'st', state, 'ft', finished, unpack(fields))
   end
-  if events_on(prefix) then
-    local err
-    for i = 1, #fields, 2 do
-      if fields[i] == 'err' then err = {'err', ev_text(fields[i + 1])} end
-    end
-    emit_job(prefix, state, id, jk, err, owner)
+  local err
+  for i = 1, #fields, 2 do
+    if fields[i] == 'err' then err = fields[i + 1] end
   end
-  finished_into(moves, prefix, keep, jk, id, state, now, finished)
+  if events_on(prefix) then emit_job(prefix, state, id, jk, err and {'err', ev_text(err)}, owner) end
+  finished_into(moves, prefix, keep, jk, id, state, now, finished, err)
 end
 
 -- Deletes the oldest records of `set_key` beyond the newest `keep.n` (-1:

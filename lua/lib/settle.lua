@@ -49,7 +49,7 @@ local function settle_complete(moves, prefix, jk, id, token, now, keep, result, 
   end
   local cap = events_on(prefix)
   if cap then record_job(prefix, 'completed', cap, id, 'a', cur[6], 'tk', token, 'ln', ln, 'kd', cur[7]) end
-  finished_into(moves, prefix, keep, jk, id, 'completed', now, finished)
+  finished_into(moves, prefix, keep, jk, id, 'completed', now, finished, result)
   return CODE.OK
 end
 

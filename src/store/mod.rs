@@ -60,6 +60,7 @@ const LIB: &[(&str, &str)] = &[
     ("throttle", include_str!("../../lua/lib/throttle.lua")),
     ("mint", include_str!("../../lua/lib/mint.lua")),
     ("batch", include_str!("../../lua/lib/batch.lua")),
+    ("flow", include_str!("../../lua/lib/flow.lua")),
     ("sets", include_str!("../../lua/lib/sets.lua")),
     ("expiry", include_str!("../../lua/lib/expiry.lua")),
     ("fence", include_str!("../../lua/lib/fence.lua")),
@@ -233,6 +234,9 @@ scripts! {
     aging,
     batch_open,
     batch_close,
+    flow_add,
+    flow_cancel,
+    flow_read,
     #[cfg(feature = "cron")]
     schedule_upsert,
     #[cfg(feature = "cron")]

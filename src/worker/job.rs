@@ -237,4 +237,36 @@ impl<T> Job<T> {
         )
         .await
     }
+
+    /// The children of this job's flow step and how each ended (see
+    /// [`crate::flow`]): a parent runs once they all have, and reads their
+    /// results here, each decoded into `R`. Empty for a job that is no
+    /// step of a flow, or a step with no children.
+    ///
+    /// ```no_run
+    /// # async fn demo(job: echomq::Job<serde_json::Value>) -> echomq::Result<()> {
+    /// use echomq::flow::ChildOutcome;
+    /// for child in job.child_results::<serde_json::Value>().await? {
+    ///     if let ChildOutcome::Completed(receipt) = child.outcome {
+    ///         println!("{} gave {receipt}", child.name);
+    ///     }
+    /// }
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::Decode`] when a result does not decode into `R`, or a
+    /// server error.
+    pub async fn child_results<R: serde::de::DeserializeOwned>(&self) -> Result<Vec<crate::flow::ChildResult<R>>> {
+        let Some((flow, name)) = crate::flow::split_job_id(self.id()) else {
+            return Ok(Vec::new());
+        };
+        let Ok(flow) = self.handle.flow(flow) else {
+            return Ok(Vec::new());
+        };
+        match flow.child_results(name).await {
+            Err(Error::FlowNotFound(_)) => Ok(Vec::new()),
+            other => other,
+        }
+    }
 }

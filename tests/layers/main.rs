@@ -52,6 +52,7 @@ const LAYERS: &[&[&str]] = &[
         "events",
         "schedule",
         "batch",
+        "flow",
         "partition",
         "health",
         "metrics",

@@ -1,0 +1,68 @@
+-- flow_add: adds a flow (lib/flow.lua) in one atomic call: its hash, its
+-- leaves (jobs that wait for none) on pending, and for each parent its
+-- spec and the count of children it waits for. The caller has checked the
+-- graph: names unique, every edge between two of its nodes, no cycle.
+--
+-- KEYS[1] seq      mint counter (a minted flow id is its next number)
+-- KEYS[2] pending  (zset)   KEYS[3] delayed (zset)   KEYS[4] wake (list)
+-- KEYS[5] meta     (hash: `fl` marks the queue as one that has flows)
+-- ARGV[1] prefix  key prefix "emq:{Q}:"
+-- ARGV[2] id      "" to mint one
+-- ARGV[3] keep    ms the hash stays after every node ended (0: until
+--                 deleted with the queue)
+-- ARGV[4] nodes   number of nodes N, then 9 fields per node:
+--   name        the node's name; its job's id is ID:NAME
+--   payload     JSON bytes (encoded as the queue encodes payloads)
+--   priority    integer -128..127
+--   limits      the job's `lm` field ("" for the defaults)
+--   lane        "" for none
+--   kind        "" for none
+--   traceparent "" for none
+--   children    "" for a leaf; else its children, "CHILD\31POLICY" each,
+--               joined by "\30" (POLICY: f, r or d; lib/flow.lua)
+--   parents     "" for none; else "PARENT\31POLICY" each, joined by "\30"
+--
+-- REPLY: {now:int, code:code, id:str}
+-- OK added (id: the flow's); EXISTS the flow's id, or a node's job id, is
+-- taken (id: which one; nothing written).
+--
+-- Events (lib/events.lua, unless the queue turned them off): enqueued
+-- (each leaf).
+local seq_key, pending_key, delayed_key, wake_key, meta_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local prefix, id, keep = ARGV[1], ARGV[2], ARGV[3]
+local n = tonumber(ARGV[4])
+local now = server_now()
+if id == '' then id = int_s(rcall('INCR', seq_key)) end
+local fk = prefix .. 'flow:' .. id
+if rcall('EXISTS', fk) == 1 then return {now, CODE.EXISTS, id} end
+local names = {}
+for j = 0, n - 1 do
+  local name = ARGV[5 + j * 9]
+  if rcall('EXISTS', prefix .. 'job:' .. id .. ':' .. name) == 1 then return {now, CODE.EXISTS, id .. ':' .. name} end
+  names[#names + 1] = name
+end
+rcall('HSET', fk, 'n', int_s(n), 'left', int_s(n), 'ct', now_str(now), 'kp', keep, 'nodes', table.concat(names, '\31'))
+local mint = minter(seq_key)
+local split = payload_split(prefix)
+local aging = queue_aging(prefix)
+local adds = {pending = {}, delayed = {}}
+local woken = 0
+for j = 0, n - 1 do
+  local b = 5 + j * 9
+  local name, payload, priority, lm = ARGV[b], ARGV[b + 1], ARGV[b + 2], ARGV[b + 3]
+  local lane, kind, tp, children, parents = ARGV[b + 4], ARGV[b + 5], ARGV[b + 6], ARGV[b + 7], ARGV[b + 8]
+  if parents ~= '' then rcall('HSET', fk, 'p:' .. name, parents) end
+  if children ~= '' then
+    rcall('HSET', fk, 'k:' .. name, children, 'w:' .. name, int_s(#cut(children, '\30')), 'sp:' .. name, payload,
+      'so:' .. name, table.concat({priority, lm, lane, kind, tp}, '\31'))
+  else
+    local jid, score, h = new_job(mint(n - j), id .. ':' .. name, payload, tonumber(priority), lm, lane, nil, now, kind,
+      tp, split, aging, j)
+    h[#h + 1] = 'fl'; h[#h + 1] = id
+    if store_job(prefix, pending_key, delayed_key, jid, score, nil, h, lane, adds) then woken = woken + 1 end
+  end
+end
+add_all(adds, pending_key, delayed_key)
+if woken > 0 then wake(wake_key, woken) end
+rcall('HSET', meta_key, 'fl', '1')
+return {now, CODE.OK, id}

@@ -1,0 +1,137 @@
+-- lib/flow.lua: flows, graphs of jobs of one queue in which a job (a
+-- parent) waits for others (its children) to end before it is enqueued
+-- (flow_add.lua adds a flow, flow_cancel.lua cancels it, flow_read.lua
+-- reads it). A flow is the hash PREFIX:{Q}:flow:FID (lua/README.md,
+-- "Flow hash"); its jobs have the ids FID:NAME and name their flow in
+-- `fl`. A parent is no job while it waits: the flow hash holds its spec
+-- and how many children it still waits for, and the script that ends the
+-- last of them enqueues it in the same atomic call, so it is enqueued
+-- once. Each node's end is written once (`r:NAME`), by the call that
+-- ended its job, with its result or error for its parents to read.
+--
+-- Needs: base (rcall, now_str), keyspace (wake), meta (queue_meta, queue_aging),
+-- payload (payload_split), mint (minter, new_job, store_job).
+
+-- Whether a flow was ever added to the queue (meta `fl`, read with the
+-- queue's settings): a queue that never had one reads no job field.
+local function flows_on(prefix)
+  return queue_meta(prefix)[11] == '1'
+end
+
+-- The letter `r:NAME` starts with, by the state the node ended in.
+local OUTCOME = {completed = 'c', failed = 'f', cancelled = 'x', expired = 'e', removed = 'r'}
+
+-- `s` cut at each byte `sep` (a one-byte string): "" gives no parts.
+local function cut(s, sep)
+  local out = {}
+  if not s or s == '' then return out end
+  local from = 1
+  while true do
+    local at = string.find(s, sep, from, true)
+    if not at then
+      out[#out + 1] = string.sub(s, from)
+      return out
+    end
+    out[#out + 1] = string.sub(s, from, at - 1)
+    from = at + 1
+  end
+end
+
+-- Writes the end of node `name` of flow hash `fk` (outcome letter and
+-- detail) unless one is written: counts it off the flow's `left`, whose
+-- last one starts the flow's keep time. Returns true when written.
+local function flow_mark(fk, name, letter, detail)
+  if rcall('HSETNX', fk, 'r:' .. name, letter .. (detail or '')) == 0 then return false end
+  if rcall('HINCRBY', fk, 'left', -1) <= 0 then
+    local kp = tonumber(rcall('HGET', fk, 'kp'))
+    if kp and kp > 0 then rcall('PEXPIRE', fk, kp) end
+  end
+  return true
+end
+
+-- A waiting node's spec (payload, then priority, limits, lane, kind,
+-- traceparent), taken off the flow hash: it waits no more.
+local function take_spec(fk, name)
+  local s = rcall('HMGET', fk, 'sp:' .. name, 'so:' .. name)
+  rcall('HDEL', fk, 'w:' .. name, 'sp:' .. name, 'so:' .. name)
+  local o = cut(s[2] or '', '\31')
+  return s[1] or '', tonumber(o[1]) or 0, o[2] or '', o[3] or '', o[4] or '', o[5] or ''
+end
+
+-- Enqueues waiting node `name` of flow `fid` (hash `fk`) as the job
+-- FID:NAME on pending. Returns false, enqueueing nothing, when another job
+-- took that id meanwhile.
+local function flow_release(prefix, fk, fid, name, now)
+  local payload, priority, lm, lane, kind, tp = take_spec(fk, name)
+  local id = fid .. ':' .. name
+  if rcall('EXISTS', prefix .. 'job:' .. id) == 1 then return false end
+  local mint = minter(prefix .. 'seq')
+  local jid, score, h = new_job(mint(1), id, payload, priority, lm, lane, nil, now, kind, tp, payload_split(prefix),
+    queue_aging(prefix), 0)
+  h[#h + 1] = 'fl'; h[#h + 1] = fid
+  store_job(prefix, prefix .. 'pending', prefix .. 'delayed', jid, score, nil, h, lane, nil)
+  wake(prefix .. 'wake', 1)
+  return true
+end
+
+-- Ends waiting node `name` of flow `fid` (hash `fk`) in `state` (failed
+-- or cancelled) without running it: its record is written in that state
+-- with error `err` and goes onto the state's set through `moves` (none
+-- with retention `keep` of 0 records, or when another job holds its id).
+local function flow_end_waiting(moves, prefix, keep, fk, fid, name, state, err, now)
+  local payload, priority, lm, lane, kind, tp = take_spec(fk, name)
+  local id = fid .. ':' .. name
+  local jk = prefix .. 'job:' .. id
+  if keep.n == 0 or rcall('EXISTS', jk) == 1 then return end
+  local _, _, h = new_job(0, id, payload, priority, lm, lane, nil, now, kind, tp, payload_split(prefix), nil, 0)
+  h[2] = state
+  local finished = now_str(now)
+  h[#h + 1] = 'ft'; h[#h + 1] = finished
+  h[#h + 1] = 'err'; h[#h + 1] = err
+  h[#h + 1] = 'fl'; h[#h + 1] = fid
+  rcall('HSET', jk, unpack(h))
+  local into = moves[state]
+  into[#into + 1] = finished
+  into[#into + 1] = id
+end
+
+-- Node `name` of flow `fid` ended in `state` with `detail` (a completed
+-- job's result, else its error): its end is written once, and each parent
+-- still waiting learns of it along its edge's policy (f: a child that did
+-- not complete fails the parent; r: the parent runs and reads the failure;
+-- d: the parent runs without it). A parent that fails ends its own
+-- parents' waits in turn, through the same work list, not recursion.
+local function flow_node_done(moves, prefix, keep, fid, name, state, detail, now)
+  local fk = prefix .. 'flow:' .. fid
+  local todo = {{name, state, detail}}
+  local i = 1
+  while i <= #todo do
+    local nm, st, dt = todo[i][1], todo[i][2], todo[i][3]
+    i = i + 1
+    if flow_mark(fk, nm, OUTCOME[st] or 'r', dt) then
+      for _, edge in ipairs(cut(rcall('HGET', fk, 'p:' .. nm), '\30')) do
+        local pe = cut(edge, '\31')
+        local parent, policy = pe[1], pe[2]
+        if rcall('HEXISTS', fk, 'w:' .. parent) == 1 then
+          if st == 'completed' or policy ~= 'f' then
+            if rcall('HINCRBY', fk, 'w:' .. parent, -1) <= 0 and not flow_release(prefix, fk, fid, parent, now) then
+              todo[#todo + 1] = {parent, 'failed', 'its job id was taken by another job'}
+            end
+          else
+            local err = 'child ' .. nm .. ' ' .. st
+            flow_end_waiting(moves, prefix, keep, fk, fid, parent, 'failed', err, now)
+            todo[#todo + 1] = {parent, 'failed', err}
+          end
+        end
+      end
+    end
+  end
+end
+
+-- Job `id` (record `jk`) ended in `state` with `detail`: if it is a node
+-- of a flow (`fl`), its end reaches the flow (flow_node_done).
+local function flow_job_done(moves, prefix, keep, jk, id, state, detail, now)
+  local fid = rcall('HGET', jk, 'fl')
+  if not fid then return end
+  flow_node_done(moves, prefix, keep, fid, string.sub(id, #fid + 2), state, detail, now)
+end
