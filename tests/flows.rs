@@ -249,6 +249,23 @@ async fn cancel_and_remove_end_steps_that_did_not_run() {
         Some("child child removed")
     );
 
+    // a child cancelled by hand (Queue::cancel) fails its parent the same way
+    let by_hand = q
+        .add_flow(
+            &FlowSpec::new()
+                .id("h")
+                .step(Step::new("child", &1).unwrap())
+                .step(Step::new("parent", &2).unwrap().after("child")),
+        )
+        .await
+        .unwrap();
+    q.cancel("h:child").await.unwrap();
+    assert_eq!(by_hand.status().await.unwrap().state("parent"), Some(StepState::Failed));
+    assert_eq!(
+        q.job("h:parent").await.unwrap().last_error.as_deref(),
+        Some("child child cancelled")
+    );
+
     let flow = q.add_flow(&order("c")).await.unwrap();
     let mut leaves = claim(&q, 1).await;
     assert_eq!(ids(&leaves), ["c:charge"]);
@@ -305,7 +322,35 @@ async fn fencing_and_retention_keep_a_parent_exact() {
     let kids = flow.child_results::<String>("parent").await.unwrap();
     assert_eq!(kids[0].outcome, ChildOutcome::Completed("ok".into()));
     assert_eq!(flow.status().await.unwrap().state("child"), Some(StepState::Completed));
+    q.complete(&parent[0]).await.unwrap();
     assert!(claim(&q, 10).await.is_empty(), "enqueued once");
+
+    // a child the reaper fails (past its stall budget) ends its node too;
+    // this parent runs on it and reads "stalled"
+    let reaped = q
+        .add_flow(
+            &FlowSpec::new()
+                .id("s")
+                .step(
+                    Step::new("child", &1)
+                        .unwrap()
+                        .options(EnqueueOptions::new().max_stalls(0)),
+                )
+                .step(
+                    Step::new("parent", &2)
+                        .unwrap()
+                        .after_with("child", OnChildFailure::RunParent),
+                ),
+        )
+        .await
+        .unwrap();
+    let lost = q.claim(1, Duration::from_millis(50)).await.unwrap().remove(0);
+    past(&q, lost.deadline_ms()).await;
+    q.reap(10).await.unwrap();
+    let parent = claim(&q, 10).await;
+    assert_eq!(ids(&parent), ["s:parent"]);
+    let kids = reaped.child_results::<Value>("parent").await.unwrap();
+    assert_eq!(kids[0].outcome, ChildOutcome::Failed("stalled".into()));
 }
 
 // Bad graphs and options get typed errors and write nothing.

@@ -186,8 +186,8 @@ local function wake_freed(prefix, moves)
 end
 
 -- `k` holds active and the finished sets moves may go to (completed,
--- failed, cancelled, expired); cancelled and expired jobs are kept as
--- failed ones are.
+-- failed, cancelled, expired; one not given is PREFIX .. its name);
+-- cancelled and expired jobs are kept as failed ones are.
 local function apply_moves(moves, k, prefix, keep_completed, keep_failed, now)
   if #moves.unlease > 0 then
     -- Slots freed under a global cap wake consumers that found none
@@ -214,15 +214,18 @@ local function apply_moves(moves, k, prefix, keep_completed, keep_failed, now)
     {'expired', keep_failed}}) do
     local into = moves[m[1]]
     if #into > 0 then
+      -- a set the caller did not name (a flow parent failing in a cancel:
+      -- lib/flow.lua) is the queue's own, in the same slot
+      local set_key = k[m[1]] or prefix .. m[1]
       -- A finish is never scored below the newest of its set: after the
       -- server's clock went back, finishes keep the order they happened
       -- in, and retention still trims the oldest records first.
-      local newest = rcall('ZRANGE', k[m[1]], -1, -1, 'WITHSCORES')[2]
+      local newest = rcall('ZRANGE', set_key, -1, -1, 'WITHSCORES')[2]
       if newest and tonumber(newest) > now then
         for i = 1, #into, 2 do into[i] = newest end
       end
-      rcall('ZADD', k[m[1]], unpack(into))
-      trim(k[m[1]], prefix, m[2], now)
+      rcall('ZADD', set_key, unpack(into))
+      trim(set_key, prefix, m[2], now)
     end
   end
   if #moves.delete > 0 then rcall('DEL', unpack(moves.delete)) end

@@ -1,17 +1,19 @@
 //! echomq over a Valkey Cluster (feature `cluster`), against a real local
 //! cluster (`echomq::server::LocalCluster`): queues on every master served
 //! by one worker, a queue's slot resharded to another master while its jobs
-//! flow, and a master killed under load, with and without `WAIT 1`.
+//! flow, a master killed under load, with and without `WAIT 1`, and flows
+//! and batches on every master.
 //!
 //! Figures for the guide (docs/cluster.md): `cargo test --all-features --test cluster -- --nocapture`.
 //!
 //! One module per concept: queues on every master (`masters`), resharding
 //! (`resharding`), a killed master (`failover`), partitioned queues
-//! (`partitions`); their shared helpers are here.
+//! (`partitions`), flows and batches (`flows`); their shared helpers are here.
 
 #[path = "../common/mod.rs"]
 mod common;
 mod failover;
+mod flows;
 mod masters;
 mod partitions;
 mod resharding;

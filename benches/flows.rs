@@ -1,0 +1,146 @@
+//! Flows (issue 25): a parent with `CHILDREN` children (1,000) on one
+//! private server. Per round it reports how long `Queue::add_flow` takes
+//! for the whole graph, the time from the last child's handler returning
+//! to the parent's handler starting (a `Consumer` at concurrency 64 runs
+//! them: the settler's batching, the completion script releasing the
+//! parent, the wake-up and the claim), and the server commands per child
+//! (`INFO commandstats`, commands inside scripts included) against as many
+//! plain jobs run the same way.
+//!
+//! Run: `cargo bench --bench flows --features local-server` (server binary
+//! from `ECHOMQ_SERVER_BIN`, `.tools/valkey` or `PATH`). Sizes
+//! (environment): `CHILDREN` (1000), `ROUNDS` (5).
+//!
+//! Each round prints one JSON line on stdout; medians close the run.
+
+#[allow(dead_code)]
+mod support;
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use echomq::flow::{FlowSpec, Step};
+use echomq::server::LocalServer;
+use echomq::{Client, Consumer, Job, Queue};
+use redis::aio::MultiplexedConnection;
+use serde_json::json;
+
+use support::{Snap, env_or, median, round};
+
+async fn snap(c: &mut MultiplexedConnection) -> Snap {
+    let stats: String = redis::cmd("INFO").arg("commandstats").query_async(c).await.unwrap();
+    let cpu: String = redis::cmd("INFO").arg("cpu").query_async(c).await.unwrap();
+    Snap::parse(&stats, &cpu)
+}
+
+/// When each job's handler started and returned, by id.
+#[derive(Default)]
+struct Times {
+    last_child_done: Option<Instant>,
+    parent_started: Option<Instant>,
+    done: usize,
+}
+
+/// Runs every pending job of `q` with a Consumer at concurrency 64 until
+/// `want` handlers returned; a job whose id ends in ":parent" marks its
+/// start. Answers the times seen.
+async fn run(q: &Queue, want: usize) -> Times {
+    let times: Arc<Mutex<Times>> = Arc::default();
+    let t = times.clone();
+    let worker = Consumer::new(q.clone(), move |job: Job<serde_json::Value>| {
+        let t = t.clone();
+        async move {
+            let parent = job.id().ends_with(":parent");
+            if parent {
+                t.lock().unwrap().parent_started = Some(Instant::now());
+            }
+            let mut t = t.lock().unwrap();
+            if !parent {
+                t.last_child_done = Some(Instant::now());
+            }
+            t.done += 1;
+            Ok::<_, echomq::HandlerError>(())
+        }
+    })
+    .concurrency(64)
+    .spawn()
+    .unwrap();
+    let until = Instant::now() + Duration::from_secs(120);
+    while times.lock().unwrap().done < want && Instant::now() < until {
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    worker.shutdown().await.unwrap();
+    let t = times.lock().unwrap();
+    Times {
+        last_child_done: t.last_child_done,
+        parent_started: t.parent_started,
+        done: t.done,
+    }
+}
+
+#[tokio::main]
+async fn main() {
+    let children: usize = env_or("CHILDREN", 1000);
+    let rounds: usize = env_or("ROUNDS", 5);
+    let server = LocalServer::start().expect("start a local server");
+    let client = Client::connect(&server.url()).await.unwrap();
+    let mut raw = redis::Client::open(server.url())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let (mut adds, mut releases, mut flow_cmds, mut plain_cmds) = (vec![], vec![], vec![], vec![]);
+    for r in 0..rounds {
+        // plain jobs, run the same way: the baseline commands per job
+        let q = client.queue(&format!("plain-{r}")).await.unwrap();
+        let jobs: Vec<_> = (0..children).map(|i| json!({"i": i})).collect();
+        let before = snap(&mut raw).await;
+        q.enqueue_bulk(&jobs).await.unwrap();
+        let t = run(&q, children).await;
+        assert_eq!(t.done, children);
+        let plain = snap(&mut raw).await.since(&before).all_calls() as f64 / children as f64;
+
+        let q = client.queue(&format!("flow-{r}")).await.unwrap();
+        let mut spec = FlowSpec::new().id(format!("f{r}"));
+        let mut parent = Step::new("parent", &json!({"parent": true})).unwrap();
+        for i in 0..children {
+            spec = spec.step(Step::new(format!("c{i}"), &json!({"i": i})).unwrap());
+            parent = parent.after(format!("c{i}"));
+        }
+        spec = spec.step(parent);
+        let before = snap(&mut raw).await;
+        let start = Instant::now();
+        q.add_flow(&spec).await.unwrap();
+        let add_ms = start.elapsed().as_secs_f64() * 1e3;
+        let t = run(&q, children + 1).await;
+        assert_eq!(t.done, children + 1, "every child and the parent ran");
+        let flow = snap(&mut raw).await.since(&before).all_calls() as f64 / children as f64;
+        let release_ms = t
+            .parent_started
+            .unwrap()
+            .duration_since(t.last_child_done.unwrap())
+            .as_secs_f64()
+            * 1e3;
+        println!(
+            "{}",
+            json!({"round": r, "children": children, "add_flow_ms": round(add_ms, 2),
+                   "last_child_to_parent_start_ms": round(release_ms, 2),
+                   "commands_per_child": round(flow, 2), "commands_per_plain_job": round(plain, 2)})
+        );
+        adds.push(add_ms);
+        releases.push(release_ms);
+        flow_cmds.push(flow);
+        plain_cmds.push(plain);
+    }
+    println!("\nflow of {children} children and one parent, median of {rounds}:");
+    println!("  add_flow (the whole graph, one call)      {:>8.2} ms", median(&adds));
+    println!(
+        "  last child's return -> parent's start     {:>8.2} ms",
+        median(&releases)
+    );
+    println!(
+        "  server commands per child / per plain job {:>8.2} / {:.2}",
+        median(&flow_cmds),
+        median(&plain_cmds)
+    );
+}
