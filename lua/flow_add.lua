@@ -1,6 +1,7 @@
 -- flow_add: adds a flow (lib/flow.lua) in one atomic call: its hash, its
--- leaves (jobs that wait for none) on pending, and for each parent its
--- spec and the count of children it waits for. The caller has checked the
+-- leaves (jobs that wait for none) on pending, each holding its parents'
+-- edges (`fp`), and for each parent its spec, its edges and the count of
+-- children it waits for. The caller has checked the
 -- graph: names unique, every edge between two of its nodes, no cycle.
 --
 -- KEYS[1] seq      mint counter (a minted flow id is its next number)
@@ -51,14 +52,16 @@ for j = 0, n - 1 do
   local b = 5 + j * 9
   local name, payload, priority, lm = ARGV[b], ARGV[b + 1], ARGV[b + 2], ARGV[b + 3]
   local lane, kind, tp, children, parents = ARGV[b + 4], ARGV[b + 5], ARGV[b + 6], ARGV[b + 7], ARGV[b + 8]
-  if parents ~= '' then rcall('HSET', fk, 'p:' .. name, parents) end
   if children ~= '' then
-    rcall('HSET', fk, 'k:' .. name, children, 'w:' .. name, int_s(#cut(children, '\30')), 'sp:' .. name, payload,
-      'so:' .. name, table.concat({priority, lm, lane, kind, tp}, '\31'))
+    -- (the flow hash's fields, not a job's)
+    local waits = {'k:' .. name, children, 'w:' .. name, int_s(#cut(children, '\30')), 'sp:' .. name, payload,
+      'so:' .. name, table.concat({priority, lm, lane, kind, tp}, '\31')}
+    if parents ~= '' then waits[#waits + 1] = 'p:' .. name; waits[#waits + 1] = parents end
+    rcall('HSET', fk, unpack(waits))
   else
     local jid, score, h = new_job(mint(n - j), id .. ':' .. name, payload, tonumber(priority), lm, lane, nil, now, kind,
       tp, split, aging, j)
-    h[#h + 1] = 'fl'; h[#h + 1] = id
+    node_fields(h, id, parents)
     if store_job(prefix, pending_key, delayed_key, jid, score, nil, h, lane, adds) then woken = woken + 1 end
   end
 end

@@ -50,25 +50,32 @@ local function flow_mark(fk, name, letter, detail)
 end
 
 -- A waiting node's spec (payload, then priority, limits, lane, kind,
--- traceparent), taken off the flow hash: it waits no more.
+-- traceparent, and its parents' edges), taken off the flow hash: it waits
+-- no more.
 local function take_spec(fk, name)
-  local s = rcall('HMGET', fk, 'sp:' .. name, 'so:' .. name)
-  rcall('HDEL', fk, 'w:' .. name, 'sp:' .. name, 'so:' .. name)
+  local s = rcall('HMGET', fk, 'sp:' .. name, 'so:' .. name, 'p:' .. name)
+  rcall('HDEL', fk, 'w:' .. name, 'sp:' .. name, 'so:' .. name, 'p:' .. name)
   local o = cut(s[2] or '', '\31')
-  return s[1] or '', tonumber(o[1]) or 0, o[2] or '', o[3] or '', o[4] or '', o[5] or ''
+  return s[1] or '', tonumber(o[1]) or 0, o[2] or '', o[3] or '', o[4] or '', o[5] or '', s[3] or ''
+end
+
+-- The fields of a node's job that name its flow and its parents' edges.
+local function node_fields(h, fid, parents)
+  h[#h + 1] = 'fl'; h[#h + 1] = fid
+  if parents ~= '' then h[#h + 1] = 'fp'; h[#h + 1] = parents end
 end
 
 -- Enqueues waiting node `name` of flow `fid` (hash `fk`) as the job
--- FID:NAME on pending. Returns false, enqueueing nothing, when another job
--- took that id meanwhile.
+-- FID:NAME on pending. Returns true, or false and the node's parents'
+-- edges, enqueueing nothing, when another job took that id meanwhile.
 local function flow_release(prefix, fk, fid, name, now)
-  local payload, priority, lm, lane, kind, tp = take_spec(fk, name)
+  local payload, priority, lm, lane, kind, tp, parents = take_spec(fk, name)
   local id = fid .. ':' .. name
-  if rcall('EXISTS', prefix .. 'job:' .. id) == 1 then return false end
+  if rcall('EXISTS', prefix .. 'job:' .. id) == 1 then return false, parents end
   local mint = minter(prefix .. 'seq')
   local jid, score, h = new_job(mint(1), id, payload, priority, lm, lane, nil, now, kind, tp, payload_split(prefix),
     queue_aging(prefix), 0)
-  h[#h + 1] = 'fl'; h[#h + 1] = fid
+  node_fields(h, fid, parents)
   store_job(prefix, prefix .. 'pending', prefix .. 'delayed', jid, score, nil, h, lane, nil)
   wake(prefix .. 'wake', 1)
   return true
@@ -78,50 +85,58 @@ end
 -- or cancelled) without running it: its record is written in that state
 -- with error `err` and goes onto the state's set through `moves` (none
 -- with retention `keep` of 0 records, or when another job holds its id).
+-- Returns its parents' edges.
 local function flow_end_waiting(moves, prefix, keep, fk, fid, name, state, err, now)
-  local payload, priority, lm, lane, kind, tp = take_spec(fk, name)
+  local payload, priority, lm, lane, kind, tp, parents = take_spec(fk, name)
   local id = fid .. ':' .. name
   local jk = prefix .. 'job:' .. id
-  if keep.n == 0 or rcall('EXISTS', jk) == 1 then return end
+  if keep.n == 0 or rcall('EXISTS', jk) == 1 then return parents end
   local _, _, h = new_job(0, id, payload, priority, lm, lane, nil, now, kind, tp, payload_split(prefix), nil, 0)
   h[2] = state
   local finished = now_str(now)
   h[#h + 1] = 'ft'; h[#h + 1] = finished
   h[#h + 1] = 'err'; h[#h + 1] = err
-  h[#h + 1] = 'fl'; h[#h + 1] = fid
+  node_fields(h, fid, parents)
   rcall('HSET', jk, unpack(h))
   local into = moves[state]
   into[#into + 1] = finished
   into[#into + 1] = id
+  return parents
 end
 
 -- Node `name` of flow `fid` ended in `state` with `detail` (a completed
--- job's result, else its error): its end is written once, and each parent
--- still waiting learns of it along its edge's policy (f: a child that did
--- not complete fails the parent; r: the parent runs and reads the failure;
--- d: the parent runs without it). A parent that fails ends its own
--- parents' waits in turn, through the same work list, not recursion.
-local function flow_node_done(moves, prefix, keep, fid, name, state, detail, now)
+-- job's result, else its error); `parents` are its parents' edges. Its
+-- end is written once, and each parent still waiting learns of it along
+-- its edge's policy (f: a child that did not complete fails the parent;
+-- r: the parent runs and reads the failure; d: the parent runs without
+-- it). A parent that fails ends its own parents' waits in turn, through
+-- the same work list, not recursion. The common end, a child completing,
+-- costs one HINCRBY per parent: a parent that no longer waits has no
+-- `w:` field, so the count it answers is below 0, and the field it made
+-- is taken away again.
+local function flow_node_done(moves, prefix, keep, fid, name, state, detail, parents, now)
   local fk = prefix .. 'flow:' .. fid
-  local todo = {{name, state, detail}}
+  local todo = {{name, state, detail, parents}}
   local i = 1
   while i <= #todo do
-    local nm, st, dt = todo[i][1], todo[i][2], todo[i][3]
+    local nm, st, dt, ps = todo[i][1], todo[i][2], todo[i][3], todo[i][4]
     i = i + 1
     if flow_mark(fk, nm, OUTCOME[st] or 'r', dt) then
-      for _, edge in ipairs(cut(rcall('HGET', fk, 'p:' .. nm), '\30')) do
+      for _, edge in ipairs(cut(ps, '\30')) do
         local pe = cut(edge, '\31')
         local parent, policy = pe[1], pe[2]
-        if rcall('HEXISTS', fk, 'w:' .. parent) == 1 then
-          if st == 'completed' or policy ~= 'f' then
-            if rcall('HINCRBY', fk, 'w:' .. parent, -1) <= 0 and not flow_release(prefix, fk, fid, parent, now) then
-              todo[#todo + 1] = {parent, 'failed', 'its job id was taken by another job'}
-            end
-          else
-            local err = 'child ' .. nm .. ' ' .. st
-            flow_end_waiting(moves, prefix, keep, fk, fid, parent, 'failed', err, now)
-            todo[#todo + 1] = {parent, 'failed', err}
+        local wk = 'w:' .. parent
+        if st == 'completed' or policy ~= 'f' then
+          local left = rcall('HINCRBY', fk, wk, -1)
+          if left < 0 then
+            rcall('HDEL', fk, wk)
+          elseif left == 0 then
+            local ok, its = flow_release(prefix, fk, fid, parent, now)
+            if not ok then todo[#todo + 1] = {parent, 'failed', 'its job id was taken by another job', its} end
           end
+        elseif rcall('HEXISTS', fk, wk) == 1 then
+          local err = 'child ' .. nm .. ' ' .. st
+          todo[#todo + 1] = {parent, 'failed', err, flow_end_waiting(moves, prefix, keep, fk, fid, parent, 'failed', err, now)}
         end
       end
     end
@@ -131,7 +146,8 @@ end
 -- Job `id` (record `jk`) ended in `state` with `detail`: if it is a node
 -- of a flow (`fl`), its end reaches the flow (flow_node_done).
 local function flow_job_done(moves, prefix, keep, jk, id, state, detail, now)
-  local fid = rcall('HGET', jk, 'fl')
+  local f = rcall('HMGET', jk, 'fl', 'fp')
+  local fid = f[1]
   if not fid then return end
-  flow_node_done(moves, prefix, keep, fid, string.sub(id, #fid + 2), state, detail, now)
+  flow_node_done(moves, prefix, keep, fid, string.sub(id, #fid + 2), state, detail, f[2] or '', now)
 end
