@@ -2,9 +2,9 @@
 //! echomq_faults` (never a normal build). `ECHOMQ_FAULT` is a
 //! comma-separated list of `no-token-check`, `client-clock`,
 //! `two-step-reaper`, `no-stall-increment`, `per-job-token`,
-//! `no-lane-cap`, `no-global-cap`, `no-rate-limit`, `tick-twice` and
-//! `cancel-keeps-waiting`; each breaks one guarantee, so the suite can
-//! assert that its checks notice.
+//! `no-lane-cap`, `no-global-cap`, `no-rate-limit`, `tick-twice`,
+//! `cancel-keeps-waiting` and `flow-release-early`; each breaks one
+//! guarantee, so the suite can assert that its checks notice.
 //! `settler-panic` makes a consumer's settler panic on its first batch, so
 //! a test can check how the consumer survives one of its own tasks dying.
 
@@ -63,6 +63,10 @@ pub(crate) fn apply(source: &str) -> String {
             "finish(moves, prefix, jk, id, 'cancelled', now, keep, job[2], {'err', 'cancelled'})",
             "",
         );
+    }
+    if active("flow-release-early") {
+        // a flow's parent is enqueued when one child is left, not none.
+        src = src.replace("          elseif left == 0 then", "          elseif left <= 1 then");
     }
     if active("per-job-token") {
         // 0.1's scheme: the token is the job's own attempt count, which

@@ -145,7 +145,7 @@ fn lanes_test(name: &str, fault: Option<&str>) -> bool {
     test_of(&format!("lanes::{name}"), fault)
 }
 
-/// Runs test `name` (`core::…` or `lanes::…`) of the faults build.
+/// Runs test `name` (`core::…`, `lanes::…` or `flows::…`) of the faults build.
 fn test_of(name: &str, fault: Option<&str>) -> bool {
     library_build();
     let out = cargo(
@@ -367,6 +367,20 @@ fn tick_twice_is_caught() {
     let out = scenarios::cancels_and_schedules(&ctx(Some("tick-twice")), 600);
     failed("tick-twice", &out);
     assert!(out.check.violates("K1"));
+}
+
+// flow-release-early: a flow's parent is enqueued when one child is still
+// to end; the flows-under-crashes test (a parent created before its child
+// finished) fails, and passes without the control.
+#[test]
+fn flow_release_early_is_caught() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let t = "flows::flows_and_batches_survive_crashes_and_a_restart";
+    assert!(test_of(t, None), "{t} fails without any control");
+    assert!(
+        !test_of(t, Some("flow-release-early")),
+        "{t} passed with flow-release-early"
+    );
 }
 
 // cancel-keeps-waiting: a cancel answers "cancelled" and leaves the job to

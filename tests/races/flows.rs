@@ -1,0 +1,226 @@
+//! Flows and batches under crashes: workers whose runtimes are dropped
+//! mid-job (their leases lapse and the reaper takes the jobs back),
+//! handlers that fail attempts, and a server SIGKILLed and restarted from
+//! its append-only file, while flows and batches run. Afterwards: every
+//! step of every flow completed, no parent was created or started before
+//! every child it waits on had finished, each parent and each batch
+//! callback was enqueued exactly once (the event stream), after every
+//! member had ended.
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use echomq::batch::{BatchOptions, Callback};
+use echomq::flow::{FlowSpec, Step, StepState};
+use echomq::server::LocalServer;
+use echomq::{
+    Backoff, ClientOptions, Consumer, EventCursor, EventKind, EventSettings, HandlerError, Job, JobInfo, JobState,
+    Queue, QueueOptions, Retention,
+};
+use serde_json::{Value, json};
+
+const FLOWS: usize = 40;
+const BATCHES: usize = 10;
+const MEMBERS: usize = 8;
+
+fn options() -> QueueOptions {
+    QueueOptions::new()
+        .keep_completed(Retention::All)
+        .keep_failed(Retention::All)
+        .max_attempts(1000)
+        .max_stalls(1000)
+        .backoff(Backoff::Fixed(Duration::from_millis(20)))
+}
+
+/// A flow of six steps: two leaves, a step after both, one with two
+/// parents, and a top after both of those.
+fn flow(i: usize) -> FlowSpec {
+    FlowSpec::new()
+        .id(format!("f{i}"))
+        .step(Step::new("a", &i).unwrap())
+        .step(Step::new("b", &i).unwrap())
+        .step(Step::new("ab", &i).unwrap().after("a").after("b"))
+        .step(Step::new("c", &i).unwrap())
+        .step(Step::new("mid", &i).unwrap().after("ab").after("c"))
+        .step(Step::new("top", &i).unwrap().after("mid").after("c"))
+}
+
+/// A job's fate on an attempt, fixed by its id and attempt (FNV-1a, then
+/// the high bits): 0 fails the attempt, 1 takes 300 ms, the rest are quick.
+fn fate(id: &str, attempt: u64) -> u64 {
+    let h = id
+        .bytes()
+        .chain(attempt.to_le_bytes())
+        .fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+            (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+        });
+    (h >> 61) & 7
+}
+
+/// A worker on a runtime of its own: dropping the runtime is a crash
+/// (no settlement, no release: its leases lapse).
+fn worker(url: &str, name: &str) -> tokio::runtime::Runtime {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let (url, name) = (url.to_owned(), name.to_owned());
+    rt.spawn(async move {
+        let opts = ClientOptions::new().response_timeout(Duration::from_millis(500));
+        let Ok(client) = echomq::Client::connect_with(&url, opts).await else {
+            return;
+        };
+        let Ok(q) = client.queue_with(&name, options()).await else {
+            return;
+        };
+        let handler = |job: Job<Value>| async move {
+            match fate(job.id(), job.attempt()) {
+                0 => Err(HandlerError::from("a failed attempt")),
+                1 => {
+                    // long enough that a crash often lands in it
+                    tokio::time::sleep(Duration::from_millis(300)).await;
+                    Ok(json!(job.id()))
+                }
+                _ => Ok(json!(job.id())),
+            }
+        };
+        let _ = Consumer::new(q, handler)
+            .concurrency(4)
+            .lease(Duration::from_millis(400))
+            .reap_interval(Duration::from_millis(100))
+            .poll_interval(Duration::from_millis(100))
+            .run(std::future::pending::<()>())
+            .await;
+    });
+    rt
+}
+
+#[test]
+fn flows_and_batches_survive_crashes_and_a_restart() {
+    let mut server = LocalServer::builder().aof(true).appendfsync("always").start().unwrap();
+    let url = server.url();
+    let name = super::common::unique("flow-crash");
+    let main = tokio::runtime::Runtime::new().unwrap();
+    let q: Queue = main.block_on(async {
+        let opts = ClientOptions::new().response_timeout(Duration::from_millis(500));
+        let client = echomq::Client::connect_with(&url, opts).await.unwrap();
+        let q = client.queue_with(&name, options()).await.unwrap();
+        // room for every event of the run: the check reads them all
+        q.set_events(&EventSettings::default().max_len(1_000_000))
+            .await
+            .unwrap();
+        q
+    });
+    let mut workers: Vec<tokio::runtime::Runtime> = (0..3).map(|_| worker(&url, &name)).collect();
+    // Flows and batches added while workers crash.
+    main.block_on(async {
+        for i in 0..FLOWS {
+            q.add_flow(&flow(i)).await.unwrap();
+        }
+        for i in 0..BATCHES {
+            let b = q
+                .open_batch(
+                    &BatchOptions::new()
+                        .id(format!("b{i}"))
+                        .on_success(Callback::new(&json!("success")).unwrap())
+                        .on_complete(Callback::new(&json!("complete")).unwrap()),
+                )
+                .await
+                .unwrap();
+            let members: Vec<usize> = (0..MEMBERS).collect();
+            b.add(&members).await.unwrap();
+            b.close().await.unwrap();
+        }
+    });
+    let until = Instant::now() + Duration::from_secs(90);
+    let (mut crashes, mut restarted) = (0, false);
+    let ended = loop {
+        std::thread::sleep(Duration::from_millis(250));
+        // a crash: the oldest worker's runtime dropped mid-work, a new one started
+        workers.remove(0).shutdown_background();
+        workers.push(worker(&url, &name));
+        crashes += 1;
+        if crashes == 3 && !restarted {
+            server.restart().unwrap();
+            restarted = true;
+        }
+        let done = main.block_on(async {
+            for i in 0..FLOWS {
+                match q.flow(&format!("f{i}")).unwrap().status().await {
+                    Ok(st) if st.is_ended() => {}
+                    _ => return false,
+                }
+            }
+            for i in 0..BATCHES {
+                match q.batch(&format!("b{i}")).unwrap().status().await {
+                    Ok(st) if st.complete_at.is_some() => {}
+                    _ => return false,
+                }
+            }
+            q.counts().await.is_ok_and(|c| c.pending + c.active + c.delayed == 0)
+        });
+        if done || Instant::now() > until {
+            break done;
+        }
+    };
+    for w in workers {
+        w.shutdown_background();
+    }
+    assert!(restarted && crashes >= 3);
+    assert!(ended, "every flow and batch ended within 90 s ({crashes} crashes)");
+
+    main.block_on(async {
+        // every enqueue on the stream, by job id
+        let mut reader = q.events(EventCursor::Start).await.unwrap();
+        let mut enqueued: HashMap<String, usize> = HashMap::new();
+        while let Some(ev) = reader.next_within(Duration::from_millis(200)).await.unwrap() {
+            if ev.kind == EventKind::Enqueued {
+                *enqueued.entry(ev.job_id.unwrap()).or_default() += 1;
+            }
+        }
+        let info = |id: String| {
+            let q = q.clone();
+            async move { q.job(&id).await.unwrap() }
+        };
+        let mut stalls = 0;
+        for i in 0..FLOWS {
+            let f = q.flow(&format!("f{i}")).unwrap();
+            let st = f.status().await.unwrap();
+            assert_eq!(st.count(StepState::Completed), 6, "{st:?}");
+            let mut jobs: HashMap<&str, JobInfo> = HashMap::new();
+            for step in ["a", "b", "ab", "c", "mid", "top"] {
+                let j = info(f.job_id(step)).await;
+                assert_eq!(j.state, JobState::Completed);
+                stalls += j.stalls;
+                assert_eq!(enqueued.get(&j.id), Some(&1), "{} enqueued once", j.id);
+                jobs.insert(step, j);
+            }
+            for (parent, children) in [("ab", &["a", "b"][..]), ("mid", &["ab", "c"]), ("top", &["mid", "c"])] {
+                let p = &jobs[parent];
+                for c in children {
+                    let done = jobs[c].finished_ms.unwrap();
+                    assert!(p.created_ms >= done, "f{i}: {parent} created before {c} finished");
+                    assert!(
+                        p.first_started_ms.unwrap() >= done,
+                        "f{i}: {parent} started before {c} finished"
+                    );
+                }
+                let kids = f.child_results::<String>(parent).await.unwrap();
+                assert_eq!(kids.len(), children.len());
+            }
+        }
+        for i in 0..BATCHES {
+            let b = q.batch(&format!("b{i}")).unwrap().status().await.unwrap();
+            assert_eq!((b.total, b.completed), (MEMBERS as u64, MEMBERS as u64));
+            for which in ["success", "complete"] {
+                let id = format!("b{i}:{which}");
+                assert_eq!(enqueued.get(&id), Some(&1), "{id} enqueued once");
+                let cb = info(id).await;
+                assert_eq!(cb.state, JobState::Completed);
+                assert!(cb.created_ms >= b.ended_at.unwrap());
+            }
+        }
+        println!("flows under crashes: {crashes} crashes, one restart, {stalls} stalls among flow steps");
+    });
+}
