@@ -7,7 +7,7 @@
 --                 it; they carry the same hash tag, so they live in the same slot)
 -- ARGV[2] batch   "" for none, else the id of an open batch the jobs join
 --                 (lib/batch.lua: each job stored holds it in `bt`)
--- ARGV[3] jobs    number of jobs N, then 13 fields per job:
+-- ARGV[3] jobs    number of jobs N, then 14 fields per job:
 --   id          "" to mint one from seq
 --   payload     JSON bytes
 --   priority    integer -128..127, higher runs first
@@ -37,6 +37,9 @@
 --               holds its dedup id (lib/keyspace.lua STATE_LETTER,
 --               EnqueueOptions::unique): a marker found taken holds only
 --               while its holder's state is one of its letters
+--   sequence    "" for none; else the job's sequence key (kept as `sq`;
+--               lib/sequence.lua): a job behind others of its key waits,
+--               delayed at SEQ_WAIT, until they ended
 --
 -- REPLY: {now:int, (status:code, id:str)*}
 -- With a batch that does not exist or is closed, one (status, id) only:
@@ -67,6 +70,8 @@ if batch ~= '' then
   joined = 0
 end
 local woken = 0
+-- whether a job of this call has a sequence (the queue's `sq` is set once)
+local sequenced = false
 local mint = minter(seq_key)
 -- whether payloads are split (lib/payload.lua), read with the queue's settings
 local split = payload_split(prefix)
@@ -109,6 +114,9 @@ local function replace(id, st, payload, due, mk, ttl, dedup, states)
   -- the holder may be a job of this call, whose set move is still in `adds`
   add_all(adds, pending_key, delayed_key)
   local jk = prefix .. 'job:' .. id
+  -- a holder waiting for its turn in a sequence keeps waiting
+  local turn = st == 'delayed' and sequences_on(prefix) and rcall('HGET', jk, 'sq')
+  if turn and seq_waiting(prefix, turn, id) then due, st = nil, 'waiting' end
   local h = {}
   put_payload(h, payload, split)
   -- the old payload's parts past the new one's
@@ -138,7 +146,7 @@ end
 
 for j = 0, n - 1 do
   -- job j's fields, named here once in the header's order
-  local b = 4 + j * 13
+  local b = 4 + j * 14
   local id, payload = ARGV[b], ARGV[b + 1]
   local priority, when = tonumber(ARGV[b + 2]), ARGV[b + 3]
   -- The due time, or nil to be pending at once.
@@ -152,7 +160,7 @@ for j = 0, n - 1 do
   local lm, dedup, dedup_ttl = ARGV[b + 4], ARGV[b + 5], tonumber(ARGV[b + 6])
   local replacing = ARGV[b + 7] == '1'
   local lane, kind, tp, expires = ARGV[b + 8], ARGV[b + 9], ARGV[b + 10], ARGV[b + 11]
-  local states = ARGV[b + 12]
+  local states, sequence = ARGV[b + 12], ARGV[b + 13]
   local status = CODE.OK
   local mk
   if dedup ~= '' then
@@ -193,6 +201,14 @@ for j = 0, n - 1 do
       h[#h + 1] = 'bt'; h[#h + 1] = batch
       joined = joined + 1
     end
+    if sequence ~= '' then
+      h[#h + 1] = 'sq'; h[#h + 1] = sequence
+      sequenced = true
+      if not seq_join(prefix, sequence, id) then
+        h[2] = 'delayed'
+        due = SEQ_WAIT
+      end
+    end
     if store_job(prefix, pending_key, delayed_key, id, score, due, h, lane, adds) then woken = woken + 1 end
   end
   out[#out + 1] = status
@@ -200,6 +216,7 @@ for j = 0, n - 1 do
 end
 add_all(adds, pending_key, delayed_key)
 if joined and joined > 0 then rcall('HINCRBY', batch_key, 'n', joined) end
+if sequenced and not sequences_on(prefix) then rcall('HSET', prefix .. 'meta', 'sq', '1') end
 if #expiring > 0 then rcall('ZADD', expiring_key, unpack(expiring)) end
 if woken > 0 then wake(wake_key, woken) end
 return out

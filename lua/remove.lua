@@ -18,7 +18,8 @@
 -- A batch member removed before it ended counts toward its batch as
 -- ended, not completed (lib/batch.lua), and may end the batch; a flow's
 -- job removed ends its node as removed (lib/flow.lua), which may fail or
--- release its parents.
+-- release its parents; a job of a sequence leaves it, and the next one
+-- of its key may run (lib/sequence.lua).
 --
 -- Events (lib/events.lua, unless the queue turned them off): removed.
 local prefix, limit = ARGV[1], tonumber(ARGV[2])
@@ -43,6 +44,7 @@ local function delete(id, st, dd, ln)
   -- a batch member not yet ended counts as ended (lib/batch.lua)
   if batches_on(prefix) then batch_member_done(prefix, jk, 'removed', now) end
   if flows_on(prefix) then flow_job_done(moves, prefix, KEEP_ALL, jk, id, 'removed', nil, now) end
+  if sequences_on(prefix) then seq_next(prefix, jk, id) end
   rcall('DEL', jk)
   removed = removed + 1
   emit(prefix, 'removed', id)

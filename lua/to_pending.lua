@@ -7,7 +7,10 @@
 -- (its failure released a marker that stood until it finished; a
 -- by-states marker, EnqueueOptions::unique, is set again with its states
 -- and period from now), unless another job holds it now: then it stays
--- failed (DEDUPED), since two jobs would share one dedup id.
+-- failed (DEDUPED), since two jobs would share one dedup id. A failed
+-- job of a sequence (lib/sequence.lua) joins the back of it again: it is
+-- pending if no job of its key is left, else delayed until its turn; a
+-- job waiting for its turn is not promoted (REFUSED).
 --
 -- KEYS[1] from (zset: failed or delayed)  KEYS[2] pending (zset)  KEYS[3] wake (list)
 -- ARGV[1] prefix  key prefix "emq:{Q}:"
@@ -69,13 +72,14 @@ local function retake_unique(dq, uq, id)
   return true
 end
 
-local moved = 0
+local moved, moved_waiting = 0, 0
 for _, id in ipairs(ids) do
   local jk = prefix .. 'job:' .. id
-  local job = hfields(jk, 'st', 'sc', 'dd', 'uq', 'dq')
+  local job = hfields(jk, 'st', 'sc', 'dd', 'uq', 'dq', 'sq')
   local code = CODE.OK
   if not job or not job[1] then code = CODE.NOT_FOUND
   elseif job[1] ~= state or not job[2] then code = CODE.REFUSED
+  elseif state == 'delayed' and job[6] and seq_waiting(prefix, job[6], id) then code = CODE.REFUSED
   elseif state == 'failed' and job[3] and not retake(job[3], id) then code = CODE.DEDUPED
   elseif state == 'failed' and job[4] and job[5] and not retake_unique(job[5], job[4], id) then code = CODE.DEDUPED
   else
@@ -84,8 +88,15 @@ for _, id in ipairs(ids) do
       rcall('HSET', jk, 'f', '0', 's', '0')
       rcall('HDEL', jk, 'ft')
     end
-    to_pending(pending_key, jk, id)
     moved = moved + 1
+    if state == 'failed' and job[6] and not seq_join(prefix, job[6], id) then
+      -- it joins the back of its sequence again, and waits for its turn
+      rcall('HSET', jk, 'st', 'delayed')
+      rcall('ZADD', prefix .. 'delayed', SEQ_WAIT, id)
+      moved_waiting = moved_waiting + 1
+    else
+      to_pending(pending_key, jk, id)
+    end
     emit_job(prefix, state == 'delayed' and 'promoted' or 'requeued', id, jk)
   end
   if given then
@@ -93,7 +104,7 @@ for _, id in ipairs(ids) do
     out[#out + 1] = code
   end
 end
-if moved > 0 then wake(wake_key, moved) end
+if moved > moved_waiting then wake(wake_key, moved - moved_waiting) end
 out[2] = moved
 out[3] = rcall('ZCARD', from_key)
 return out

@@ -140,7 +140,7 @@ impl Step {
 
     /// The step's job options: priority, lane, kind, attempts, backoff,
     /// timeout and traceparent apply. An id, a delay or run-at time, a
-    /// dedup id or an expiry do not (a step's id is its flow's and its
+    /// dedup id, an expiry or a sequence key do not (a step's id is its flow's and its
     /// name; it runs when its children let it): [`Queue::add_flow`]
     /// refuses them.
     #[must_use]
@@ -463,6 +463,8 @@ fn check_options(step: &Step) -> Result<()> {
         Some("a dedup id")
     } else if !o.expires()?.is_empty() {
         Some("an expiry")
+    } else if o.sequence.is_some() {
+        Some("a sequence key")
     } else {
         None
     };

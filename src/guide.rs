@@ -34,6 +34,7 @@
 //!   exactly once.
 //! - [`flows`]: a graph of jobs in which a job runs after those it waits
 //!   on, and reads their results.
+//! - [`sequences`]: strict FIFO per key, across retries.
 //! - [`lanes`]: tenants sharing a queue fairly, with caps and weights.
 //! - [`kinds`]: several kinds of job on one queue, application state,
 //!   tower services as handlers.
@@ -96,6 +97,9 @@ pub mod batches {}
 
 #[doc = include_str!("../docs/flows.md")]
 pub mod flows {}
+
+#[doc = include_str!("../docs/sequences.md")]
+pub mod sequences {}
 
 #[doc = include_str!("../docs/lanes.md")]
 pub mod lanes {}

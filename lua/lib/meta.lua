@@ -8,7 +8,8 @@
 -- queue that uses neither pays no command for them; `ag`, the priority
 -- aging (lib/keyspace.lua pending_score); `bt`, set once a batch was
 -- opened on the queue (lib/batch.lua); `fl`, set once a flow was added
--- (lib/flow.lua); and a table for other reads a call makes once
+-- (lib/flow.lua); `sq`, set once a job with a sequence was enqueued
+-- (lib/sequence.lua); and a table for other reads a call makes once
 -- (call_cache).
 --
 -- Needs: base (hfields).
@@ -27,7 +28,7 @@ local function call_cache()
   return meta_cache
 end
 
--- {evoff, evmax, v, paused, max, rate, hold, ln, ag, bt, fl} of the queue whose keys
+-- {evoff, evmax, v, paused, max, rate, hold, ln, ag, bt, fl, sq} of the queue whose keys
 -- start with `prefix` (each false when absent, as HMGET answers; all nil
 -- for a key of another type). A script that changes one of them later in
 -- its call must not read it here, or must write its cached value too
@@ -36,7 +37,7 @@ local function queue_meta(prefix)
   if prefix == meta_prefix then return meta_last end
   local m = meta_seen[prefix]
   if not m then
-    m = hfields(prefix .. 'meta', 'evoff', 'evmax', 'v', 'paused', 'max', 'rate', 'hold', 'ln', 'ag', 'bt', 'fl') or {}
+    m = hfields(prefix .. 'meta', 'evoff', 'evmax', 'v', 'paused', 'max', 'rate', 'hold', 'ln', 'ag', 'bt', 'fl', 'sq') or {}
     meta_seen[prefix] = m
   end
   meta_prefix, meta_last = prefix, m

@@ -5,7 +5,7 @@
 -- Needs: base (rcall, hfields, int_s, now_str), keyspace (wake, release_dedup),
 -- events (events_on, ev_text, emit_job), lanes (LANE_BLOCKED, lane_key, held_member,
 -- lane_settle, lane_push), throttle (global_cap), batch (batches_on, batch_member_done),
--- flow (flows_on, flow_job_done).
+-- flow (flows_on, flow_job_done), sequence (sequences_on, seq_leave).
 
 -- Puts job `id` on pending at its own score (so a returned job keeps its
 -- place: priority first, then mint order), on its lane when it has one. A
@@ -97,15 +97,27 @@ local function retention(s)
 end
 local KEEP_ALL = {n = -1, age = 0}
 
+-- Job `id` (record `jk`) ended for good or was removed: it leaves its
+-- sequence (lib/sequence.lua), and the job after it, if one waits, is
+-- made pending now.
+local function seq_next(prefix, jk, id)
+  local nxt = seq_leave(prefix, jk, id)
+  if not nxt then return end
+  rcall('ZREM', prefix .. 'delayed', nxt)
+  to_pending(prefix .. 'pending', prefix .. 'job:' .. nxt, nxt)
+  wake(prefix .. 'wake', 1)
+end
+
 -- The set move of job `id` (record `jk`) finished in `state` at
 -- `finished` (now_str, of server ms `now`): onto the state's set, or, with
 -- retention `keep` of 0 records, its record deleted at the end of the
--- call. Every end of a job passes here, so a batch member is counted here
--- and a flow's node reaches its flow here (`detail`: a completed job's
+-- call. Every end of a job passes here, so a batch member is counted here,
+-- a sequence moves on here, and a flow's node reaches its flow here (`detail`: a completed job's
 -- result, else its error; nil for none).
 local function finished_into(moves, prefix, keep, jk, id, state, now, finished, detail)
   if batches_on(prefix) then batch_member_done(prefix, jk, state, now) end
   if flows_on(prefix) then flow_job_done(moves, prefix, keep, jk, id, state, detail, now) end
+  if sequences_on(prefix) then seq_next(prefix, jk, id) end
   if keep.n == 0 then
     moves.delete[#moves.delete + 1] = jk
     return

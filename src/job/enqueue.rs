@@ -43,6 +43,8 @@ pub struct EnqueueOptions {
     pub(crate) traceparent: Option<String>,
     /// When a job not started by then never runs (`lua/lib/expiry.lua`).
     pub(crate) expiry: Option<Expiry>,
+    /// The job's sequence key: strict FIFO per key (`lua/lib/sequence.lua`).
+    pub(crate) sequence: Option<String>,
 }
 
 /// An expiry as given: after a time counted from the server's now at
@@ -121,6 +123,24 @@ impl EnqueueOptions {
     /// ```
     pub fn lane(mut self, lane: impl Into<String>) -> Self {
         self.lane = Some(lane.into());
+        self
+    }
+
+    /// The job's sequence key: the jobs of one key run strictly one after
+    /// another, in the order they were enqueued. The next job of a key
+    /// starts only once the one before it has ended for good — completed,
+    /// failed for good, cancelled, expired or removed — so also not while
+    /// that one waits for a retry. Jobs of other keys, and jobs without
+    /// one, run beside them as usual. Validated like an id when the job is
+    /// enqueued; a job with a sequence takes no delay or run-at time (its
+    /// turn decides when it runs). See the guide's
+    /// [sequences chapter](crate::guide::sequences). Default: none.
+    ///
+    /// ```
+    /// let opts = echomq::EnqueueOptions::new().sequence("account-42");
+    /// ```
+    pub fn sequence(mut self, key: impl Into<String>) -> Self {
+        self.sequence = Some(key.into());
         self
     }
 
@@ -469,6 +489,15 @@ impl EnqueueOptions {
         }
         if let Some(lane) = &self.lane {
             crate::validate::id("lane", lane)?;
+        }
+        if let Some(key) = &self.sequence {
+            crate::validate::id("sequence key", key)?;
+            if !self.delay.is_zero() || self.run_at.is_some() {
+                return Err(Error::InvalidOption {
+                    name: "sequence",
+                    reason: "a job of a sequence takes no delay or run-at time: it runs at its turn".into(),
+                });
+            }
         }
         if let Some(kind) = &self.kind {
             crate::validate::kind(kind)?;

@@ -154,6 +154,7 @@ impl Queue {
                 kind: kind.map(str::to_owned).or_else(|| opts.kind.clone()),
                 traceparent,
                 expires: opts.expires()?,
+                sequence: opts.sequence.clone(),
             });
         }
         Ok(out)

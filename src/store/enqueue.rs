@@ -40,6 +40,8 @@ pub(crate) struct NewJob {
     pub traceparent: Option<String>,
     /// Its expiry: "" for none, else as `EnqueueOptions::expires` writes it.
     pub expires: String,
+    /// Its sequence key.
+    pub sequence: Option<String>,
 }
 
 /// Stores `jobs` in one atomic call, as members of open batch `batch` if
@@ -80,7 +82,8 @@ pub(crate) async fn run(
             .arg(j.kind.as_deref().unwrap_or_default())
             .arg(j.traceparent.as_deref().unwrap_or_default())
             .arg(&j.expires)
-            .arg(states);
+            .arg(states)
+            .arg(j.sequence.as_deref().unwrap_or_default());
     }
     let (mut r, confirmed) = call.run_confirmed(conn, durability).await?;
     let _now = r.uint()?;

@@ -59,6 +59,7 @@ const LIB: &[(&str, &str)] = &[
     ("lanes", include_str!("../../lua/lib/lanes.lua")),
     ("throttle", include_str!("../../lua/lib/throttle.lua")),
     ("mint", include_str!("../../lua/lib/mint.lua")),
+    ("sequence", include_str!("../../lua/lib/sequence.lua")),
     ("batch", include_str!("../../lua/lib/batch.lua")),
     ("flow", include_str!("../../lua/lib/flow.lua")),
     ("sets", include_str!("../../lua/lib/sets.lua")),
