@@ -13,12 +13,15 @@
 //! from them in turn while they have work.
 //!
 //! **Routing.** A job goes to the partition its *routing key* hashes to:
-//! its lane if it has one, else its dedup id if it has one, else its id. A
+//! its lane if it has one, else its sequence key
+//! ([`EnqueueOptions::sequence`]), else its dedup id if it has one, else
+//! its id. A
 //! job enqueued without an id gets a random one (a UUID) here, since each
 //! partition would mint numbers that the others mint too. So the same
 //! caller-chosen id, or the same dedup id, always reaches the same
-//! partition, where its duplicate is recognised, and a lane's jobs share
-//! one partition, where the lane's caps, rate and turn hold. The hash is
+//! partition, where its duplicate is recognised, a lane's jobs share
+//! one partition, where the lane's caps, rate and turn hold, and a
+//! sequence's jobs share one, where they keep their order. The hash is
 //! FNV-1a (64 bits) of the key's bytes, modulo `n`: stable across
 //! processes and versions.
 //!
@@ -72,10 +75,12 @@ fn fnv1a(bytes: &[u8]) -> u64 {
     h
 }
 
-/// What picks a job's partition: its lane, else its dedup id, else its id.
+/// What picks a job's partition: its lane, else its sequence key, else its
+/// dedup id, else its id.
 fn routing_key(opts: &EnqueueOptions) -> Option<&str> {
     opts.lane
         .as_deref()
+        .or(opts.sequence.as_deref())
         .or(opts.dedup.as_ref().map(|(d, _)| d.as_str()))
         .or(opts.id.as_deref())
 }
@@ -140,7 +145,7 @@ impl PartitionedQueue {
         (i, opts)
     }
 
-    /// The partition `opts` would send a job to (by its lane, dedup id or
+    /// The partition `opts` would send a job to (by its lane, sequence key, dedup id or
     /// id; `None` for a job without any, which goes to a random one).
     pub fn partition_for(&self, opts: &EnqueueOptions) -> Option<&Queue> {
         Some(&self.parts[self.index_of(routing_key(opts)?)])
@@ -155,7 +160,7 @@ impl PartitionedQueue {
         Ok(self.enqueue_with(payload, &EnqueueOptions::default()).await?.id)
     }
 
-    /// Enqueues `payload` with `opts` in the partition its lane, dedup id
+    /// Enqueues `payload` with `opts` in the partition its lane, sequence key, dedup id
     /// or id hashes to.
     ///
     /// # Errors
@@ -194,8 +199,8 @@ impl PartitionedQueue {
     }
 
     /// The job with `id`: looked up in the partition its id hashes to
-    /// first, then in the others (a job routed by its lane or dedup id may
-    /// be in another).
+    /// first, then in the others (a job routed by its lane, sequence key or
+    /// dedup id may be in another).
     ///
     /// # Errors
     /// [`Error::JobNotFound`] when no partition holds it; as [`Queue::job`].
@@ -269,5 +274,16 @@ mod tests {
         assert_eq!(fnv1a(b""), 0xcbf2_9ce4_8422_2325);
         assert_eq!(fnv1a(b"a"), 0xaf63_dc4c_8601_ec8c);
         assert_eq!(fnv1a(b"foobar"), 0x8594_4171_f739_67e8);
+    }
+
+    // A lane routes first, then a sequence key, then a dedup id, then the id.
+    #[test]
+    fn routing_keys_in_order() {
+        let o = EnqueueOptions::new().id("j").dedup("d");
+        assert_eq!(routing_key(&o), Some("d"));
+        let o = o.sequence("s");
+        assert_eq!(routing_key(&o), Some("s"));
+        assert_eq!(routing_key(&o.lane("l")), Some("l"));
+        assert_eq!(routing_key(&EnqueueOptions::new().id("j")), Some("j"));
     }
 }
