@@ -13,7 +13,7 @@
 -- "waiting" (for children), a job's state (pending, delayed, active) or
 -- the state it ended in (completed, failed, cancelled, expired, removed),
 -- "" when its job is gone without an end (the queue was obliterated), and
--- detail "". With a node one group per child, in its order: its name, the
+-- as detail its children's names joined by "\31". With a node one group per child, in its order: its name, the
 -- state it ended in ("" while it has not) and the detail: the completed
 -- job's result (JSON, "" for none), else its error; a child whose edge
 -- drops it when it fails (policy d) and that did not complete is left out.
@@ -36,9 +36,12 @@ if node == '' then
       local job = hfields(prefix .. 'job:' .. fid .. ':' .. name, 'st')
       st = job and job[1] or ''
     end
+    -- its children's names, for a tree of the flow
+    local kids = {}
+    for _, edge in ipairs(cut(rcall('HGET', fk, 'k:' .. name), '\30')) do kids[#kids + 1] = cut(edge, '\31')[1] end
     out[#out + 1] = name
     out[#out + 1] = st
-    out[#out + 1] = ''
+    out[#out + 1] = table.concat(kids, '\31')
   end
   return out
 end

@@ -280,6 +280,8 @@ pub struct StepStatus {
     pub job_id: String,
     /// Where it is.
     pub state: StepState,
+    /// The steps it runs after (its children), in the order it named them.
+    pub after: Vec<String>,
 }
 
 /// A flow's steps and their states, in the order they were added.
@@ -584,6 +586,11 @@ impl Flow {
                 .map(|r| StepStatus {
                     job_id: self.job_id(&r.name),
                     state: StepState::parse(&r.state),
+                    after: String::from_utf8_lossy(&r.detail)
+                        .split('\x1f')
+                        .filter(|n| !n.is_empty())
+                        .map(str::to_owned)
+                        .collect(),
                     name: r.name,
                 })
                 .collect(),

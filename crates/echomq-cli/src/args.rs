@@ -153,6 +153,19 @@ pub enum Command {
         yes: bool,
     },
 
+    /// Show a flow: its steps as a tree (each under the step that runs
+    /// after it) with their states, and the counts per state
+    Flow {
+        /// The flow's id
+        id: String,
+    },
+
+    /// Show a batch: its members' counts and when its callbacks were enqueued
+    Batch {
+        /// The batch's id
+        id: String,
+    },
+
     /// List the cron schedules of the queue (or of every queue), or remove,
     /// pause, resume or run one
     Schedules {

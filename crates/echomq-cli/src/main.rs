@@ -8,7 +8,7 @@
 //!   kept out of what is printed.
 //! - `render`: tables, times, durations, the JSON form of a job.
 //! - one file per group of commands: `stats`, `jobs` (`jobs`, `show`),
-//!   `enqueue`,
+//!   `groups` (`flow`, `batch`), `enqueue`,
 //!   `ops` (the commands that change a queue), `schedules`, `doctor`,
 //!   `watch` (live events, printed as they come).
 #![forbid(unsafe_code)]
@@ -18,6 +18,7 @@ mod ctx;
 mod doctor;
 mod enqueue;
 mod exit;
+mod groups;
 mod jobs;
 mod ops;
 mod render;
@@ -107,6 +108,8 @@ async fn run(cli: Cli) -> Result<Output, Failure> {
         Command::Stats => stats::stats(&ctx).await,
         Command::Jobs { state, limit, after } => jobs::jobs(&ctx, state, limit, after).await,
         Command::Show { id } => jobs::show(&ctx, &id).await,
+        Command::Flow { id } => groups::flow(&ctx, &id).await,
+        Command::Batch { id } => groups::batch(&ctx, &id).await,
         Command::Enqueue(e) => enqueue::enqueue(&ctx, e).await,
         Command::Retry { all: true, .. } => ops::all(&ctx, Action::Retry).await,
         Command::Retry { ids, .. } => ops::per_id(&ctx, Action::Retry, &ids).await,

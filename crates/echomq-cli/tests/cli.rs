@@ -742,3 +742,68 @@ async fn schedules_pause_resume_and_run() {
     assert_eq!(none.code, 1, "{none:?}");
     assert!(none.stderr.contains("no schedule"), "{none:?}");
 }
+
+// flow ID prints the steps as a tree with their states and counts (JSON:
+// every step with its children); batch ID prints the counts and
+// callbacks; an unknown one exits 1.
+#[tokio::test]
+async fn flow_and_batch_show_their_progress() {
+    use echomq::batch::{BatchOptions, Callback};
+    use echomq::flow::{FlowSpec, Step};
+    let (s, client) = server().await;
+    let url = s.url();
+    let q = client.queue("orders").await.unwrap();
+    let o = serde_json::json!({"order": 7});
+    q.add_flow(
+        &FlowSpec::new()
+            .id("o7")
+            .step(Step::new("charge", &o).unwrap())
+            .step(Step::new("reserve", &o).unwrap())
+            .step(Step::new("email", &o).unwrap().after("charge").after("reserve"))
+            .step(Step::new("ship", &o).unwrap().after("email")),
+    )
+    .await
+    .unwrap();
+    let lease = claim(&q, "o7:charge").await;
+    q.complete(&lease).await.unwrap();
+    let run = echomq(&url, &["-q", "orders", "flow", "o7"]).await;
+    assert_eq!(run.code, 0, "{run:?}");
+    let lines: Vec<&str> = run.stdout.lines().collect();
+    assert!(
+        lines[0].contains("4 steps") && lines[0].contains("1 completed"),
+        "{run:?}"
+    );
+    assert!(lines[1].starts_with("ship") && lines[1].ends_with("waiting"), "{run:?}");
+    assert!(
+        lines[2].starts_with("└ email") && lines[2].ends_with("waiting"),
+        "{run:?}"
+    );
+    assert!(
+        lines[3].starts_with("  ├ charge") && lines[3].ends_with("completed"),
+        "{run:?}"
+    );
+    assert!(
+        lines[4].starts_with("  └ reserve") && lines[4].ends_with("pending"),
+        "{run:?}"
+    );
+    let doc = echomq(&url, &["-q", "orders", "--json", "flow", "o7"]).await.json();
+    assert_eq!(doc["steps"][2]["after"], serde_json::json!(["charge", "reserve"]));
+    assert_eq!(doc["counts"]["waiting"], 2);
+    assert_eq!(doc["ended"], false);
+    assert_eq!(echomq(&url, &["-q", "orders", "flow", "nope"]).await.code, 1);
+
+    let b = q
+        .open_batch(&BatchOptions::new().id("b1").on_success(Callback::new(&1).unwrap()))
+        .await
+        .unwrap();
+    b.add(&[1, 2]).await.unwrap();
+    let doc = echomq(&url, &["-q", "orders", "--json", "batch", "b1"]).await.json();
+    assert_eq!((doc["total"].as_u64(), doc["pending"].as_u64()), (Some(2), Some(2)));
+    assert!(doc["closed_ms"].is_null());
+    let run = echomq(&url, &["-q", "orders", "batch", "b1"]).await;
+    assert!(
+        run.stdout.contains("2 members") && run.stdout.contains("closed -"),
+        "{run:?}"
+    );
+    assert_eq!(echomq(&url, &["-q", "orders", "batch", "nope"]).await.code, 1);
+}

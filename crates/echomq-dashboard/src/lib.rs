@@ -375,6 +375,7 @@ pub fn router(source: impl Into<Source>, opts: DashboardOptions) -> Router {
         .route("/{queue}/schedules/{name}/{action}", post(actions::schedule))
         .route("/{queue}/{action}", post(actions::queue))
         .route("/{queue}/jobs/{id}", get(pages::job))
+        .route("/{queue}/flows/{id}", get(pages::flow))
         .route("/{queue}/jobs/{id}/{action}", post(actions::job))
         // The paths before queue pages moved to the root (0.3).
         .route("/queues/{queue}", any(moved::moved))

@@ -550,6 +550,57 @@ async fn find_goes_to_the_job_by_id_or_dedup_id() {
     assert!(page.contains("action=\"./find/find\""), "{page}");
 }
 
+// A flow's page shows its steps as a tree with their states, a step that
+// is a job linked to its page; find goes to a flow by its id; an unknown
+// flow is a 404.
+#[tokio::test]
+async fn a_flow_page_shows_its_tree() {
+    use echomq::flow::{FlowSpec, Step};
+    let server = LocalServer::start().unwrap();
+    let client = Client::connect(&server.url()).await.unwrap();
+    let queue = client.queue("orders").await.unwrap();
+    let app = mounted(&client, 10);
+    queue
+        .add_flow(
+            &FlowSpec::new()
+                .id("o<7>")
+                .step(Step::new("charge", &1).unwrap())
+                .step(Step::new("reserve", &2).unwrap())
+                .step(Step::new("email", &3).unwrap().after("charge").after("reserve")),
+        )
+        .await
+        .unwrap();
+    let (status, page) = get(&app, "/admin/queues/orders/flows/o%3C7%3E").await;
+    assert_eq!(status, StatusCode::OK, "{page}");
+    assert!(page.contains("Flow o&lt;7&gt;"), "{page}");
+    assert!(page.contains("3 steps: 2 pending, 1 waiting"), "{page}");
+    // email at the top, its two children inside it, linked to their jobs
+    let email = page.find(r#"data-step="email""#).unwrap();
+    let charge = page.find(r#"data-step="charge""#).unwrap();
+    assert!(email < charge, "{page}");
+    assert!(
+        page.contains(r#"href="../../orders/jobs/o%3C7%3E%3Acharge">charge</a>"#),
+        "{page}"
+    );
+    assert!(page.contains(r#"data-state="waiting""#), "{page}");
+    let (status, headers, _) = call(
+        &app,
+        Request::get("/admin/queues/orders/find?q=o%3C7%3E")
+            .body(Body::empty())
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(status, StatusCode::SEE_OTHER);
+    assert!(
+        headers["location"]
+            .to_str()
+            .unwrap()
+            .ends_with("../orders/flows/o%3C7%3E")
+    );
+    let (status, _) = get(&app, "/admin/queues/orders/flows/nope").await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+}
+
 // The schedules page lists each schedule with pause/resume and run now;
 // the actions need the token and act through the library.
 #[tokio::test]

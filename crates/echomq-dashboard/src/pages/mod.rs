@@ -1,9 +1,10 @@
 //! The pages: queues, a queue's jobs per state, a job.
 //!
 //! One file per page: `queues.rs` (the index), `queue.rs`, `job.rs`,
-//! `schedules.rs`, `lanes.rs`, `workers.rs`; what
+//! `flow.rs`, `schedules.rs`, `lanes.rs`, `workers.rs`; what
 //! they share (the response, failures, forms, the assets) is here.
 
+mod flow;
 mod job;
 mod lanes;
 mod queue;
@@ -20,6 +21,7 @@ use serde::Deserialize;
 
 use crate::Shared;
 use crate::html::{Base, base, escape};
+pub(crate) use flow::flow;
 pub(crate) use job::job;
 pub(crate) use lanes::lanes;
 pub(crate) use queue::{find, queue, search};

@@ -188,8 +188,8 @@ pub(crate) async fn queue(
     };
     let body = format!(
         "{notice}<h1>{n} <span class=\"badge paused\" data-paused{hidden}>paused</span> {control}\
-         <form method=\"get\" action=\"{here}/find\" class=\"find\"><input name=\"q\" placeholder=\"job id or dedup id\" \
-         aria-label=\"find a job by id or dedup id\"><button type=\"submit\">find</button></form></h1>{history}{tabs}{search}{bulk}\
+         <form method=\"get\" action=\"{here}/find\" class=\"find\"><input name=\"q\" placeholder=\"job, dedup or flow id\" \
+         aria-label=\"find a job by id or dedup id, or a flow by id\"><button type=\"submit\">find</button></form></h1>{history}{tabs}{search}{bulk}\
          <table id=\"jobs\" data-state=\"{st}\"><thead><tr><th scope=\"col\" class=\"pick\"></th><th scope=\"col\">id</th><th scope=\"col\" class=\"num\">attempts</th>\
          <th scope=\"col\" class=\"num\">failures</th><th scope=\"col\">{when_head}</th><th scope=\"col\">last error</th>\
          <th scope=\"col\"></th></tr></thead><tbody>{rows}</tbody></table>{paging}{feed}",
@@ -450,8 +450,14 @@ pub(crate) async fn find(
             Err(e) => return Err(e.into()),
         }
     }
+    // not a job or a dedup id: perhaps a flow
+    let flow = match (&found, queue.flow(q)) {
+        (None, Ok(f)) if !q.is_empty() => f.status().await.is_ok(),
+        _ => false,
+    };
     let to = match found {
         Some(id) => format!("{here}/jobs/{}", segment(&id)),
+        None if flow => format!("{here}/flows/{}", segment(q)),
         None => format!("{here}?done=no-match"),
     };
     let mut r = StatusCode::SEE_OTHER.into_response();
