@@ -28,24 +28,28 @@ local function seq_join(prefix, key, id)
 end
 
 -- Job `id` (record `jk`) ended for good, or was removed: it leaves its
--- sequence, if it has one. Returns the id of the job that becomes the
--- head and should be made pending now (one delayed at SEQ_WAIT), or nil.
--- A member whose record is gone is passed over.
+-- sequence, if it has one. Returns the job that becomes the head and
+-- should be made pending now (one delayed at SEQ_WAIT): its id, its
+-- score `sc` and its lane (nil for none); or nil. A member whose record is
+-- gone is passed over. The common end is the head's, one LPOP; for a job
+-- that ends while it waits, the head popped is pushed back and the job
+-- is taken out where it is.
 local function seq_leave(prefix, jk, id)
   local key = rcall('HGET', jk, 'sq')
   if not key then return nil end
   local lk = prefix .. 'sequence:' .. key
-  if rcall('LINDEX', lk, 0) ~= id then
+  local head = rcall('LPOP', lk)
+  if head and head ~= id then
+    rcall('LPUSH', lk, head)
     rcall('LREM', lk, 1, id)
     return nil
   end
-  rcall('LPOP', lk)
   while true do
     local nxt = rcall('LINDEX', lk, 0)
     if not nxt then return nil end
-    local st = hfields(prefix .. 'job:' .. nxt, 'st')
-    if st and st[1] == 'delayed' then return nxt end
-    if st and st[1] then return nil end
+    local f = hfields(prefix .. 'job:' .. nxt, 'st', 'sc', 'ln')
+    if f and f[1] == 'delayed' and f[2] then return nxt, f[2], f[3] or nil end
+    if f and f[1] then return nil end
     rcall('LPOP', lk)
   end
 end

@@ -101,10 +101,16 @@ local KEEP_ALL = {n = -1, age = 0}
 -- sequence (lib/sequence.lua), and the job after it, if one waits, is
 -- made pending now.
 local function seq_next(prefix, jk, id)
-  local nxt = seq_leave(prefix, jk, id)
+  local nxt, sc, ln = seq_leave(prefix, jk, id)
   if not nxt then return end
   rcall('ZREM', prefix .. 'delayed', nxt)
-  to_pending(prefix .. 'pending', prefix .. 'job:' .. nxt, nxt)
+  -- as to_pending, with the fields seq_leave read
+  if ln then
+    lane_push(prefix, prefix .. 'pending', ln, sc, nxt)
+  else
+    rcall('ZADD', prefix .. 'pending', sc, nxt)
+  end
+  rcall('HSET', prefix .. 'job:' .. nxt, 'st', 'pending')
   wake(prefix .. 'wake', 1)
 end
 

@@ -56,6 +56,7 @@ async fn main() {
         if has("dedup") { o = o.dedup(format!("d-{i}")); }
         if has("delay") { o = o.delay(Duration::from_millis(1)); }
         if has("kind") { o = o.kind("send_email"); }
+        if has("sequence") { o = o.sequence(format!("s-{}", i % 64)); }
         o
     };
     cg("-z");
