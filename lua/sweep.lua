@@ -8,16 +8,17 @@
 -- KEYS[8] seq (mint counter, for a job that lost its score)
 -- KEYS[9] expiring (the jobs with an expiry, lib/expiry.lua)
 -- ARGV[1] prefix  key prefix "emq:{Q}:"
--- ARGV[2] phase   "jobs", a set's KEYS index 1..7, "held", "ring", "markers"
---                 or "keys"
+-- ARGV[2] phase   "jobs", a set's KEYS index 1..7, "held", "ring", "markers",
+--                 "sequences" or "keys"
 -- ARGV[3] cursor  "0" to start (ignored by "keys")
 -- ARGV[4] count   COUNT hint per step
 -- ARGV[5] chain   optional; "chain": a phase among 1..7, "held", "ring"
 --                 that ends in this call goes on into the next of them,
 --                 while fewer than `count` were checked (so a small queue's
 --                 sets are swept in one call)
--- KEYS[10..] with phase "keys": job hashes (PREFIX .. "job:" .. ID) and
---           dedup markers (PREFIX .. "de:" .. DEDUP) to check, as a walk
+-- KEYS[10..] with phase "keys": job hashes (PREFIX .. "job:" .. ID),
+--           dedup markers (PREFIX .. "de:" .. DEDUP) and sequence lines
+--           (PREFIX .. "sequence:" .. KEY) to check, as a walk
 --           of the keyspace found them (maintenance/sweep.rs: one walk for
 --           all the queues of a prefix, instead of a SCAN per queue)
 --
@@ -51,9 +52,14 @@
 -- under the job pattern that is not a hash; a job whose set key, or the
 -- seq key, holds another type; in phase 1..7, a set key of another type.
 --
--- Phase "keys" checks each key given as phase "jobs" or "markers" checks
--- what its SCAN finds; a key gone since the walk saw it is passed over
--- (neither checked nor skipped).
+-- Phase "sequences" SCANs the sequence lines (lib/sequence.lua): a head
+-- that ended or is gone without moving its line on (a process without
+-- sequences settled it, or a torn write) is taken off it, and a head
+-- left waiting at SEQ_WAIT is made pending, so no key waits for ever.
+--
+-- Phase "keys" checks each key given as phase "jobs", "markers" or
+-- "sequences" checks what its SCAN finds; a key gone since the walk saw
+-- it is passed over (neither checked nor skipped).
 --
 -- REPLY: {next_cursor:str, checked:int, repaired:int, skipped:int, phase:str}
 -- `phase` is the phase the cursor belongs to (the one asked for, or with
@@ -202,6 +208,36 @@ local function usable_sets()
   return usable
 end
 
+-- Checks one sequence line (phase "sequences", see there): a head that
+-- ended (or is gone) without moving the line on is taken off it, and a
+-- head still waiting at SEQ_WAIT is made pending.
+local function check_sequence(lk)
+  checked = checked + 1
+  if rcall('TYPE', lk)['ok'] ~= 'list' then
+    skipped = skipped + 1
+    return
+  end
+  for _ = 1, 1000 do
+    local head = rcall('LINDEX', lk, 0)
+    if not head then return end
+    local f = hfields(prefix .. 'job:' .. head, 'st', 'sc', 'ln')
+    local st = f and f[1]
+    if st == 'delayed' then
+      if tonumber(rcall('ZSCORE', KEYS[3], head)) == SEQ_WAIT and f[2] then
+        rcall('ZREM', KEYS[3], head)
+        if f[3] then lane_push(prefix, KEYS[1], f[3], f[2], head) else rcall('ZADD', KEYS[1], f[2], head) end
+        rcall('HSET', prefix .. 'job:' .. head, 'st', 'pending')
+        wake(prefix .. 'wake', 1)
+        repaired = repaired + 1
+      end
+      return
+    end
+    if st and not done_states[st] then return end
+    rcall('LPOP', lk)
+    repaired = repaired + 1
+  end
+end
+
 -- Checks one dedup marker (phase "markers", see there).
 local function check_marker(mk)
   local mine = prefix .. 'de:'
@@ -238,13 +274,15 @@ end
 
 if phase == 'keys' then
   local usable = usable_sets()
-  local jobs, markers = prefix .. 'job:', prefix .. 'de:'
+  local jobs, markers, lines = prefix .. 'job:', prefix .. 'de:', prefix .. 'sequence:'
   for i = 10, #KEYS do
     local k = KEYS[i]
     if string.sub(k, 1, #jobs) == jobs then
       check_job(k, usable)
     elseif string.sub(k, 1, #markers) == markers then
       check_marker(k)
+    elseif string.sub(k, 1, #lines) == lines then
+      check_sequence(k)
     end
   end
   return {'0', checked, repaired, skipped, phase}
@@ -378,6 +416,15 @@ if phase == 'markers' then
   local r = rcall('SCAN', cursor, 'MATCH', match_prefix(mine), 'COUNT', count)
   for _, mk in ipairs(r[2]) do
     if string.sub(mk, 1, #mine) == mine then check_marker(mk) end
+  end
+  return {r[1], checked, repaired, skipped, phase}
+end
+
+if phase == 'sequences' then
+  local mine = prefix .. 'sequence:'
+  local r = rcall('SCAN', cursor, 'MATCH', match_prefix(mine), 'COUNT', count)
+  for _, lk in ipairs(r[2]) do
+    if string.sub(lk, 1, #mine) == mine then check_sequence(lk) end
   end
   return {r[1], checked, repaired, skipped, phase}
 end

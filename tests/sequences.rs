@@ -259,3 +259,72 @@ async fn a_debounce_keeps_a_waiting_job_in_line() {
     assert_eq!(ids(&next), ["d2"]);
     assert_eq!(next[0].decode::<String>().unwrap(), "new");
 }
+
+// The sweep moves a line on whose head ended without moving it (as a
+// process without sequences would settle it), and makes pending a head
+// left waiting (a torn release); one walk of every queue does the same.
+#[tokio::test]
+async fn the_sweep_moves_a_stuck_line_on() {
+    let (s, q) = setup("seq-sweep").await;
+    for id in ["s1", "s2", "s3"] {
+        add(&q, id, "S").await;
+    }
+    let mut c = raw(&s).await;
+    let base = format!("emq:{{{}}}:", q.name());
+    // s1 completed by an old process: its record and sets moved, the line not
+    let _: () = redis::pipe()
+        .cmd("HSET")
+        .arg(format!("{base}job:s1"))
+        .arg("st")
+        .arg("completed")
+        .arg("ft")
+        .arg("1")
+        .ignore()
+        .cmd("ZREM")
+        .arg(format!("{base}pending"))
+        .arg("s1")
+        .ignore()
+        .cmd("ZADD")
+        .arg(format!("{base}completed"))
+        .arg(1)
+        .arg("s1")
+        .ignore()
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    assert!(claim(&q).await.is_empty(), "s2 is stuck behind the ended s1");
+    let report = q.sweep(100).await.unwrap();
+    assert!(report.repaired >= 1, "{report:?}");
+    let l = claim(&q).await;
+    assert_eq!(ids(&l), ["s2"]);
+    // a torn release: s2 ended and left the line, but s3 was not made pending
+    q.complete(&l[0]).await.unwrap();
+    let s3 = claim(&q).await;
+    assert_eq!(ids(&s3), ["s3"]);
+    q.release(&s3[0]).await.unwrap();
+    let _: () = redis::cmd("ZREM")
+        .arg(format!("{base}pending"))
+        .arg("s3")
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    let _: () = redis::cmd("ZADD")
+        .arg(format!("{base}delayed"))
+        .arg(9_007_199_254_740_991u64)
+        .arg("s3")
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    let _: () = redis::cmd("HSET")
+        .arg(format!("{base}job:s3"))
+        .arg("st")
+        .arg("delayed")
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    assert!(claim(&q).await.is_empty());
+    echomq::maintenance::sweep_queues(std::slice::from_ref(&q), 100)
+        .await
+        .unwrap();
+    assert_eq!(ids(&claim(&q).await), ["s3"]);
+}

@@ -265,14 +265,15 @@ fn prefix_of(queue: &Queue) -> &str {
     &base[..base.len().saturating_sub(tag)]
 }
 
-/// The base (`"emq:{Q}:"`) of the queue a job hash or dedup marker `key`
-/// found under `prefix` belongs to; `None` for any other key.
+/// The base (`"emq:{Q}:"`) of the queue a job hash, dedup marker or
+/// sequence line `key` found under `prefix` belongs to; `None` for any
+/// other key.
 fn owner<'k>(prefix: &str, key: &'k str) -> Option<&'k str> {
     let rest = key.strip_prefix(prefix)?.strip_prefix('{')?;
     // Queue names hold no '}', so the first one closes the hash tag.
     let close = rest.find('}')?;
     let after = rest[close + 1..].strip_prefix(':')?;
-    if !(after.starts_with("job:") || after.starts_with("de:")) {
+    if !(after.starts_with("job:") || after.starts_with("de:") || after.starts_with("sequence:")) {
         return None;
     }
     Some(&key[..prefix.len() + 1 + close + 2])
@@ -329,7 +330,8 @@ impl Walk {
         let Some(prefix) = self.prefixes.first().cloned() else {
             return Ok(SweepReport::default());
         };
-        let pattern = format!("{}{{*}}:[jd][oe]*", crate::keys::glob_escape(&prefix));
+        // job:, de: and sequence: keys (and a few others, which `owner` drops)
+        let pattern = format!("{}{{*}}:[jds][oe]*", crate::keys::glob_escape(&prefix));
         let scan = |cursor: &str| {
             let mut cmd = redis::cmd("SCAN");
             cmd.arg(cursor)
@@ -463,6 +465,7 @@ mod tests {
     fn walk_keys_are_told_by_queue() {
         assert_eq!(owner("emq:", "emq:{mail}:job:42"), Some("emq:{mail}:"));
         assert_eq!(owner("emq:", "emq:{mail}:de:x}y"), Some("emq:{mail}:"));
+        assert_eq!(owner("emq:", "emq:{mail}:sequence:k"), Some("emq:{mail}:"));
         assert_eq!(owner("emq:", "emq:{a*b}:job:}:job:1"), Some("emq:{a*b}:"));
         assert_eq!(owner("emq:", "emq:{mail}:pending"), None);
         assert_eq!(owner("emq:", "emq:{mail}:done"), None);

@@ -21,16 +21,29 @@ pub(super) static SPEC: Spec = Spec::new(
         "seq",
         "expiring",
     ],
-    // Phase "keys": the job hashes and dedup markers to check.
+    // Phase "keys": the job hashes, dedup markers and sequence lines to check.
     true,
     &["prefix", "phase", "cursor", "count", "chain"],
 );
 
 /// The phases of a sweep, in order, as the script takes them: the job
 /// hashes, then each set (by its index in the script's KEYS), then the
-/// lanes' slots (`held`), the ring of lanes (`ring`) and the dedup
-/// markers (`markers`).
-pub(crate) const PHASES: [&str; 11] = ["jobs", "1", "2", "3", "4", "5", "6", "7", "held", "ring", "markers"];
+/// lanes' slots (`held`), the ring of lanes (`ring`), the dedup markers
+/// (`markers`) and the sequence lines (`sequences`).
+pub(crate) const PHASES: [&str; 12] = [
+    "jobs",
+    "1",
+    "2",
+    "3",
+    "4",
+    "5",
+    "6",
+    "7",
+    "held",
+    "ring",
+    "markers",
+    "sequences",
+];
 
 /// What one sweep call found.
 pub(crate) struct Swept {
