@@ -517,3 +517,36 @@ async fn a_worker_runs_a_flow_and_parents_read_their_children() {
     );
     assert!(flow.status().await.unwrap().is_ended());
 }
+
+// A step that ends again after its flow's record is gone (a hand retry
+// past the keep time) makes no record again.
+#[tokio::test]
+async fn a_step_ending_after_its_flow_is_gone_writes_nothing() {
+    let (s, q) = setup("flow-gone").await;
+    let flow = q
+        .add_flow(
+            &FlowSpec::new()
+                .id("g")
+                .keep(Duration::from_millis(200))
+                .step(Step::new("only", &1).unwrap()),
+        )
+        .await
+        .unwrap();
+    let l = claim(&q, 1).await;
+    q.fail(&l[0], "no").await.unwrap();
+    let st = flow.status().await.unwrap();
+    assert!(st.is_ended());
+    let ended = q.job("g:only").await.unwrap().finished_ms.unwrap();
+    past(&q, ended + 200).await;
+    assert!(matches!(flow.status().await, Err(Error::FlowNotFound(_))));
+    q.retry_failed(&["g:only"]).await.unwrap();
+    let again = claim(&q, 1).await;
+    q.complete(&again[0]).await.unwrap();
+    let mut c = raw(&s).await;
+    let exists: i64 = redis::cmd("EXISTS")
+        .arg(format!("emq:{{{}}}:flow:g", q.name()))
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    assert_eq!(exists, 0, "no flow record made again");
+}

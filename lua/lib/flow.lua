@@ -116,6 +116,9 @@ end
 -- is taken away again.
 local function flow_node_done(moves, prefix, keep, fid, name, state, detail, parents, now)
   local fk = prefix .. 'flow:' .. fid
+  -- a flow whose record is gone (its keep time passed; the queue was
+  -- obliterated) learns nothing, and is not made again by the writes below
+  if rcall('EXISTS', fk) == 0 then return end
   local todo = {{name, state, detail, parents}}
   local i = 1
   while i <= #todo do
