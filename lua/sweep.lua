@@ -9,7 +9,7 @@
 -- KEYS[9] expiring (the jobs with an expiry, lib/expiry.lua)
 -- ARGV[1] prefix  key prefix "emq:{Q}:"
 -- ARGV[2] phase   "jobs", a set's KEYS index 1..7, "held", "ring", "markers",
---                 "sequences" or "keys"
+--                 "sequences", "flows" or "keys"
 -- ARGV[3] cursor  "0" to start (ignored by "keys")
 -- ARGV[4] count   COUNT hint per step
 -- ARGV[5] chain   optional; "chain": a phase among 1..7, "held", "ring"
@@ -17,8 +17,9 @@
 --                 while fewer than `count` were checked (so a small queue's
 --                 sets are swept in one call)
 -- KEYS[10..] with phase "keys": job hashes (PREFIX .. "job:" .. ID),
---           dedup markers (PREFIX .. "de:" .. DEDUP) and sequence lines
---           (PREFIX .. "sequence:" .. KEY) to check, as a walk
+--           dedup markers (PREFIX .. "de:" .. DEDUP), sequence lines
+--           (PREFIX .. "sequence:" .. KEY) and flows (PREFIX .. "flow:"
+--           .. FID) to check, as a walk
 --           of the keyspace found them (maintenance/sweep.rs: one walk for
 --           all the queues of a prefix, instead of a SCAN per queue)
 --
@@ -57,8 +58,13 @@
 -- sequences settled it, or a torn write) is taken off it, and a head
 -- left waiting at SEQ_WAIT is made pending, so no key waits for ever.
 --
--- Phase "keys" checks each key given as phase "jobs", "markers" or
--- "sequences" checks what its SCAN finds; a key gone since the walk saw
+-- Phase "flows" SCANs the flows (lib/flow.lua): a step whose job ended
+-- (or is gone) without its end reaching its flow — a process without
+-- flows settled it — gets its end delivered now, so its parents are
+-- released or failed as its edges say, and no parent waits for ever.
+--
+-- Phase "keys" checks each key given as phase "jobs", "markers",
+-- "sequences" or "flows" checks what its SCAN finds; a key gone since the walk saw
 -- it is passed over (neither checked nor skipped).
 --
 -- REPLY: {next_cursor:str, checked:int, repaired:int, skipped:int, phase:str}
@@ -238,6 +244,48 @@ local function check_sequence(lk)
   end
 end
 
+-- Checks one flow (phase "flows", see there): the end of each step whose
+-- job ended without its end reaching the flow is delivered now, as the
+-- script that ended it would have (lib/flow.lua flow_node_done); a step
+-- whose job is gone without an end counts as removed.
+local function check_flow(fk)
+  checked = checked + 1
+  if rcall('TYPE', fk)['ok'] ~= 'hash' then
+    skipped = skipped + 1
+    return
+  end
+  local fid = string.sub(fk, #prefix + 6)
+  local nodes = rcall('HGET', fk, 'nodes')
+  if not nodes then return end
+  local moves = new_moves()
+  for _, name in ipairs(cut(nodes, '\31')) do
+    local known = rcall('HMGET', fk, 'r:' .. name, 'w:' .. name)
+    if not known[1] and not known[2] then
+      local f = hfields(prefix .. 'job:' .. fid .. ':' .. name, 'st', 'rs', 'err', 'fp', 'fl')
+      local st = f and f[1]
+      if not st or done_states[st] then
+        local detail = f and (st == 'completed' and f[2] or f[3]) or nil
+        -- a gone job's parents are not in its record: the flow's own edges say
+        local parents = f and f[5] and (f[4] or '') or nil
+        if not parents then
+          parents = {}
+          for _, other in ipairs(cut(nodes, '\31')) do
+            for _, edge in ipairs(cut(rcall('HGET', fk, 'k:' .. other), '\30')) do
+              local ce = cut(edge, '\31')
+              if ce[1] == name then parents[#parents + 1] = other .. '\31' .. (ce[2] or 'f') end
+            end
+          end
+          parents = table.concat(parents, '\30')
+        end
+        flow_node_done(moves, prefix, KEEP_ALL, fid, name, st or 'removed', detail, parents, now)
+        repaired = repaired + 1
+      end
+    end
+  end
+  apply_moves(moves, {active = KEYS[2], completed = KEYS[4], failed = KEYS[5], cancelled = KEYS[6], expired = KEYS[7]},
+    prefix, KEEP_ALL, KEEP_ALL, now)
+end
+
 -- Checks one dedup marker (phase "markers", see there).
 local function check_marker(mk)
   local mine = prefix .. 'de:'
@@ -274,7 +322,7 @@ end
 
 if phase == 'keys' then
   local usable = usable_sets()
-  local jobs, markers, lines = prefix .. 'job:', prefix .. 'de:', prefix .. 'sequence:'
+  local jobs, markers, lines, flows = prefix .. 'job:', prefix .. 'de:', prefix .. 'sequence:', prefix .. 'flow:'
   for i = 10, #KEYS do
     local k = KEYS[i]
     if string.sub(k, 1, #jobs) == jobs then
@@ -283,6 +331,8 @@ if phase == 'keys' then
       check_marker(k)
     elseif string.sub(k, 1, #lines) == lines then
       check_sequence(k)
+    elseif string.sub(k, 1, #flows) == flows then
+      check_flow(k)
     end
   end
   return {'0', checked, repaired, skipped, phase}
@@ -416,6 +466,15 @@ if phase == 'markers' then
   local r = rcall('SCAN', cursor, 'MATCH', match_prefix(mine), 'COUNT', count)
   for _, mk in ipairs(r[2]) do
     if string.sub(mk, 1, #mine) == mine then check_marker(mk) end
+  end
+  return {r[1], checked, repaired, skipped, phase}
+end
+
+if phase == 'flows' then
+  local mine = prefix .. 'flow:'
+  local r = rcall('SCAN', cursor, 'MATCH', match_prefix(mine), 'COUNT', count)
+  for _, fk in ipairs(r[2]) do
+    if string.sub(fk, 1, #mine) == mine then check_flow(fk) end
   end
   return {r[1], checked, repaired, skipped, phase}
 end

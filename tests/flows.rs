@@ -550,3 +550,89 @@ async fn a_step_ending_after_its_flow_is_gone_writes_nothing() {
         .unwrap();
     assert_eq!(exists, 0, "no flow record made again");
 }
+
+// The sweep delivers the end of a step whose job ended without its end
+// reaching the flow (as a process without flows would settle it): its
+// parent runs; a step whose job is gone counts as removed, failing its
+// parent on a FailParent edge. The maintenance walk finds flows too.
+#[tokio::test]
+async fn the_sweep_delivers_ends_a_flow_missed() {
+    let (s, q) = setup("flow-sweep").await;
+    let two = |id: &str| {
+        FlowSpec::new()
+            .id(id)
+            .step(Step::new("child", &1).unwrap())
+            .step(Step::new("parent", &2).unwrap().after("child"))
+    };
+    let done = q.add_flow(&two("d")).await.unwrap();
+    let gone = q.add_flow(&two("x")).await.unwrap();
+    let mut c = raw(&s).await;
+    let base = format!("emq:{{{}}}:", q.name());
+    // d:child completed by an old process: record and sets moved, the flow not
+    let _: () = redis::pipe()
+        .cmd("HSET")
+        .arg(format!("{base}job:d:child"))
+        .arg("st")
+        .arg("completed")
+        .arg("ft")
+        .arg("1")
+        .arg("rs")
+        .arg("\"old\"")
+        .ignore()
+        .cmd("ZREM")
+        .arg(format!("{base}pending"))
+        .arg("d:child")
+        .ignore()
+        .cmd("ZADD")
+        .arg(format!("{base}completed"))
+        .arg(1)
+        .arg("d:child")
+        .ignore()
+        // x:child's record lost altogether
+        .cmd("DEL")
+        .arg(format!("{base}job:x:child"))
+        .ignore()
+        .cmd("ZREM")
+        .arg(format!("{base}pending"))
+        .arg("x:child")
+        .ignore()
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    assert!(claim(&q, 10).await.is_empty(), "both parents wait for ever");
+    let report = q.sweep(100).await.unwrap();
+    assert!(report.repaired >= 2, "{report:?}");
+    let parent = claim(&q, 10).await;
+    assert_eq!(ids(&parent), ["d:parent"]);
+    let kids = done.child_results::<String>("parent").await.unwrap();
+    assert_eq!(kids[0].outcome, ChildOutcome::Completed("old".into()));
+    let st = gone.status().await.unwrap();
+    assert_eq!(
+        (st.state("child"), st.state("parent")),
+        (Some(StepState::Removed), Some(StepState::Failed))
+    );
+    // the maintenance walk (sweep_queues) finds a flow the same way
+    let walked = q.add_flow(&two("w")).await.unwrap();
+    let _: () = redis::pipe()
+        .cmd("HSET")
+        .arg(format!("{base}job:w:child"))
+        .arg("st")
+        .arg("completed")
+        .ignore()
+        .cmd("ZREM")
+        .arg(format!("{base}pending"))
+        .arg("w:child")
+        .ignore()
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    echomq::maintenance::sweep_queues(std::slice::from_ref(&q), 100)
+        .await
+        .unwrap();
+    assert_eq!(ids(&claim(&q, 10).await), ["w:parent"]);
+    assert_eq!(
+        walked.status().await.unwrap().state("child"),
+        Some(StepState::Completed)
+    );
+    assert_eq!(done.status().await.unwrap().state("parent"), Some(StepState::Active));
+}

@@ -265,15 +265,18 @@ fn prefix_of(queue: &Queue) -> &str {
     &base[..base.len().saturating_sub(tag)]
 }
 
-/// The base (`"emq:{Q}:"`) of the queue a job hash, dedup marker or
-/// sequence line `key` found under `prefix` belongs to; `None` for any
-/// other key.
+/// The base (`"emq:{Q}:"`) of the queue a job hash, dedup marker,
+/// sequence line or flow `key` found under `prefix` belongs to; `None`
+/// for any other key.
 fn owner<'k>(prefix: &str, key: &'k str) -> Option<&'k str> {
     let rest = key.strip_prefix(prefix)?.strip_prefix('{')?;
     // Queue names hold no '}', so the first one closes the hash tag.
     let close = rest.find('}')?;
     let after = rest[close + 1..].strip_prefix(':')?;
-    if !(after.starts_with("job:") || after.starts_with("de:") || after.starts_with("sequence:")) {
+    if !["job:", "de:", "sequence:", "flow:"]
+        .iter()
+        .any(|p| after.starts_with(p))
+    {
         return None;
     }
     Some(&key[..prefix.len() + 1 + close + 2])
@@ -330,8 +333,8 @@ impl Walk {
         let Some(prefix) = self.prefixes.first().cloned() else {
             return Ok(SweepReport::default());
         };
-        // job:, de: and sequence: keys (and a few others, which `owner` drops)
-        let pattern = format!("{}{{*}}:[jds][oe]*", crate::keys::glob_escape(&prefix));
+        // job:, de:, sequence: and flow: keys (and a few others, which `owner` drops)
+        let pattern = format!("{}{{*}}:[jdsf][oel]*", crate::keys::glob_escape(&prefix));
         let scan = |cursor: &str| {
             let mut cmd = redis::cmd("SCAN");
             cmd.arg(cursor)
@@ -466,6 +469,8 @@ mod tests {
         assert_eq!(owner("emq:", "emq:{mail}:job:42"), Some("emq:{mail}:"));
         assert_eq!(owner("emq:", "emq:{mail}:de:x}y"), Some("emq:{mail}:"));
         assert_eq!(owner("emq:", "emq:{mail}:sequence:k"), Some("emq:{mail}:"));
+        assert_eq!(owner("emq:", "emq:{mail}:flow:f"), Some("emq:{mail}:"));
+        assert_eq!(owner("emq:", "emq:{mail}:failed"), None);
         assert_eq!(owner("emq:", "emq:{a*b}:job:}:job:1"), Some("emq:{a*b}:"));
         assert_eq!(owner("emq:", "emq:{mail}:pending"), None);
         assert_eq!(owner("emq:", "emq:{mail}:done"), None);

@@ -21,7 +21,7 @@ pub(super) static SPEC: Spec = Spec::new(
         "seq",
         "expiring",
     ],
-    // Phase "keys": the job hashes, dedup markers and sequence lines to check.
+    // Phase "keys": the job hashes, dedup markers, sequence lines and flows to check.
     true,
     &["prefix", "phase", "cursor", "count", "chain"],
 );
@@ -29,8 +29,8 @@ pub(super) static SPEC: Spec = Spec::new(
 /// The phases of a sweep, in order, as the script takes them: the job
 /// hashes, then each set (by its index in the script's KEYS), then the
 /// lanes' slots (`held`), the ring of lanes (`ring`), the dedup markers
-/// (`markers`) and the sequence lines (`sequences`).
-pub(crate) const PHASES: [&str; 12] = [
+/// (`markers`), the sequence lines (`sequences`) and the flows (`flows`).
+pub(crate) const PHASES: [&str; 13] = [
     "jobs",
     "1",
     "2",
@@ -43,6 +43,7 @@ pub(crate) const PHASES: [&str; 12] = [
     "ring",
     "markers",
     "sequences",
+    "flows",
 ];
 
 /// What one sweep call found.
