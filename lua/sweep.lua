@@ -53,6 +53,10 @@
 -- under the job pattern that is not a hash; a job whose set key, or the
 -- seq key, holds another type; in phase 1..7, a set key of another type.
 --
+-- In phase "jobs" a finished batch member not counted yet (an older
+-- process finished it) is counted toward its batch (lib/batch.lua), which
+-- may end the batch and enqueue its callbacks.
+--
 -- Phase "sequences" SCANs the sequence lines (lib/sequence.lua): a head
 -- that ended or is gone without moving its line on (a process without
 -- sequences settled it, or a torn write) is taken off it, and a head
@@ -195,6 +199,14 @@ local function check_job(jk, usable)
     if done_states[st] then score = score_of(f[4]) or now end
     rcall('ZADD', KEYS[want], score, id)
     repaired = repaired + 1
+  end
+  -- a batch member an older process finished without counting it
+  if done_states[st] and batches_on(prefix) then
+    local b = hfields(jk, 'bt', 'bf')
+    if b and b[1] and not b[2] then
+      batch_member_done(prefix, jk, st, now)
+      repaired = repaired + 1
+    end
   end
   for i = 1, NSETS do
     if i ~= want and usable[i] and rcall('ZREM', KEYS[i], id) == 1 then repaired = repaired + 1 end

@@ -318,3 +318,45 @@ async fn a_queue_without_batches_writes_nothing_for_them() {
         .unwrap();
     assert_eq!(bt, None);
 }
+
+// The sweep counts a member an older process finished without counting
+// it, which ends the batch and fires its callbacks once.
+#[tokio::test]
+async fn the_sweep_counts_a_member_an_old_process_missed() {
+    let (s, q) = setup("batch-sweep").await;
+    let batch = q.open_batch(&all_callbacks().id("b7")).await.unwrap();
+    let ids = batch.add(&["only"]).await.unwrap();
+    batch.close().await.unwrap();
+    let mut c = raw(&s).await;
+    let base = format!("emq:{{{}}}:", q.name());
+    let _: () = redis::pipe()
+        .cmd("HSET")
+        .arg(format!("{base}job:{}", ids[0]))
+        .arg("st")
+        .arg("completed")
+        .arg("ft")
+        .arg("1")
+        .ignore()
+        .cmd("ZREM")
+        .arg(format!("{base}pending"))
+        .arg(&ids[0])
+        .ignore()
+        .cmd("ZADD")
+        .arg(format!("{base}completed"))
+        .arg(1)
+        .arg(&ids[0])
+        .ignore()
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    assert_eq!(batch.status().await.unwrap().ended(), 0);
+    q.sweep(100).await.unwrap();
+    let st = batch.status().await.unwrap();
+    assert_eq!((st.completed, st.ended_at.is_some()), (1, true));
+    assert_eq!(callbacks(&q, "b7").await, ["success", "complete"]);
+    // a second sweep counts nothing again
+    echomq::maintenance::sweep_queues(std::slice::from_ref(&q), 100)
+        .await
+        .unwrap();
+    assert_eq!(batch.status().await.unwrap().completed, 1);
+}
