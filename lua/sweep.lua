@@ -332,19 +332,23 @@ local function check_marker(mk)
   end
 end
 
+-- The keys checked one at a time besides job hashes: by phase, the name
+-- that follows the queue's prefix and the check.
+local SCANNED = {markers = {'de:', check_marker}, sequences = {'sequence:', check_sequence},
+  flows = {'flow:', check_flow}}
+
 if phase == 'keys' then
   local usable = usable_sets()
-  local jobs, markers, lines, flows = prefix .. 'job:', prefix .. 'de:', prefix .. 'sequence:', prefix .. 'flow:'
+  local jobs = prefix .. 'job:'
   for i = 10, #KEYS do
     local k = KEYS[i]
     if string.sub(k, 1, #jobs) == jobs then
       check_job(k, usable)
-    elseif string.sub(k, 1, #markers) == markers then
-      check_marker(k)
-    elseif string.sub(k, 1, #lines) == lines then
-      check_sequence(k)
-    elseif string.sub(k, 1, #flows) == flows then
-      check_flow(k)
+    else
+      for _, sc in pairs(SCANNED) do
+        local mine = prefix .. sc[1]
+        if string.sub(k, 1, #mine) == mine then sc[2](k) end
+      end
     end
   end
   return {'0', checked, repaired, skipped, phase}
@@ -473,29 +477,13 @@ end
 -- so a stale one misleads no enqueue; it is deleted, with a TTL or
 -- without, once its holder is gone, does not name it (`dq`), or finished
 -- in a state that does not hold.
-if phase == 'markers' then
-  local mine = prefix .. 'de:'
+-- (Phases "sequences" and "flows": see the header.)
+local scanned = SCANNED[phase]
+if scanned then
+  local mine = prefix .. scanned[1]
   local r = rcall('SCAN', cursor, 'MATCH', match_prefix(mine), 'COUNT', count)
-  for _, mk in ipairs(r[2]) do
-    if string.sub(mk, 1, #mine) == mine then check_marker(mk) end
-  end
-  return {r[1], checked, repaired, skipped, phase}
-end
-
-if phase == 'flows' then
-  local mine = prefix .. 'flow:'
-  local r = rcall('SCAN', cursor, 'MATCH', match_prefix(mine), 'COUNT', count)
-  for _, fk in ipairs(r[2]) do
-    if string.sub(fk, 1, #mine) == mine then check_flow(fk) end
-  end
-  return {r[1], checked, repaired, skipped, phase}
-end
-
-if phase == 'sequences' then
-  local mine = prefix .. 'sequence:'
-  local r = rcall('SCAN', cursor, 'MATCH', match_prefix(mine), 'COUNT', count)
-  for _, lk in ipairs(r[2]) do
-    if string.sub(lk, 1, #mine) == mine then check_sequence(lk) end
+  for _, k in ipairs(r[2]) do
+    if string.sub(k, 1, #mine) == mine then scanned[2](k) end
   end
   return {r[1], checked, repaired, skipped, phase}
 end

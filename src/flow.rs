@@ -262,6 +262,23 @@ impl StepState {
         }
     }
 
+    /// The state's name, as `Flow::status` reads it from the server
+    /// (`"waiting"`, `"pending"`, …; `"gone"` for [`StepState::Gone`]).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StepState::Waiting => "waiting",
+            StepState::Pending => "pending",
+            StepState::Delayed => "delayed",
+            StepState::Active => "active",
+            StepState::Completed => "completed",
+            StepState::Failed => "failed",
+            StepState::Cancelled => "cancelled",
+            StepState::Expired => "expired",
+            StepState::Removed => "removed",
+            StepState::Gone => "gone",
+        }
+    }
+
     /// Whether the step has ended (it will not run, or run again).
     pub fn is_ended(self) -> bool {
         !matches!(

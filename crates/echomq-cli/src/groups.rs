@@ -5,27 +5,12 @@ use std::collections::{HashMap, HashSet};
 use std::fmt::Write as _;
 
 use echomq::Error;
-use echomq::flow::{FlowStatus, StepState};
+use echomq::flow::FlowStatus;
 use serde_json::json;
 
 use crate::ctx::{Ctx, Output};
 use crate::exit::Failure;
 use crate::render::when_opt;
-
-fn state_name(s: StepState) -> &'static str {
-    match s {
-        StepState::Waiting => "waiting",
-        StepState::Pending => "pending",
-        StepState::Delayed => "delayed",
-        StepState::Active => "active",
-        StepState::Completed => "completed",
-        StepState::Failed => "failed",
-        StepState::Cancelled => "cancelled",
-        StepState::Expired => "expired",
-        StepState::Removed => "removed",
-        _ => "gone",
-    }
-}
 
 /// The flow's steps as a tree: each step that no other runs after (the
 /// flow's ends) at the left, the steps it runs after beneath it. A step
@@ -45,7 +30,7 @@ fn tree(st: &FlowStatus) -> String {
             let s = &self.st.steps[i];
             let label = format!("{lead}{branch}{}", s.name);
             let w = self.width + lead.chars().count();
-            let _ = writeln!(self.out, "{label:<w$} {}", state_name(s.state));
+            let _ = writeln!(self.out, "{label:<w$} {}", s.state.as_str());
             if self.path.contains(&i) || self.path.len() > 64 {
                 return;
             }
@@ -101,7 +86,7 @@ pub async fn flow(ctx: &Ctx, id: &str) -> Result<Output, Failure> {
     };
     let mut counts = serde_json::Map::new();
     for s in &st.steps {
-        let n = counts.entry(state_name(s.state)).or_insert(json!(0));
+        let n = counts.entry(s.state.as_str()).or_insert(json!(0));
         *n = json!(n.as_u64().unwrap_or(0) + 1);
     }
     let json = json!({
@@ -110,7 +95,7 @@ pub async fn flow(ctx: &Ctx, id: &str) -> Result<Output, Failure> {
         "ended": st.is_ended(),
         "counts": counts,
         "steps": st.steps.iter().map(|s| json!({
-            "name": s.name, "job_id": s.job_id, "state": state_name(s.state), "after": s.after,
+            "name": s.name, "job_id": s.job_id, "state": s.state.as_str(), "after": s.after,
         })).collect::<Vec<_>>(),
     });
     let summary: Vec<String> = counts.iter().map(|(k, v)| format!("{v} {k}")).collect();

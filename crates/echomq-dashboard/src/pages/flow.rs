@@ -15,21 +15,6 @@ use super::{Failure, base_of, html, open};
 use crate::Shared;
 use crate::html::{escape, page, queue_path, segment};
 
-fn state_name(s: StepState) -> &'static str {
-    match s {
-        StepState::Waiting => "waiting",
-        StepState::Pending => "pending",
-        StepState::Delayed => "delayed",
-        StepState::Active => "active",
-        StepState::Completed => "completed",
-        StepState::Failed => "failed",
-        StepState::Cancelled => "cancelled",
-        StepState::Expired => "expired",
-        StepState::Removed => "removed",
-        _ => "gone",
-    }
-}
-
 /// Nested lists, from the flow's ends (steps no other runs after) down to
 /// its leaves; a step with several parents is shown under each.
 fn tree(st: &FlowStatus, jobs: &str) -> String {
@@ -48,7 +33,7 @@ fn tree(st: &FlowStatus, jobs: &str) -> String {
         out: &mut String,
     ) {
         let s = &st.steps[i];
-        let state = state_name(s.state);
+        let state = s.state.as_str();
         let name = if s.state == StepState::Waiting || s.state == StepState::Gone {
             escape(&s.name)
         } else {
@@ -98,7 +83,7 @@ pub(crate) async fn flow(
     let here = format!("{}{}", base.up, queue_path(&name));
     let mut counts: Vec<(&str, usize)> = Vec::new();
     for s in &st.steps {
-        let n = state_name(s.state);
+        let n = s.state.as_str();
         match counts.iter_mut().find(|(k, _)| *k == n) {
             Some((_, c)) => *c += 1,
             None => counts.push((n, 1)),
