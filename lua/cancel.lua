@@ -22,30 +22,17 @@ local prefix, keep = ARGV[1], retention(ARGV[2])
 local now = server_now()
 local out = {now}
 local moves = new_moves()
-local waiting = {pending = pending_key, delayed = delayed_key}
+local CODES = {cancelled = CODE.CANCELLED, requested = CODE.REQUESTED, finished = CODE.FINISHED}
 for i = 3, #ARGV do
   local id = ARGV[i]
   local jk = prefix .. 'job:' .. id
   local job = hfields(jk, 'st', 'dd', 'cx', 'ln')
-  local code, st = CODE.NOT_FOUND, ''
-  if job and job[1] then
+  local did = cancel_job(moves, prefix, pending_key, delayed_key, jk, id, job, keep, now)
+  local code, st = CODES[did] or CODE.NOT_FOUND, ''
+  if did == 'cancelled' then
+    st = 'cancelled'
+  elseif did then
     st = job[1]
-    if waiting[st] then
-      if st == 'pending' then from_pending(pending_key, id, job[4]) else rcall('ZREM', waiting[st], id) end
-      finish(moves, prefix, jk, id, 'cancelled', now, keep, job[2], {'err', 'cancelled'})
-      code, st = CODE.CANCELLED, 'cancelled'
-    elseif st == 'active' then
-      if not job[3] then
-        rcall('HSET', jk, 'cx', int_s(now))
-        emit_job(prefix, 'cancel_requested', id, jk)
-      end
-      code = CODE.REQUESTED
-    elseif st == 'completed' or st == 'failed' or st == 'cancelled' or st == 'expired' then
-      code = CODE.FINISHED
-    else
-      -- a state echomq did not write: the sweep repairs it; leave it
-      code, st = CODE.NOT_FOUND, ''
-    end
   end
   out[#out + 1] = id
   out[#out + 1] = code

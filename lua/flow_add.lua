@@ -1,8 +1,9 @@
 -- flow_add: adds a flow (lib/flow.lua) in one atomic call: its hash, its
 -- leaves (jobs that wait for none) on pending, each holding its parents'
 -- edges (`fp`), and for each parent its spec, its edges and the count of
--- children it waits for. The caller has checked the
--- graph: names unique, every edge between two of its nodes, no cycle.
+-- children it waits for. A leaf on another queue is sent there through
+-- the outbox (its parents' edges stay in the hash). The caller has checked
+-- the graph: names unique, every edge between two of its nodes, no cycle.
 --
 -- KEYS[1] seq      mint counter (a minted flow id is its next number)
 -- KEYS[2] pending  (zset)   KEYS[3] delayed (zset)   KEYS[4] wake (list)
@@ -11,7 +12,7 @@
 -- ARGV[2] id      "" to mint one
 -- ARGV[3] keep    ms the hash stays after every node ended (0: until
 --                 deleted with the queue)
--- ARGV[4] nodes   number of nodes N, then 9 fields per node:
+-- ARGV[4] nodes   number of nodes N, then 10 fields per node:
 --   name        the node's name; its job's id is ID:NAME
 --   payload     JSON bytes (encoded as the queue encodes payloads)
 --   priority    integer -128..127
@@ -22,10 +23,14 @@
 --   children    "" for a leaf; else its children, "CHILD\31POLICY" each,
 --               joined by "\30" (POLICY: f, r or d; lib/flow.lua)
 --   parents     "" for none; else "PARENT\31POLICY" each, joined by "\30"
+--   queue       "" for this queue; else the name of the node's queue (of
+--               the same prefix)
 --
--- REPLY: {now:int, code:code, id:str}
--- OK added (id: the flow's); EXISTS the flow's id, or a node's job id, is
--- taken (id: which one; nothing written).
+-- REPLY: {now:int, code:code, id:str, sent:int}
+-- OK added (id: the flow's; sent: messages pushed onto the outbox);
+-- EXISTS the flow's id, or a job id of a node of this queue, is taken (id:
+-- which one; nothing written). A node of another queue whose id is taken
+-- there fails when its message arrives (lib/flow.lua flow_deliver_node).
 --
 -- Events (lib/events.lua, unless the queue turned them off): enqueued
 -- (each leaf).
@@ -35,11 +40,13 @@ local n = tonumber(ARGV[4])
 local now = server_now()
 if id == '' then id = int_s(rcall('INCR', seq_key)) end
 local fk = prefix .. 'flow:' .. id
-if rcall('EXISTS', fk) == 1 then return {now, CODE.EXISTS, id} end
+if rcall('EXISTS', fk) == 1 then return {now, CODE.EXISTS, id, 0} end
 local names = {}
 for j = 0, n - 1 do
-  local name = ARGV[5 + j * 9]
-  if rcall('EXISTS', prefix .. 'job:' .. id .. ':' .. name) == 1 then return {now, CODE.EXISTS, id .. ':' .. name} end
+  local name = ARGV[5 + j * 10]
+  if ARGV[5 + j * 10 + 9] == '' and rcall('EXISTS', prefix .. 'job:' .. id .. ':' .. name) == 1 then
+    return {now, CODE.EXISTS, id .. ':' .. name, 0}
+  end
   names[#names + 1] = name
 end
 rcall('HSET', fk, 'n', int_s(n), 'left', int_s(n), 'ct', now_str(now), 'kp', keep, 'nodes', table.concat(names, '\31'))
@@ -47,17 +54,26 @@ local mint = minter(seq_key)
 local split = payload_split(prefix)
 local aging = queue_aging(prefix)
 local adds = {pending = {}, delayed = {}}
-local woken = 0
+local woken, sent = 0, 0
 for j = 0, n - 1 do
-  local b = 5 + j * 9
+  local b = 5 + j * 10
   local name, payload, priority, lm = ARGV[b], ARGV[b + 1], ARGV[b + 2], ARGV[b + 3]
   local lane, kind, tp, children, parents = ARGV[b + 4], ARGV[b + 5], ARGV[b + 6], ARGV[b + 7], ARGV[b + 8]
+  local q = ARGV[b + 9]
+  if q ~= '' then
+    local there = {'q:' .. name, q}
+    if parents ~= '' then there[#there + 1] = 'p:' .. name; there[#there + 1] = parents end
+    rcall('HSET', fk, unpack(there))
+  end
   if children ~= '' then
     -- (the flow hash's fields, not a job's)
     local waits = {'k:' .. name, children, 'w:' .. name, int_s(#cut(children, '\30')), 'sp:' .. name, payload,
       'so:' .. name, table.concat({priority, lm, lane, kind, tp}, '\31')}
     if parents ~= '' then waits[#waits + 1] = 'p:' .. name; waits[#waits + 1] = parents end
     rcall('HSET', fk, unpack(waits))
+  elseif q ~= '' then
+    send_node(prefix, fk, id, name, q, 'pending', '', payload, tonumber(priority), lm, lane, kind, tp)
+    sent = sent + 1
   else
     local jid, score, h = new_job(mint(n - j), id .. ':' .. name, payload, tonumber(priority), lm, lane, nil, now, kind,
       tp, split, aging, j)
@@ -68,4 +84,4 @@ end
 add_all(adds, pending_key, delayed_key)
 if woken > 0 then wake(wake_key, woken) end
 rcall('HSET', meta_key, 'fl', '1')
-return {now, CODE.OK, id}
+return {now, CODE.OK, id, sent}

@@ -12,8 +12,10 @@
 -- with no node one group per node, in the order they were added: state
 -- "waiting" (for children), a job's state (pending, delayed, active) or
 -- the state it ended in (completed, failed, cancelled, expired, removed),
--- "" when its job is gone without an end (the queue was obliterated), and
--- as detail its children's names joined by "\31". With a node one group per child, in its order: its name, the
+-- "" when its job is gone without an end (the queue was obliterated),
+-- then for a node of another queue "@" and that queue's name (its state
+-- "" while it has not ended and does not wait: its job's state is read on
+-- its queue), and as detail its children's names joined by "\31". With a node one group per child, in its order: its name, the
 -- state it ended in ("" while it has not) and the detail: the completed
 -- job's result (JSON, "" for none), else its error; a child whose edge
 -- drops it when it fails (policy d) and that did not complete is left out.
@@ -28,14 +30,19 @@ if node == '' then
   for _, name in ipairs(cut(nodes, '\31')) do
     local r = rcall('HGET', fk, 'r:' .. name)
     local st
+    local q = rcall('HGET', fk, 'q:' .. name)
     if r then
       st = ENDED[string.sub(r, 1, 1)] or ''
     elseif rcall('HEXISTS', fk, 'w:' .. name) == 1 then
       st = 'waiting'
+    elseif q then
+      -- its job is on its own queue, where the caller reads its state
+      st = ''
     else
       local job = hfields(prefix .. 'job:' .. fid .. ':' .. name, 'st')
       st = job and job[1] or ''
     end
+    if q then st = st .. '@' .. q end
     -- its children's names, for a tree of the flow
     local kids = {}
     for _, edge in ipairs(cut(rcall('HGET', fk, 'k:' .. name), '\30')) do kids[#kids + 1] = cut(edge, '\31')[1] end

@@ -259,7 +259,9 @@ end
 -- Checks one flow (phase "flows", see there): the end of each step whose
 -- job ended without its end reaching the flow is delivered now, as the
 -- script that ended it would have (lib/flow.lua flow_node_done); a step
--- whose job is gone without an end counts as removed.
+-- whose job is gone without an end counts as removed. A step on another
+-- queue (`q:NAME`) is not looked at: its job is there, and its end comes
+-- by message (lib/flow.lua), which the relay delivers until it is applied.
 local function check_flow(fk)
   checked = checked + 1
   if rcall('TYPE', fk)['ok'] ~= 'hash' then
@@ -271,8 +273,8 @@ local function check_flow(fk)
   if not nodes then return end
   local moves = new_moves()
   for _, name in ipairs(cut(nodes, '\31')) do
-    local known = rcall('HMGET', fk, 'r:' .. name, 'w:' .. name)
-    if not known[1] and not known[2] then
+    local known = rcall('HMGET', fk, 'r:' .. name, 'w:' .. name, 'q:' .. name)
+    if not known[1] and not known[2] and not known[3] then
       local f = hfields(prefix .. 'job:' .. fid .. ':' .. name, 'st', 'rs', 'err', 'fp', 'fl')
       local st = f and f[1]
       if not st or done_states[st] then

@@ -39,6 +39,8 @@
 /// [`EventReader`](crate::EventReader)) and `HMGET`/`HSET`/`HDEL` of the
 /// queue's event settings ([`Queue::set_events`](crate::Queue::set_events)),
 /// `HMGET` of a batch's counts ([`Batch::status`](crate::batch::Batch::status)),
+/// `LRANGE` and `LREM` of a queue's outbox (the relay of flows of several
+/// queues: `LREM` is among the scripts' commands),
 /// `WAIT` after writes when a queue asks for replicas'
 /// [`Durability`](crate::Durability), and `CLUSTER SLOTS`, with which a
 /// cluster connection learns which master holds which slot. (`Durability::Fsynced` needs
@@ -67,6 +69,7 @@ pub const DIRECT_COMMANDS: &[&str] = &[
     "hdel",
     "wait",
     "cluster|slots",
+    "lrange",
 ];
 
 /// Commands echomq's scripts call.

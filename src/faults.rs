@@ -56,7 +56,7 @@ pub(crate) fn apply(source: &str) -> String {
     if active("cancel-keeps-waiting") {
         // a cancel answers "cancelled" for a waiting job and leaves it to run.
         src = src.replace(
-            "if st == 'pending' then from_pending(pending_key, id, job[4]) else rcall('ZREM', waiting[st], id) end",
+            "if st == 'pending' then from_pending(pending_key, id, job[4]) else rcall('ZREM', delayed_key, id) end",
             "",
         );
         src = src.replace(

@@ -1,5 +1,5 @@
-//! Flows: a graph of jobs of one queue in which a job (a parent) runs only
-//! after the jobs it waits on (its children) have ended.
+//! Flows: a graph of jobs in which a job (a parent) runs only after the
+//! jobs it waits on (its children) have ended.
 //!
 //! A [`FlowSpec`] names its steps; a step waits on others with
 //! [`Step::after`]. [`Queue::add_flow`] checks the graph (no cycle, every
@@ -41,9 +41,12 @@
 //! ```
 //!
 //! The guide's [flows chapter](crate::guide::flows) has the worked example.
-//! A flow keeps to one queue (one hash slot, so it works on a Cluster as on
-//! one server); every process that settles its jobs must be of echomq 0.3
-//! or later, as for batches.
+//! A flow's steps are on its queue unless [`Step::on`] puts one on another
+//! queue (another hash slot, on a Cluster perhaps another master): the
+//! queues then tell each other what happened by message, through each
+//! queue's outbox and the relay, each message applied once
+//! ([`Queue::add_flow`] says how). Every process that settles its jobs
+//! must be of echomq 0.3 or later, as for batches.
 
 use std::collections::{HashMap, VecDeque};
 use std::time::Duration;
@@ -105,6 +108,7 @@ pub struct Step {
     options: EnqueueOptions,
     kind: Option<String>,
     after: Vec<(String, OnChildFailure)>,
+    queue: Option<Queue>,
 }
 
 impl Step {
@@ -120,6 +124,7 @@ impl Step {
             options: EnqueueOptions::default(),
             kind: None,
             after: Vec::new(),
+            queue: None,
         })
     }
 
@@ -161,6 +166,19 @@ impl Step {
     #[must_use]
     pub fn after_with(mut self, child: impl Into<String>, on_failure: OnChildFailure) -> Step {
         self.after.push((child.into(), on_failure));
+        self
+    }
+
+    /// Puts the step's job on `queue` instead of the flow's own: a handle
+    /// of the same [`Client`](crate::Client) under the same prefix (another
+    /// hash slot, on a Cluster perhaps another master). Its payload is
+    /// encoded as `queue` encodes payloads, and its job's id there is
+    /// `FLOW_ID:NAME` too. The flow's record stays on the flow's queue; the
+    /// step is made on its queue, and its end comes back, by message
+    /// (`Queue::add_flow` says how and when).
+    #[must_use]
+    pub fn on(mut self, queue: &Queue) -> Step {
+        self.queue = Some(queue.clone());
         self
     }
 
@@ -295,6 +313,8 @@ pub struct StepStatus {
     pub name: String,
     /// Its job's id, `FLOW_ID:NAME`.
     pub job_id: String,
+    /// The name of the queue its job is on ([`Step::on`], else the flow's).
+    pub queue: String,
     /// Where it is.
     pub state: StepState,
     /// The steps it runs after (its children), in the order it named them.
@@ -364,6 +384,10 @@ pub struct FlowCancelled {
     /// Running jobs asked to stop (they end cancelled on their next
     /// settlement but a completion, as [`Queue::cancel`] asks).
     pub requested: u64,
+    /// Steps on other queues ([`Step::on`]) that had not ended: a cancel
+    /// was sent to each one's queue, where it ends a pending or delayed
+    /// job cancelled and asks a running one to stop when it arrives.
+    pub sent: u64,
 }
 
 /// A flow of a queue: read its steps' states, cancel it. Cheap to clone;
@@ -501,10 +525,26 @@ impl Queue {
     /// run after none become pending jobs now, the others when their
     /// children have ended.
     ///
+    /// The flow's record is on this queue (its home). A step on another
+    /// queue ([`Step::on`]) lives in another hash slot, which no script of
+    /// this queue may touch: the call that makes it due (this one for a
+    /// step that waits for none, else the one that ends its last child)
+    /// leaves a message for its queue, and the call that ends its job one
+    /// for the home, each in the same atomic call as the change it tells
+    /// of. The relay carries them: this call at once, and then the
+    /// maintenance of any process with a worker on the queue that holds
+    /// the message, within its reap interval. Each message is delivered at
+    /// least once and applied once (see the guide's flows chapter for the
+    /// rule and its window). So a step on another queue is enqueued once,
+    /// after all its children ended, as on one queue, but a little later:
+    /// give the flow's queue, or the queue of each step's children, a
+    /// worker (any process that maintains it) so its messages move.
+    ///
     /// # Errors
     /// [`Error::InvalidFlow`] for a graph that cannot run (a cycle, an
     /// edge to a name not in the flow, two steps of one name, no steps,
-    /// more than [`MAX_STEPS`], an option a step cannot take),
+    /// more than [`MAX_STEPS`], an option a step cannot take, a step on a
+    /// queue of another prefix or client),
     /// [`Error::InvalidId`] for a bad flow id, step name or kind,
     /// [`Error::InvalidOption`] for a keep time past [`MAX_KEEP`],
     /// [`Error::PayloadTooLarge`]; nothing is sent for any of those.
@@ -521,9 +561,14 @@ impl Queue {
         for step in &spec.steps {
             check_options(step)?;
         }
-        let prepared = self.prepare(spec.steps.iter().map(|s| (&s.payload, &s.options)), None)?;
-        let mut nodes = Vec::with_capacity(prepared.len());
-        for ((step, mut job), (children, parents)) in spec.steps.iter().zip(prepared).zip(edges) {
+        let mut nodes = Vec::with_capacity(spec.steps.len());
+        for (step, (children, parents)) in spec.steps.iter().zip(edges) {
+            let there = self.step_queue(step)?;
+            let on = there.unwrap_or(self);
+            let mut job = on
+                .prepare(std::iter::once((&step.payload, &step.options)), None)?
+                .pop()
+                .ok_or_else(|| Error::InvalidFlow("a step's job could not be prepared".into()))?;
             if let Some(kind) = &step.kind {
                 validate::kind(kind)?;
                 job.kind = Some(kind.clone());
@@ -533,11 +578,12 @@ impl Queue {
                 job,
                 children,
                 parents,
+                queue: there.map(|q| q.name().to_owned()),
             });
         }
         let keep_ms = u64::try_from(keep.as_millis()).unwrap_or(u64::MAX);
         let durability = self.options().durability;
-        let (id, confirmed) = store::flow_add::run(
+        let (id, sent, confirmed) = store::flow_add::run(
             &mut self.conn(),
             self.keys(),
             spec.id.as_deref(),
@@ -546,6 +592,11 @@ impl Queue {
             durability,
         )
         .await?;
+        if sent > 0 {
+            // The steps on other queues that run first: made there now
+            // (or, when that fails, by a later relay of this queue).
+            crate::relay::relay_or_log(self).await;
+        }
         if let Some(s) = confirmed? {
             return Err(Error::NotDurable {
                 ids: vec![id],
@@ -557,6 +608,29 @@ impl Queue {
             queue: self.clone(),
             id,
         })
+    }
+
+    /// The queue of `step` when it is not this one; refuses a queue of
+    /// another client or prefix.
+    fn step_queue<'a>(&self, step: &'a Step) -> Result<Option<&'a Queue>> {
+        let Some(q) = &step.queue else { return Ok(None) };
+        if q.options().prefix != self.options().prefix {
+            return Err(Error::InvalidFlow(format!(
+                "step {:?} is on queue {:?} under prefix {:?}; the flow's queue is under {:?}",
+                step.name,
+                q.name(),
+                q.options().prefix,
+                self.options().prefix
+            )));
+        }
+        if !q.link().same(self.link()) {
+            return Err(Error::InvalidFlow(format!(
+                "step {:?} is on queue {:?} of another client; a flow's queues share its client",
+                step.name,
+                q.name()
+            )));
+        }
+        Ok((q.name() != self.name()).then_some(q))
     }
 
     /// A handle on flow `id` of this queue (added here or by another
@@ -589,29 +663,57 @@ impl Flow {
         format!("{}:{name}", self.id)
     }
 
-    /// Every step's state now.
+    /// Every step's state now. A step on another queue that has not
+    /// ended is read there (pending while the message that makes it is on
+    /// its way).
     ///
     /// # Errors
     /// [`Error::FlowNotFound`] when no such flow exists (never added, or
     /// its record expired after its end), or a server error.
     pub async fn status(&self) -> Result<FlowStatus> {
         let rows = store::flow_read::run(&mut self.queue.conn(), self.queue.keys(), &self.id, None).await?;
+        let mut steps = Vec::with_capacity(rows.len());
+        for r in rows {
+            let (state, queue) = match r.state.split_once('@') {
+                Some((st, q)) => (st.to_owned(), q.to_owned()),
+                None => (r.state, self.queue.name().to_owned()),
+            };
+            let job_id = self.job_id(&r.name);
+            let state = if state.is_empty() && queue != self.queue.name() {
+                self.remote_state(&queue, &job_id).await?
+            } else {
+                StepState::parse(&state)
+            };
+            steps.push(StepStatus {
+                job_id,
+                queue,
+                state,
+                after: String::from_utf8_lossy(&r.detail)
+                    .split('\x1f')
+                    .filter(|n| !n.is_empty())
+                    .map(str::to_owned)
+                    .collect(),
+                name: r.name,
+            });
+        }
         Ok(FlowStatus {
             id: self.id.clone(),
-            steps: rows
-                .into_iter()
-                .map(|r| StepStatus {
-                    job_id: self.job_id(&r.name),
-                    state: StepState::parse(&r.state),
-                    after: String::from_utf8_lossy(&r.detail)
-                        .split('\x1f')
-                        .filter(|n| !n.is_empty())
-                        .map(str::to_owned)
-                        .collect(),
-                    name: r.name,
-                })
-                .collect(),
+            steps,
         })
+    }
+
+    /// The state of job `job_id` on queue `queue` (of this flow's prefix),
+    /// pending when it is not there yet.
+    async fn remote_state(&self, queue: &str, job_id: &str) -> Result<StepState> {
+        let keys = crate::keys::Keys::new(&self.queue.options().prefix, queue)?;
+        let mut conn = self.queue.link().conn().homed(&keys.base);
+        let st: Option<String> = redis::cmd("HGET")
+            .arg(keys.job(job_id))
+            .arg("st")
+            .query_async(&mut conn)
+            .await
+            .map_err(Error::from_redis)?;
+        Ok(st.map_or(StepState::Pending, |s| StepState::parse(&s)))
     }
 
     /// The children of step `name` and how each ended, in the order the
@@ -623,32 +725,8 @@ impl Flow {
     /// [`Error::Decode`] when a result does not decode into `R`, or a
     /// server error.
     pub async fn child_results<R: DeserializeOwned>(&self, name: &str) -> Result<Vec<ChildResult<R>>> {
-        let rows = store::flow_read::run(&mut self.queue.conn(), self.queue.keys(), &self.id, Some(name)).await?;
-        rows.into_iter()
-            .map(|r| {
-                let job_id = self.job_id(&r.name);
-                let text = || String::from_utf8_lossy(&r.detail).into_owned();
-                let outcome = match r.state.as_str() {
-                    "completed" => {
-                        let bytes: &[u8] = if r.detail.is_empty() { b"null" } else { &r.detail };
-                        ChildOutcome::Completed(serde_json::from_slice(bytes).map_err(|source| Error::Decode {
-                            id: job_id.clone(),
-                            source,
-                        })?)
-                    }
-                    "failed" => ChildOutcome::Failed(text()),
-                    "cancelled" => ChildOutcome::Cancelled,
-                    "expired" => ChildOutcome::Expired,
-                    "removed" => ChildOutcome::Removed,
-                    _ => ChildOutcome::NotEnded,
-                };
-                Ok(ChildResult {
-                    name: r.name,
-                    job_id,
-                    outcome,
-                })
-            })
-            .collect()
+        let q = &self.queue;
+        child_results_at(q, &q.options().prefix, q.name(), &self.id, name).await
     }
 
     /// Cancels every step that has not ended: waiting, pending and
@@ -659,8 +737,55 @@ impl Flow {
     /// [`Error::FlowNotFound`], or a server error.
     pub async fn cancel(&self) -> Result<FlowCancelled> {
         let keep_failed = self.queue.options().keep_failed.arg();
-        let (cancelled, requested) =
+        let (cancelled, requested, sent) =
             store::flow_cancel::run(&mut self.queue.conn(), self.queue.keys(), &self.id, &keep_failed).await?;
-        Ok(FlowCancelled { cancelled, requested })
+        if sent > 0 {
+            crate::relay::relay_or_log(&self.queue).await;
+        }
+        Ok(FlowCancelled {
+            cancelled,
+            requested,
+            sent,
+        })
     }
+}
+
+/// The children of step `name` of flow `id` and how each ended, as
+/// [`Flow::child_results`] reads them, from the flow's record on queue
+/// `home_name` under `prefix`, through `via`'s link.
+pub(crate) async fn child_results_at<R: DeserializeOwned>(
+    via: &Queue,
+    prefix: &str,
+    home_name: &str,
+    id: &str,
+    name: &str,
+) -> Result<Vec<ChildResult<R>>> {
+    let keys = crate::keys::Keys::new(prefix, home_name)?;
+    let mut conn = via.link().conn().homed(&keys.base);
+    let rows = store::flow_read::run(&mut conn, &keys, id, Some(name)).await?;
+    rows.into_iter()
+        .map(|r| {
+            let job_id = format!("{id}:{}", r.name);
+            let text = || String::from_utf8_lossy(&r.detail).into_owned();
+            let outcome = match r.state.as_str() {
+                "completed" => {
+                    let bytes: &[u8] = if r.detail.is_empty() { b"null" } else { &r.detail };
+                    ChildOutcome::Completed(serde_json::from_slice(bytes).map_err(|source| Error::Decode {
+                        id: job_id.clone(),
+                        source,
+                    })?)
+                }
+                "failed" => ChildOutcome::Failed(text()),
+                "cancelled" => ChildOutcome::Cancelled,
+                "expired" => ChildOutcome::Expired,
+                "removed" => ChildOutcome::Removed,
+                _ => ChildOutcome::NotEnded,
+            };
+            Ok(ChildResult {
+                name: r.name,
+                job_id,
+                outcome,
+            })
+        })
+        .collect()
 }

@@ -65,6 +65,12 @@ pub(crate) struct Keys {
     /// Lifecycle events: the capped stream every transition appends to
     /// (`lua/lib/events.lua`; read by [`EventReader`](crate::EventReader)).
     pub events: String,
+    /// Flows: messages this queue's scripts wrote for other queues, which
+    /// the relay carries there (`lua/lib/flow.lua`, `src/relay.rs`).
+    pub outbox: String,
+    /// Flows: receipts of the node messages this queue applied, so each
+    /// is applied once.
+    pub inbox: String,
 }
 
 impl Keys {
@@ -104,13 +110,15 @@ impl Keys {
             lane_rates: k("lanes:rate"),
             lane_wait: k("lanes:wait"),
             events: k("events"),
+            outbox: k("outbox"),
+            inbox: k("inbox"),
             base,
         })
     }
 
     /// Every fixed key of the queue (not the job records, markers or user
     /// keys): what obliterate deletes last, and what the hash-tag test checks.
-    pub fn own(&self) -> [&String; 23] {
+    pub fn own(&self) -> [&String; 25] {
         [
             &self.pending,
             &self.active,
@@ -135,6 +143,8 @@ impl Keys {
             &self.lane_rates,
             &self.lane_wait,
             &self.events,
+            &self.outbox,
+            &self.inbox,
         ]
     }
 

@@ -148,6 +148,7 @@ pub mod metrics;
 pub mod otel;
 pub mod partition;
 pub mod queue;
+mod relay;
 #[cfg(feature = "cron")]
 pub mod schedule;
 #[cfg(feature = "local-server")]

@@ -1,16 +1,59 @@
--- lib/flow.lua: flows, graphs of jobs of one queue in which a job (a
--- parent) waits for others (its children) to end before it is enqueued
--- (flow_add.lua adds a flow, flow_cancel.lua cancels it, flow_read.lua
--- reads it). A flow is the hash PREFIX:{Q}:flow:FID (lua/README.md,
--- "Flow hash"); its jobs have the ids FID:NAME and name their flow in
--- `fl`. A parent is no job while it waits: the flow hash holds its spec
--- and how many children it still waits for, and the script that ends the
--- last of them enqueues it in the same atomic call, so it is enqueued
--- once. Each node's end is written once (`r:NAME`), by the call that
--- ended its job, with its result or error for its parents to read.
+-- lib/flow.lua: flows, graphs of jobs in which a job (a parent) waits
+-- for others (its children) to end before it is enqueued (flow_add.lua
+-- adds a flow, flow_cancel.lua cancels it, flow_read.lua reads it,
+-- flow_deliver.lua applies a message from another queue). A flow is the
+-- hash PREFIX:{H}:flow:FID of its home queue H (lua/README.md, "Flow
+-- hash"); its jobs have the ids FID:NAME and name their flow in `fl`. A
+-- parent is no job while it waits: the flow hash holds its spec and how
+-- many children it still waits for, and the script that ends the last of
+-- them enqueues it in the same atomic call, so it is enqueued once. Each
+-- node's end is written once (`r:NAME`), by the call that ended its job,
+-- with its result or error for its parents to read.
 --
--- Needs: base (rcall, now_str), keyspace (wake), meta (queue_meta, queue_aging),
+-- A node on another queue R (`q:NAME`; on a Cluster another slot, which
+-- no script may touch) is reached by message: the home's call that
+-- releases or ends it pushes a message onto the home's `outbox`, and its
+-- job (field `fh`: its home and the flow's `ct`) pushes its end onto R's
+-- `outbox` instead of writing the flow. The relay (src/relay.rs) carries
+-- each message to its queue's flow_deliver.lua, at least once, and takes
+-- it off the outbox after it was applied; applying is once (a receipt in
+-- R's `inbox`, a node's end written once at home) and fenced by the
+-- flow's `ct` (a message of an older flow of the same id changes nothing).
+--
+-- Needs: base (rcall, int_s, now_str), keyspace (wake), meta (queue_meta, queue_aging),
 -- payload (payload_split), mint (minter, new_job, store_job).
+
+-- The name of the queue whose prefix is `prefix` ("emq:{Q}:"; a prefix
+-- holds no brace, src/keys.rs).
+local function own_queue(prefix)
+  return string.match(prefix, '{(.*)}:$')
+end
+
+-- Pushes a message for queue `target` onto the outbox of the queue of
+-- `prefix`: the target's name and "\30", then each of `fields` (strings)
+-- as its length, ":" and its bytes, so any bytes pass.
+local function outbox_push(prefix, target, fields)
+  local out = {target, '\30'}
+  for _, f in ipairs(fields) do
+    out[#out + 1] = #f .. ':'
+    out[#out + 1] = f
+  end
+  rcall('RPUSH', prefix .. 'outbox', table.concat(out))
+end
+
+-- The fields of a message's body (after its target's "\30"), as
+-- outbox_push wrote them; nil for bytes it did not write.
+local function message_fields(s)
+  local fields, at = {}, 1
+  while at <= #s do
+    local colon = string.find(s, ':', at, true)
+    local len = colon and tonumber(string.sub(s, at, colon - 1))
+    if not len or colon + len > #s then return nil end
+    fields[#fields + 1] = string.sub(s, colon + 1, colon + len)
+    at = colon + len + 1
+  end
+  return fields
+end
 
 -- Whether a flow was ever added to the queue (meta `fl`, read with the
 -- queue's settings): a queue that never had one reads no job field.
@@ -50,13 +93,26 @@ local function flow_mark(fk, name, letter, detail)
 end
 
 -- A waiting node's spec (payload, then priority, limits, lane, kind,
--- traceparent, and its parents' edges), taken off the flow hash: it waits
--- no more.
+-- traceparent, its parents' edges and its queue, nil for the home),
+-- taken off the flow hash: it waits no more. A node on another queue
+-- keeps its parents' edges in the hash (its end comes back by message).
 local function take_spec(fk, name)
-  local s = rcall('HMGET', fk, 'sp:' .. name, 'so:' .. name, 'p:' .. name)
-  rcall('HDEL', fk, 'w:' .. name, 'sp:' .. name, 'so:' .. name, 'p:' .. name)
+  local s = rcall('HMGET', fk, 'sp:' .. name, 'so:' .. name, 'p:' .. name, 'q:' .. name)
+  if s[4] then
+    rcall('HDEL', fk, 'w:' .. name, 'sp:' .. name, 'so:' .. name)
+  else
+    rcall('HDEL', fk, 'w:' .. name, 'sp:' .. name, 'so:' .. name, 'p:' .. name)
+  end
   local o = cut(s[2] or '', '\31')
-  return s[1] or '', tonumber(o[1]) or 0, o[2] or '', o[3] or '', o[4] or '', o[5] or '', s[3] or ''
+  return s[1] or '', tonumber(o[1]) or 0, o[2] or '', o[3] or '', o[4] or '', o[5] or '', s[3] or '', s[4]
+end
+
+-- Sends node `name` of flow `fid` (hash `fk`) to its queue `q`, to be
+-- made there in `state` (pending, or failed or cancelled with `err`
+-- without running) from its spec (flow_deliver.lua).
+local function send_node(prefix, fk, fid, name, q, state, err, payload, priority, lm, lane, kind, tp)
+  outbox_push(prefix, q, {'n', fid, rcall('HGET', fk, 'ct') or '', name, own_queue(prefix), state, err, payload,
+    int_s(priority), lm, lane, kind, tp})
 end
 
 -- The fields of a node's job that name its flow and its parents' edges.
@@ -66,10 +122,14 @@ local function node_fields(h, fid, parents)
 end
 
 -- Enqueues waiting node `name` of flow `fid` (hash `fk`) as the job
--- FID:NAME on pending. Returns true, or false and the node's parents'
+-- FID:NAME on pending (a node on another queue: sends it there). Returns true, or false and the node's parents'
 -- edges, enqueueing nothing, when another job took that id meanwhile.
 local function flow_release(prefix, fk, fid, name, now)
-  local payload, priority, lm, lane, kind, tp, parents = take_spec(fk, name)
+  local payload, priority, lm, lane, kind, tp, parents, q = take_spec(fk, name)
+  if q then
+    send_node(prefix, fk, fid, name, q, 'pending', '', payload, priority, lm, lane, kind, tp)
+    return true
+  end
   local id = fid .. ':' .. name
   if rcall('EXISTS', prefix .. 'job:' .. id) == 1 then return false, parents end
   local mint = minter(prefix .. 'seq')
@@ -84,10 +144,15 @@ end
 -- Ends waiting node `name` of flow `fid` (hash `fk`) in `state` (failed
 -- or cancelled) without running it: its record is written in that state
 -- with error `err` and goes onto the state's set through `moves` (none
--- with retention `keep` of 0 records, or when another job holds its id).
--- Returns its parents' edges.
+-- with retention `keep` of 0 records, or when another job holds its id;
+-- a node on another queue is sent there to be written). Returns its
+-- parents' edges.
 local function flow_end_waiting(moves, prefix, keep, fk, fid, name, state, err, now)
-  local payload, priority, lm, lane, kind, tp, parents = take_spec(fk, name)
+  local payload, priority, lm, lane, kind, tp, parents, q = take_spec(fk, name)
+  if q then
+    send_node(prefix, fk, fid, name, q, state, err, payload, priority, lm, lane, kind, tp)
+    return parents
+  end
   local id = fid .. ':' .. name
   local jk = prefix .. 'job:' .. id
   if keep.n == 0 or rcall('EXISTS', jk) == 1 then return parents end
@@ -147,10 +212,77 @@ local function flow_node_done(moves, prefix, keep, fid, name, state, detail, par
 end
 
 -- Job `id` (record `jk`) ended in `state` with `detail`: if it is a node
--- of a flow (`fl`), its end reaches the flow (flow_node_done).
+-- of a flow (`fl`), its end reaches the flow (flow_node_done), or, for a
+-- node whose flow's home is another queue (`fh`), goes there by message.
 local function flow_job_done(moves, prefix, keep, jk, id, state, detail, now)
-  local f = rcall('HMGET', jk, 'fl', 'fp')
+  local f = rcall('HMGET', jk, 'fl', 'fp', 'fh')
   local fid = f[1]
   if not fid then return end
-  flow_node_done(moves, prefix, keep, fid, string.sub(id, #fid + 2), state, detail, f[2] or '', now)
+  local name = string.sub(id, #fid + 2)
+  if f[3] then
+    local home = cut(f[3], '\31')
+    outbox_push(prefix, home[1], {'d', fid, home[2] or '', name, state, detail or ''})
+    return
+  end
+  flow_node_done(moves, prefix, keep, fid, name, state, detail, f[2] or '', now)
+end
+
+-- Receipts of applied node messages stay this long in `inbox` (ms): a
+-- message the relay delivers again within it is applied once.
+local RECEIPT_KEEP = 7 * 86400000
+
+-- Applies message `m` (message_fields) from another queue to this one's
+-- flows: a node to make here ("n"), a node's end to write into its flow
+-- here ("d"; its parents learn of it as from a job of this queue), or a
+-- node to cancel here ("c" is flow_deliver.lua's, which cancels a job).
+-- Returns false for a message it does not know.
+local function flow_deliver_node(moves, prefix, keep, m, now)
+  local kind, fid, ct, name = m[1], m[2], m[3], m[4]
+  if kind == 'd' then
+    local fk = prefix .. 'flow:' .. fid
+    local f = rcall('HMGET', fk, 'ct', 'p:' .. name, 'q:' .. name)
+    -- the flow is gone, or is another of the same id: nothing to tell
+    if f[1] ~= ct or not f[3] then return true end
+    flow_node_done(moves, prefix, keep, fid, name, m[5], m[6], f[2] or '', now)
+    return true
+  end
+  if kind ~= 'n' or #m < 13 then return false end
+  local home, state, err = m[5], m[6], m[7]
+  local receipt = table.concat({home, fid, ct, name}, '\31')
+  local inbox = prefix .. 'inbox'
+  if rcall('ZSCORE', inbox, receipt) then return true end
+  rcall('ZREMRANGEBYSCORE', inbox, '-inf', '(' .. int_s(now - RECEIPT_KEEP))
+  rcall('ZADD', inbox, int_s(now), receipt)
+  local id = fid .. ':' .. name
+  local jk = prefix .. 'job:' .. id
+  if rcall('EXISTS', jk) == 1 then
+    if state == 'pending' then
+      outbox_push(prefix, home, {'d', fid, ct, name, 'failed', 'its job id was taken by another job'})
+    end
+    return true
+  end
+  rcall('HSET', prefix .. 'meta', 'fl', '1')
+  local payload, priority, lm, lane, kd, tp = m[8], tonumber(m[9]) or 0, m[10], m[11], m[12], m[13]
+  local fh = home .. '\31' .. ct
+  if state == 'pending' then
+    local jid, score, h = new_job(minter(prefix .. 'seq')(1), id, payload, priority, lm, lane, nil, now, kd, tp,
+      payload_split(prefix), queue_aging(prefix), 0)
+    h[#h + 1] = 'fl'; h[#h + 1] = fid
+    h[#h + 1] = 'fh'; h[#h + 1] = fh
+    store_job(prefix, prefix .. 'pending', prefix .. 'delayed', jid, score, nil, h, lane, nil)
+    wake(prefix .. 'wake', 1)
+  elseif keep.n ~= 0 and moves[state] then
+    local _, _, h = new_job(0, id, payload, priority, lm, lane, nil, now, kd, tp, payload_split(prefix), nil, 0)
+    h[2] = state
+    local finished = now_str(now)
+    h[#h + 1] = 'ft'; h[#h + 1] = finished
+    h[#h + 1] = 'err'; h[#h + 1] = err
+    h[#h + 1] = 'fl'; h[#h + 1] = fid
+    h[#h + 1] = 'fh'; h[#h + 1] = fh
+    rcall('HSET', jk, unpack(h))
+    local into = moves[state]
+    into[#into + 1] = finished
+    into[#into + 1] = id
+  end
+  return true
 end

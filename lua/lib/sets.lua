@@ -163,6 +163,29 @@ local function finish(moves, prefix, jk, id, state, now, keep, dd, fields, owner
   finished_into(moves, prefix, keep, jk, id, state, now, finished, err)
 end
 
+-- Cancels job `id` (record `jk`, `job` its hfields 'st', 'dd', 'cx',
+-- 'ln'), as Queue::cancel asks: a pending or delayed job ends cancelled,
+-- an active one is asked to stop (`cx`, once). Returns "cancelled",
+-- "requested", "finished" (it had ended) or nil (no record, or a state
+-- echomq did not write: the sweep repairs that, so it is left alone).
+local function cancel_job(moves, prefix, pending_key, delayed_key, jk, id, job, keep, now)
+  local st = job and job[1]
+  if st == 'pending' or st == 'delayed' then
+    if st == 'pending' then from_pending(pending_key, id, job[4]) else rcall('ZREM', delayed_key, id) end
+    finish(moves, prefix, jk, id, 'cancelled', now, keep, job[2], {'err', 'cancelled'})
+    return 'cancelled'
+  elseif st == 'active' then
+    if not job[3] then
+      rcall('HSET', jk, 'cx', int_s(now))
+      emit_job(prefix, 'cancel_requested', id, jk)
+    end
+    return 'requested'
+  elseif st == 'completed' or st == 'failed' or st == 'cancelled' or st == 'expired' then
+    return 'finished'
+  end
+  return nil
+end
+
 -- Deletes the oldest records of `set_key` beyond the newest `keep.n` (-1:
 -- keep all) once they exceed it by TRIM_SLACK, so a steady stream of
 -- completions trims every few dozen calls, not every call, and those that

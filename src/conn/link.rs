@@ -33,6 +33,11 @@ struct Inner {
 }
 
 impl Link {
+    /// Whether `other` is this link (a handle of the same client).
+    pub(crate) fn same(&self, other: &Link) -> bool {
+        Arc::ptr_eq(&self.inner, &other.inner)
+    }
+
     fn new(conn: Conn, opts: &ClientOptions) -> Link {
         Link {
             inner: Arc::new(Inner {

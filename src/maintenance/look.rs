@@ -3,8 +3,9 @@
 //! queues due (one per hash slot on a cluster, since a pipeline goes to one
 //! slot's master): `TIME`, then per queue the earliest lease deadline
 //! (`ZRANGE active 0 0 WITHSCORES`), the earliest delayed job's due time
-//! (the same on `delayed`) and, with the `cron` feature, the earliest look
-//! time of its schedules. Each is O(log n) on the server, against a script
+//! (the same on `delayed`), the messages on its outbox for other queues
+//! (`LLEN outbox`, see `src/relay.rs`) and, with the `cron` feature, the
+//! earliest look time of its schedules. Each is O(log n) on the server, against a script
 //! call per queue per look; only a queue with a lapsed lease, a due delayed
 //! job or a due schedule then gets its script. The round trips (one per
 //! 1,000 queues, or per slot) run side by side.
@@ -41,6 +42,8 @@ pub(crate) struct Look {
     /// The earliest look time of the queue's schedules (`None` without
     /// schedules, or without the `cron` feature).
     pub schedules: Option<u64>,
+    /// Messages on the queue's outbox, for the relay.
+    pub outbox: u64,
 }
 
 impl Look {
@@ -113,7 +116,7 @@ pub(crate) async fn look(queues: &[Queue]) -> (HashMap<Arc<str>, Look>, Vec<Trip
 }
 
 /// Per queue, the commands of a look.
-const PER_QUEUE: usize = if cfg!(feature = "cron") { 3 } else { 2 };
+const PER_QUEUE: usize = if cfg!(feature = "cron") { 4 } else { 3 };
 
 async fn look_group(queues: &[Queue]) -> redis::RedisResult<(Trip, Vec<(Arc<str>, Look)>)> {
     let mut pipe = redis::pipe();
@@ -125,6 +128,7 @@ async fn look_group(queues: &[Queue]) -> redis::RedisResult<(Trip, Vec<(Arc<str>
         let k = q.keys();
         pipe.cmd("ZRANGE").arg(&k.active).arg(0).arg(0).arg("WITHSCORES");
         pipe.cmd("ZRANGE").arg(&k.delayed).arg(0).arg(0).arg("WITHSCORES");
+        pipe.cmd("LLEN").arg(&k.outbox);
         if cfg!(feature = "cron") {
             pipe.cmd("ZRANGE").arg(&k.schedules).arg(0).arg(0).arg("WITHSCORES");
         }
@@ -142,9 +146,18 @@ async fn look_group(queues: &[Queue]) -> redis::RedisResult<(Trip, Vec<(Arc<str>
         .ok_or_else(|| redis::RedisError::from((redis::ErrorKind::Client, "TIME answered no time")))?;
     let mut found = Vec::with_capacity(queues.len());
     for q in queues {
-        let mut next = || first_score(replies.next());
-        let (lease, delayed) = (next(), next());
-        let schedules = if cfg!(feature = "cron") { next() } else { Some(None) };
+        let lease = first_score(replies.next());
+        let delayed = first_score(replies.next());
+        // (a wrong-typed outbox reads as empty: the relay would fail on it too)
+        let outbox = replies
+            .next()
+            .and_then(|v| redis::from_redis_value::<u64>(v).ok())
+            .unwrap_or(0);
+        let schedules = if cfg!(feature = "cron") {
+            first_score(replies.next())
+        } else {
+            Some(None)
+        };
         if let (Some(lease), Some(delayed), Some(schedules)) = (lease, delayed, schedules) {
             found.push((
                 q.base().clone(),
@@ -154,6 +167,7 @@ async fn look_group(queues: &[Queue]) -> redis::RedisResult<(Trip, Vec<(Arc<str>
                     lease,
                     delayed,
                     schedules,
+                    outbox,
                 },
             ));
         }

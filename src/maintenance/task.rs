@@ -161,6 +161,11 @@ impl Maintenance {
             Some(cursor) => step(&queue, &cursor).await,
             None => None,
         };
+        // Messages this queue's scripts left for other queues (flows of
+        // several queues): carried there now.
+        if look.is_some_and(|l| l.outbox > 0) {
+            crate::relay::relay_or_log(&queue).await;
+        }
         let next = match (reap, look, held) {
             (false, _, _) => None,
             // Nothing to reap: no script call.

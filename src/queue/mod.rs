@@ -100,7 +100,8 @@ pub const MAX_BATCH: usize = 1_000;
 ///   [`set_priority_aging`](Self::set_priority_aging),
 ///   [`layout`](Self::layout), [`upgrade_layout`](Self::upgrade_layout).
 /// - **Maintenance** (a worker's client does it for you):
-///   [`reap`](Self::reap), [`sweep`](Self::sweep), and with the
+///   [`reap`](Self::reap), [`sweep`](Self::sweep),
+///   [`relay`](Self::relay) (messages of flows that span queues), and with the
 ///   `metrics` feature `record_metrics` (the gauges).
 /// - **Working by hand**, for a loop of your own instead of a consumer:
 ///   [`claim`](Self::claim), then one settlement per

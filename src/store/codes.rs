@@ -49,6 +49,8 @@ pub(super) enum Code {
     Foreign,
     /// A schedule changed since the scheduler read it: nothing written (-7).
     Stale,
+    /// A message this version does not know: nothing changed (-8).
+    Unknown,
 }
 
 /// Every code with its name in `lua/lib/codes.lua`'s `CODE` table.
@@ -74,6 +76,7 @@ pub(super) const CODES: &[(&str, i64, Code)] = &[
     ("DONE_BY_OTHER", -5, Code::DoneByOther),
     ("FOREIGN", -6, Code::Foreign),
     ("STALE", -7, Code::Stale),
+    ("UNKNOWN", -8, Code::Unknown),
 ];
 
 impl Code {

@@ -24,11 +24,14 @@ pub(crate) struct FlowNode {
     pub job: NewJob,
     pub children: String,
     pub parents: String,
+    /// The name of the node's queue when it is not the flow's.
+    pub queue: Option<String>,
 }
 
 /// Adds flow `id` (`None` mints one) of `nodes` to the queue of `k`, its
 /// hash kept `keep_ms` after every node ended; answers its id and whether
-/// the call is as durable as `durability` asks.
+/// how many messages it pushed onto the queue's outbox (for nodes of other
+/// queues), and whether the call is as durable as `durability` asks.
 ///
 /// # Errors
 /// [`Error::FlowExists`] when the flow's id or a node's job id is taken
@@ -40,7 +43,7 @@ pub(crate) async fn run(
     keep_ms: u64,
     nodes: &[FlowNode],
     durability: Durability,
-) -> Result<(String, Confirmed)> {
+) -> Result<(String, u64, Confirmed)> {
     let mut call = SPEC.call();
     call.key(&k.seq).key(&k.pending).key(&k.delayed).key(&k.wake).key(&k.meta);
     call.arg(&k.base).arg(id.unwrap_or_default()).arg(keep_ms).arg(nodes.len());
@@ -54,14 +57,16 @@ pub(crate) async fn run(
             .arg(j.kind.as_deref().unwrap_or_default())
             .arg(j.traceparent.as_deref().unwrap_or_default())
             .arg(&n.children)
-            .arg(&n.parents);
+            .arg(&n.parents)
+            .arg(n.queue.as_deref().unwrap_or_default());
     }
     let (mut r, confirmed) = call.run_confirmed(conn, durability).await?;
     let _now = r.uint()?;
     let code = r.code()?;
     let id = r.string()?;
+    let sent = r.uint()?;
     match code {
-        Code::Ok => Ok((id, confirmed)),
+        Code::Ok => Ok((id, sent, confirmed)),
         Code::Exists => Err(Error::FlowExists(id)),
         other => Err(unexpected("flow_add", other)),
     }

@@ -238,6 +238,7 @@ scripts! {
     flow_add,
     flow_cancel,
     flow_read,
+    flow_deliver,
     #[cfg(feature = "cron")]
     schedule_upsert,
     #[cfg(feature = "cron")]

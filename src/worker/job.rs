@@ -261,10 +261,21 @@ impl<T> Job<T> {
         let Some((flow, name)) = crate::flow::split_job_id(self.id()) else {
             return Ok(Vec::new());
         };
-        let Ok(flow) = self.handle.flow(flow) else {
+        if self.handle.flow(flow).is_err() {
             return Ok(Vec::new());
-        };
-        match flow.child_results(name).await {
+        }
+        // A step on another queue than its flow's names the flow's queue
+        // (`fh`: the queue, "\x1f", the flow's creation time).
+        let home: Option<String> = redis::cmd("HGET")
+            .arg(self.handle.keys().job(self.id()))
+            .arg("fh")
+            .query_async(&mut self.handle.conn())
+            .await
+            .map_err(Error::from_redis)?;
+        let home = home.as_deref().and_then(|h| h.split('\x1f').next());
+        let q = &self.handle;
+        let read = crate::flow::child_results_at(q, &q.options().prefix, home.unwrap_or(q.name()), flow, name).await;
+        match read {
             Err(Error::FlowNotFound(_)) => Ok(Vec::new()),
             other => other,
         }

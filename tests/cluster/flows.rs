@@ -1,14 +1,16 @@
-//! Flows and batches on a cluster: each keeps to its queue's slot, so a
-//! flow on every master runs as on one server, its parents enqueued by
-//! the scripts that end their children on that master.
+//! Flows and batches on a cluster: a flow or batch of one queue keeps to
+//! its slot, so it runs on every master as on one server, its parents
+//! enqueued by the scripts that end their children on that master; a flow
+//! whose steps are on queues of several masters moves on by message, also
+//! through a failover of the master that holds its record.
 
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use echomq::batch::{BatchOptions, Callback};
 use echomq::flow::{ChildOutcome, FlowSpec, Step, StepState};
 use echomq::server::LocalCluster;
-use echomq::{Client, Job, Worker};
+use echomq::{Client, Durability, Job, Queue, QueueOptions, Worker};
 use serde_json::{Value, json};
 
 use super::common;
@@ -98,4 +100,173 @@ async fn flows_and_batches_run_on_every_master() {
     for e in emails {
         assert_eq!(e, r#"o:email["o:charge-done", "o:reserve-done"]"#);
     }
+}
+
+/// One handler run: the job, and when it started and returned.
+type Runs = Arc<Mutex<Vec<(String, Instant, Instant)>>>;
+
+/// A worker on `queues` whose handlers record their runs.
+fn recording_worker(queues: &[Queue], runs: &Runs) -> Worker {
+    let mut worker = Worker::new();
+    for q in queues {
+        let runs = runs.clone();
+        worker = worker.queue(q.clone(), move |job: Job<Value>| {
+            let runs = runs.clone();
+            async move {
+                let started = Instant::now();
+                let kids = job.child_results::<String>().await?;
+                for c in &kids {
+                    assert!(matches!(c.outcome, ChildOutcome::Completed(_)), "{}: {c:?}", job.id());
+                }
+                tokio::time::sleep(Duration::from_millis(5)).await;
+                runs.lock()
+                    .unwrap()
+                    .push((job.id().to_owned(), started, Instant::now()));
+                Ok::<_, echomq::HandlerError>(format!("{}-done", job.id()))
+            }
+        });
+    }
+    worker
+}
+
+/// The order over three queues: charge on `a`, reserve on `b`, email on
+/// the flow's own queue after both, ship on `a` after email.
+fn spread_order(id: &str, a: &Queue, b: &Queue) -> FlowSpec {
+    FlowSpec::new()
+        .id(id)
+        .step(Step::new("charge", &1).unwrap().on(a))
+        .step(Step::new("reserve", &2).unwrap().on(b))
+        .step(Step::new("email", &3).unwrap().after("charge").after("reserve"))
+        .step(Step::new("ship", &4).unwrap().on(a).after("email"))
+}
+
+/// Checks that every step of every flow ran, each parent only after each
+/// of its children's runs had returned.
+fn check_order(runs: &Runs, flows: usize) {
+    let runs = runs.lock().unwrap();
+    let first_start = |id: &str| runs.iter().filter(|r| r.0 == id).map(|r| r.1).min();
+    let last_end = |id: &str| runs.iter().filter(|r| r.0 == id).map(|r| r.2).max();
+    for i in 0..flows {
+        let f = format!("f{i}");
+        for (parent, kids) in [("email", &["charge", "reserve"][..]), ("ship", &["email"][..])] {
+            let p = first_start(&format!("{f}:{parent}")).unwrap_or_else(|| panic!("{f}:{parent} never ran"));
+            for k in kids {
+                let k_end = last_end(&format!("{f}:{k}")).unwrap_or_else(|| panic!("{f}:{k} never ran"));
+                assert!(k_end <= p, "{f}:{parent} started before {f}:{k} returned");
+            }
+        }
+    }
+}
+
+// Flows whose steps are on three masters: each master's state changes in
+// its own atomic call, and the steps' ends and releases go between the
+// masters by message (no cross-slot script). Each parent runs after all
+// its children, and reads their results from the flow's master.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flow_spans_three_masters() {
+    let cluster = LocalCluster::builder().replicas_per_master(0).start().unwrap();
+    let client = Client::connect_with(&cluster.url(), opts()).await.unwrap();
+    let mut queues = Vec::new();
+    for (i, port) in cluster.master_ports().unwrap().iter().enumerate() {
+        queues.push(
+            client
+                .queue(&name_on(&cluster, *port, &format!("span{i}-")))
+                .await
+                .unwrap(),
+        );
+    }
+    let runs: Runs = Arc::default();
+    let handle = recording_worker(&queues, &runs).spawn().unwrap();
+    let (h, a, b) = (&queues[0], &queues[1], &queues[2]);
+    let mut flows = Vec::new();
+    for i in 0..10 {
+        flows.push(h.add_flow(&spread_order(&format!("f{i}"), a, b)).await.unwrap());
+    }
+    let all_ended = || async {
+        for f in &flows {
+            if !f.status().await.unwrap().is_ended() {
+                return false;
+            }
+        }
+        true
+    };
+    assert!(
+        common::eventually(Duration::from_secs(30), all_ended).await,
+        "{:?}",
+        flows[0].status().await
+    );
+    handle.shutdown().await.unwrap();
+    for f in &flows {
+        let st = f.status().await.unwrap();
+        assert_eq!(st.count(StepState::Completed), 4, "{st:?}");
+    }
+    check_order(&runs, 10);
+}
+
+// The same while the master that holds the flows' records is SIGKILLed
+// and its replica takes over (queues writing with WAIT 1, so a delivery is
+// taken off its outbox only once a replica holds it): every flow still
+// ends with all its steps completed, no parent before its children.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn flows_over_masters_survive_a_failover_of_their_home() {
+    let mut cluster = LocalCluster::builder().replicas_per_master(1).start().unwrap();
+    let masters = cluster.master_ports().unwrap();
+    let client = Client::connect_cluster(&[&cluster.url()], opts()).await.unwrap();
+    let durability = Durability::Replicas {
+        count: 1,
+        timeout: Duration::from_secs(1),
+    };
+    let mut queues = Vec::new();
+    for (i, port) in masters.iter().enumerate() {
+        queues.push(
+            client
+                .queue_with(
+                    &name_on(&cluster, *port, &format!("fo{i}-")),
+                    QueueOptions::new().durability(durability),
+                )
+                .await
+                .unwrap(),
+        );
+    }
+    let runs: Runs = Arc::default();
+    let handle = recording_worker(&queues, &runs).spawn().unwrap();
+    let (h, a, b) = (&queues[0], &queues[1], &queues[2]);
+    const FLOWS: usize = 30;
+    let mut flows = Vec::new();
+    for i in 0..FLOWS {
+        flows.push(h.add_flow(&spread_order(&format!("f{i}"), a, b)).await.unwrap());
+    }
+    assert!(
+        common::eventually(Duration::from_secs(30), || async { runs.lock().unwrap().len() >= 20 }).await,
+        "no flow ran before the kill"
+    );
+    let old = masters[0];
+    cluster.node_mut(old).unwrap().kill();
+    let new = tokio::task::block_in_place(|| cluster.wait_for_failover(old, Duration::from_secs(30))).unwrap();
+    // The new master has no replica to confirm WAIT 1 until the old one
+    // comes back as its replica.
+    cluster.node_mut(old).unwrap().restart().unwrap();
+    let all_ended = || async {
+        for f in &flows {
+            if !f.status().await.is_ok_and(|s| s.is_ended()) {
+                return false;
+            }
+        }
+        true
+    };
+    assert!(
+        common::eventually(Duration::from_secs(60), all_ended).await,
+        "flows left after the failover to {new}: {:?}",
+        flows.iter().map(|f| f.id().to_owned()).collect::<Vec<_>>()
+    );
+    handle.shutdown().await.unwrap();
+    for f in &flows {
+        let st = f.status().await.unwrap();
+        assert_eq!(st.count(StepState::Completed), 4, "{st:?}");
+    }
+    check_order(&runs, FLOWS);
+    println!(
+        "flows over masters, home master {old} killed, replica {new} promoted: {FLOWS} flows ended, {} handler runs",
+        runs.lock().unwrap().len()
+    );
 }

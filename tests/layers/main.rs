@@ -53,6 +53,7 @@ const LAYERS: &[&[&str]] = &[
         "schedule",
         "batch",
         "flow",
+        "relay",
         "partition",
         "health",
         "metrics",

@@ -1,0 +1,151 @@
+//! The relay: carries the messages one queue's scripts left for another
+//! queue to it.
+//!
+//! A flow whose steps are on several queues spans several hash slots (on
+//! a Cluster, several masters), and no script may touch two slots. So a
+//! script that must change another queue's state (make a flow's step
+//! there, cancel it, or tell a flow's home queue that a step ended) pushes
+//! a message onto its own queue's `outbox` list in the same atomic call as
+//! the change that caused it (`lua/lib/flow.lua`). The relay reads an
+//! outbox in order, runs each message's `flow_deliver` script on the
+//! queue it names, and only then takes the message off the outbox: a
+//! message is delivered at least once, through a crash of the relaying
+//! process or a failover (with a [`Durability`](crate::durability::Durability)
+//! that waits for replicas, the delivery is confirmed on them first).
+//! Delivering is idempotent: a node message leaves a receipt on its
+//! queue, an end is written once in its flow, and every message carries
+//! its flow's creation time, so one of an older flow of the same id
+//! changes nothing.
+//!
+//! Who relays: the call that wrote the messages
+//! ([`Queue::add_flow`](crate::Queue::add_flow),
+//! [`Flow::cancel`](crate::flow::Flow::cancel)) at once, and the
+//! maintenance task of every process with a worker on a queue, when its
+//! look at the queue finds messages (so within the reap interval of a
+//! step's end); a delivery that leaves messages on its target's outbox
+//! goes on with that outbox.
+
+use std::collections::VecDeque;
+
+use tracing::warn;
+
+use crate::error::{Error, Result};
+use crate::keys::Keys;
+use crate::queue::Queue;
+use crate::store;
+
+/// Messages read from an outbox per round trip.
+const READ: usize = 100;
+
+/// Most outboxes one relay run goes on to (each delivery may leave
+/// messages on its target's outbox, and that one's on the next).
+const MAX_OUTBOXES: usize = 64;
+
+/// Delivers every message waiting on `queue`'s outbox, then those the
+/// deliveries left on their targets' outboxes; answers how many it
+/// delivered. A message that cannot be delivered now (a server error, a
+/// delivery not confirmed as durable as the queue asks) stops the run with
+/// that error and stays, with those behind it, for the next run. One this
+/// build does not know (a newer process wrote it) stays too, for a newer
+/// process to deliver, and the rest of its outbox waits behind it.
+///
+/// # Errors
+/// A server error, or [`Error::NotDurable`].
+pub(crate) async fn relay(queue: &Queue) -> Result<u64> {
+    let prefix = &queue.options().prefix;
+    let keep_failed = queue.options().keep_failed.arg();
+    let durability = queue.options().durability;
+    let mut todo = VecDeque::from([queue.name().to_owned()]);
+    let mut delivered = 0;
+    let mut visited = 0;
+    'outboxes: while let Some(name) = todo.pop_front() {
+        visited += 1;
+        if visited > MAX_OUTBOXES {
+            break;
+        }
+        let source = Keys::new(prefix, &name)?;
+        let mut conn = queue.link().conn().homed(&source.base);
+        loop {
+            let messages: Vec<Vec<u8>> = redis::cmd("LRANGE")
+                .arg(&source.outbox)
+                .arg(0)
+                .arg(READ - 1)
+                .query_async(&mut conn)
+                .await
+                .map_err(Error::from_redis)?;
+            let read = messages.len();
+            for message in messages {
+                let target = message
+                    .iter()
+                    .position(|&b| b == 0x1e)
+                    .and_then(|at| std::str::from_utf8(&message[..at]).ok())
+                    .and_then(|t| Keys::new(prefix, t).ok().map(|k| (t.to_owned(), k)));
+                let Some((target, keys)) = target else {
+                    warn!(queue = %name, "a message on the outbox names no queue; left there");
+                    continue 'outboxes;
+                };
+                let mut to = queue.link().conn().homed(&keys.base);
+                let (done, confirmed) =
+                    store::flow_deliver::run(&mut to, &keys, &keep_failed, &message, durability).await?;
+                if !done.known {
+                    warn!(
+                        queue = %name,
+                        target = %target,
+                        "a message on the outbox is of a kind this build does not know (a newer echomq wrote it); \
+                         left there for a newer process"
+                    );
+                    continue 'outboxes;
+                }
+                if let Some(s) = confirmed? {
+                    return Err(Error::NotDurable {
+                        ids: Vec::new(),
+                        acked: s.acked,
+                        wanted: s.wanted,
+                    });
+                }
+                let _: u64 = redis::cmd("LREM")
+                    .arg(&source.outbox)
+                    .arg(1)
+                    .arg(&message)
+                    .query_async(&mut conn)
+                    .await
+                    .map_err(Error::from_redis)?;
+                delivered += 1;
+                if done.outbox > 0 && target != name && !todo.contains(&target) {
+                    todo.push_back(target);
+                }
+            }
+            if read < READ {
+                break;
+            }
+        }
+    }
+    Ok(delivered)
+}
+
+impl Queue {
+    /// Delivers the messages this queue's calls left for other queues
+    /// (steps of flows that span queues, [`Step::on`](crate::flow::Step::on)),
+    /// and those the deliveries left in turn; answers how many it
+    /// delivered. A worker's client does this for each of its queues
+    /// within the reap interval of a message being written, and the calls
+    /// that write messages ([`add_flow`](Queue::add_flow),
+    /// [`Flow::cancel`](crate::flow::Flow::cancel)) at once: call it where
+    /// no worker serves the queue, or to move a flow on without waiting.
+    ///
+    /// # Errors
+    /// A server error, or [`Error::NotDurable`] when a delivery is not
+    /// confirmed as the queue's [`Durability`](crate::Durability) asks
+    /// (the messages not delivered stay, for the next run).
+    pub async fn relay(&self) -> Result<u64> {
+        relay(self).await
+    }
+}
+
+/// [`relay`], for a caller that goes on whatever happens: a failure is
+/// logged, and the messages wait for the next run.
+pub(crate) async fn relay_or_log(queue: &Queue) {
+    if let Err(e) = relay(queue).await {
+        warn!(queue = queue.name(), error = %e, "relaying the outbox failed; will retry");
+    }
+}

@@ -1,0 +1,335 @@
+//! Flows whose steps are on several queues, against a real server: each
+//! queue's state changes in its own atomic call, and what one queue tells
+//! another (make this step, this step ended, cancel it) goes by message
+//! through the queue's outbox and the relay. A step still runs once, after
+//! all its children ended; a message delivered twice is applied once;
+//! failure policies, cancel, a taken job id and bad queues as on one
+//! queue; a worker on each queue moves a flow on with no call by hand.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{raw, unique};
+use echomq::flow::{ChildOutcome, FlowSpec, OnChildFailure, Step, StepState};
+use echomq::server::LocalServer;
+use echomq::{Client, ClientOptions, EnqueueOptions, Error, HandlerError, Job, JobState, Lease, Queue, Worker};
+use serde_json::{Value, json};
+
+const LEASE: Duration = Duration::from_secs(30);
+
+/// A server, a client on it, and queues of that client named after `name`.
+async fn queues(name: &str, n: usize) -> (LocalServer, Client, Vec<Queue>) {
+    let s = LocalServer::start().expect("start a local server (run scripts/test to install one)");
+    let client = Client::connect(&s.url()).await.unwrap();
+    let mut qs = Vec::new();
+    for i in 0..n {
+        qs.push(client.queue(&unique(&format!("{name}{i}"))).await.unwrap());
+    }
+    (s, client, qs)
+}
+
+async fn claim(q: &Queue) -> Vec<Lease> {
+    let mut l = q.claim(10, LEASE).await.unwrap();
+    l.sort_by(|a, b| a.id().cmp(b.id()));
+    l
+}
+
+fn ids(leases: &[Lease]) -> Vec<&str> {
+    leases.iter().map(Lease::id).collect()
+}
+
+async fn outbox(s: &LocalServer, q: &Queue) -> Vec<Vec<u8>> {
+    redis::cmd("LRANGE")
+        .arg(format!("emq:{{{}}}:outbox", q.name()))
+        .arg(0)
+        .arg(-1)
+        .query_async(&mut raw(s).await)
+        .await
+        .unwrap()
+}
+
+// The worked order over three queues: charge on A and reserve on B run
+// first, email on the flow's own queue H once both ended, ship on A after
+// email. Each queue's end reaches the flow by the relay; a step is no job
+// on its queue before its children ended, and each is made once, even
+// when every message is delivered twice.
+#[tokio::test]
+async fn a_flow_over_three_queues_runs_in_order_and_each_step_once() {
+    let (s, _client, qs) = queues("span", 3).await;
+    let (h, a, b) = (&qs[0], &qs[1], &qs[2]);
+    let o = json!({"order": 7});
+    let spec = FlowSpec::new()
+        .id("o")
+        .step(Step::new("charge", &o).unwrap().on(a))
+        .step(Step::new("reserve", &o).unwrap().on(b))
+        .step(Step::new("email", &o).unwrap().after("charge").after("reserve"))
+        .step(Step::new("ship", &o).unwrap().on(a).after("email"));
+    let flow = h.add_flow(&spec).await.unwrap();
+    // add_flow relayed the leaves' messages itself
+    assert!(outbox(&s, h).await.is_empty());
+    let st = flow.status().await.unwrap();
+    let got: Vec<_> = st
+        .steps
+        .iter()
+        .map(|s| (s.name.as_str(), s.queue.as_str(), s.state))
+        .collect();
+    assert_eq!(
+        got,
+        [
+            ("charge", a.name(), StepState::Pending),
+            ("reserve", b.name(), StepState::Pending),
+            ("email", h.name(), StepState::Waiting),
+            ("ship", a.name(), StepState::Waiting),
+        ]
+    );
+    assert!(claim(h).await.is_empty());
+    let charge = claim(a).await;
+    assert_eq!(ids(&charge), ["o:charge"]);
+    assert_eq!(charge[0].decode::<Value>().unwrap(), o);
+    let reserve = claim(b).await;
+    assert_eq!(ids(&reserve), ["o:reserve"]);
+
+    a.complete_with_result(&charge[0], &json!({"receipt": 1}))
+        .await
+        .unwrap();
+    // the end waits on A's outbox until it is relayed
+    let pending = outbox(&s, a).await;
+    assert_eq!(pending.len(), 1);
+    assert_eq!(flow.status().await.unwrap().state("charge"), Some(StepState::Completed));
+    assert_eq!(a.relay().await.unwrap(), 1);
+    // delivered again (a relay that died before taking it off): applied once
+    let mut c = raw(&s).await;
+    let _: () = redis::cmd("RPUSH")
+        .arg(format!("emq:{{{}}}:outbox", a.name()))
+        .arg(&pending[0])
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    assert_eq!(a.relay().await.unwrap(), 1);
+    assert!(claim(h).await.is_empty(), "email waits for reserve");
+    assert_eq!(flow.status().await.unwrap().state("email"), Some(StepState::Waiting));
+
+    b.complete_with_result(&reserve[0], &"held").await.unwrap();
+    assert_eq!(b.relay().await.unwrap(), 1);
+    let email = claim(h).await;
+    assert_eq!(ids(&email), ["o:email"]);
+    let kids = flow.child_results::<Value>("email").await.unwrap();
+    let got: Vec<_> = kids.iter().map(|c| (c.name.as_str(), &c.outcome)).collect();
+    assert_eq!(
+        got,
+        [
+            ("charge", &ChildOutcome::Completed(json!({"receipt": 1}))),
+            ("reserve", &ChildOutcome::Completed(json!("held"))),
+        ]
+    );
+
+    h.complete(&email[0]).await.unwrap();
+    // ship is made on A by message: not there before the relay
+    let made = outbox(&s, h).await;
+    assert_eq!(made.len(), 1);
+    assert!(claim(a).await.is_empty());
+    assert_eq!(h.relay().await.unwrap(), 1);
+    // the same node message again: its receipt makes it a no-op
+    let _: () = redis::cmd("RPUSH")
+        .arg(format!("emq:{{{}}}:outbox", h.name()))
+        .arg(&made[0])
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    assert_eq!(h.relay().await.unwrap(), 1);
+    let ship = claim(a).await;
+    assert_eq!(ids(&ship), ["o:ship"]);
+    assert!(claim(a).await.is_empty(), "ship was made once");
+    assert_eq!(flow.status().await.unwrap().state("ship"), Some(StepState::Active));
+    a.complete(&ship[0]).await.unwrap();
+    a.relay().await.unwrap();
+    let st = flow.status().await.unwrap();
+    assert!(st.is_ended(), "{st:?}");
+    assert_eq!(st.count(StepState::Completed), 4);
+    for q in [h, a, b] {
+        assert!(outbox(&s, q).await.is_empty(), "{}", q.name());
+    }
+}
+
+// A child on another queue that fails for good fails its parent on a
+// third queue along a FailParent edge (the parent's record is written
+// there, failed, without running), and runs one along a RunParent edge.
+// A step whose job id its queue already holds fails there, as on one
+// queue.
+#[tokio::test]
+async fn failures_travel_across_queues_along_their_edges() {
+    let (s, _client, qs) = queues("fail", 3).await;
+    let (h, a, b) = (&qs[0], &qs[1], &qs[2]);
+    let spec = FlowSpec::new()
+        .id("f")
+        .step(Step::new("kid", &1).unwrap().on(a))
+        .step(Step::new("strict", &2).unwrap().on(b).after("kid"))
+        .step(
+            Step::new("lenient", &3)
+                .unwrap()
+                .on(b)
+                .after_with("kid", OnChildFailure::RunParent),
+        );
+    let flow = h.add_flow(&spec).await.unwrap();
+    let kid = claim(a).await;
+    a.fail(&kid[0], "card declined").await.unwrap();
+    a.relay().await.unwrap();
+    let st = flow.status().await.unwrap();
+    assert_eq!(st.state("strict"), Some(StepState::Failed));
+    let lenient = claim(b).await;
+    assert_eq!(ids(&lenient), ["f:lenient"], "only the lenient parent runs");
+    let kids = flow.child_results::<Value>("lenient").await.unwrap();
+    assert_eq!(kids[0].outcome, ChildOutcome::Failed("card declined".into()));
+    let strict = b.job("f:strict").await.unwrap();
+    assert_eq!(strict.state, JobState::Failed);
+    assert_eq!(strict.last_error.as_deref(), Some("child kid failed"));
+    b.complete(&lenient[0]).await.unwrap();
+    b.relay().await.unwrap();
+    assert!(flow.status().await.unwrap().is_ended());
+
+    // A's queue already holds the id a step would have there.
+    a.enqueue_with(&0, &EnqueueOptions::new().id("t:kid")).await.unwrap();
+    let spec = FlowSpec::new()
+        .id("t")
+        .step(Step::new("kid", &1).unwrap().on(a))
+        .step(Step::new("up", &2).unwrap().after("kid"));
+    let flow = h.add_flow(&spec).await.unwrap();
+    // the step's message came back as its failure; the relay went on with it
+    let st = flow.status().await.unwrap();
+    assert_eq!(st.state("kid"), Some(StepState::Failed), "{st:?}");
+    assert_eq!(st.state("up"), Some(StepState::Failed));
+    let kids = flow.child_results::<Value>("up").await.unwrap();
+    assert_eq!(
+        kids[0].outcome,
+        ChildOutcome::Failed("its job id was taken by another job".into())
+    );
+    assert_eq!(
+        a.job("t:kid").await.unwrap().state,
+        JobState::Pending,
+        "the other job is left as it was"
+    );
+    drop(s);
+}
+
+// Cancelling a flow sends a cancel to each step on another queue that has
+// not ended: a pending one ends cancelled there, a waiting one is written
+// cancelled there, a running one is asked to stop.
+#[tokio::test]
+async fn cancel_reaches_steps_on_other_queues() {
+    let (_s, _client, qs) = queues("cancel", 3).await;
+    let (h, a, b) = (&qs[0], &qs[1], &qs[2]);
+    let spec = FlowSpec::new()
+        .id("c")
+        .step(Step::new("p1", &1).unwrap().on(a))
+        .step(Step::new("p2", &2).unwrap().on(a))
+        .step(Step::new("top", &3).unwrap().on(b).after("p1").after("p2"));
+    let flow = h.add_flow(&spec).await.unwrap();
+    let running = a.claim(1, LEASE).await.unwrap();
+    assert_eq!(running.len(), 1);
+    let c = flow.cancel().await.unwrap();
+    assert_eq!((c.cancelled, c.requested, c.sent), (1, 0, 3), "{c:?}");
+    let other = if running[0].id() == "c:p1" { "c:p2" } else { "c:p1" };
+    assert_eq!(a.job(other).await.unwrap().state, JobState::Cancelled);
+    assert_eq!(b.job("c:top").await.unwrap().state, JobState::Cancelled);
+    assert!(a.job(running[0].id()).await.unwrap().cancel_requested_ms.is_some());
+    // the running one ends cancelled on its next settlement but a completion
+    a.fail(&running[0], "stopped").await.unwrap();
+    a.relay().await.unwrap();
+    let st = flow.status().await.unwrap();
+    assert!(st.is_ended(), "{st:?}");
+    assert_eq!(st.count(StepState::Cancelled), 3);
+}
+
+// A step on a queue of another prefix or another client is refused, and
+// nothing is written.
+#[tokio::test]
+async fn a_step_on_a_foreign_queue_is_refused() {
+    let (s, client, qs) = queues("bad", 1).await;
+    let h = &qs[0];
+    let other_prefix = client
+        .queue_with("elsewhere", echomq::QueueOptions::new().prefix("other"))
+        .await
+        .unwrap();
+    let other_client = Client::connect_with(&s.url(), ClientOptions::default()).await.unwrap();
+    let other_link = other_client.queue("elsewhere").await.unwrap();
+    for q in [&other_prefix, &other_link] {
+        let spec = FlowSpec::new()
+            .id("x")
+            .step(Step::new("a", &1).unwrap().on(q))
+            .step(Step::new("b", &1).unwrap().after("a"));
+        let e = h.add_flow(&spec).await.unwrap_err();
+        assert!(matches!(e, Error::InvalidFlow(_)), "{e:?}");
+    }
+    assert!(matches!(
+        h.flow("x").unwrap().status().await,
+        Err(Error::FlowNotFound(_))
+    ));
+    // a step "on" the flow's own queue is an ordinary step
+    let spec = FlowSpec::new().id("y").step(Step::new("a", &1).unwrap().on(h));
+    h.add_flow(&spec).await.unwrap();
+    assert_eq!(ids(&claim(h).await), ["y:a"]);
+}
+
+// One worker serving three queues runs the order with no call by hand:
+// the maintenance of each queue relays its messages, and a parent on
+// another queue than its flow's reads its children's results.
+#[tokio::test]
+async fn workers_move_a_flow_over_queues_on_their_own() {
+    let (_s, _client, qs) = queues("work", 3).await;
+    let (h, a, b) = (&qs[0], &qs[1], &qs[2]);
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<String>();
+    let mut worker = Worker::new();
+    for q in [h, a, b] {
+        let tx = tx.clone();
+        worker = worker.queue(q.clone(), move |job: Job<Value>| {
+            let tx = tx.clone();
+            async move {
+                let kids = job.child_results::<String>().await?;
+                let got: Vec<String> = kids
+                    .into_iter()
+                    .map(|c| match c.outcome {
+                        ChildOutcome::Completed(r) => r,
+                        other => format!("{other:?}"),
+                    })
+                    .collect();
+                let _ = tx.send(format!("{}{got:?}", job.id()));
+                Ok::<_, HandlerError>(format!("{}-ok", job.id()))
+            }
+        });
+    }
+    let handle = worker.spawn().unwrap();
+    let spec = FlowSpec::new()
+        .id("w")
+        .step(Step::new("charge", &1).unwrap().on(a))
+        .step(Step::new("reserve", &2).unwrap().on(b))
+        .step(Step::new("email", &3).unwrap().after("charge").after("reserve"))
+        .step(Step::new("ship", &4).unwrap().on(b).after("email"));
+    let flow = h.add_flow(&spec).await.unwrap();
+    let mut seen = Vec::new();
+    while seen.len() < 4 {
+        let got = tokio::time::timeout(Duration::from_secs(20), rx.recv())
+            .await
+            .unwrap_or_else(|_| panic!("a step ran after {seen:?}"));
+
+        seen.push(got.unwrap());
+    }
+    let (leaves, rest) = seen.split_at(2);
+    let mut leaves = leaves.to_vec();
+    leaves.sort();
+    assert_eq!(leaves, ["w:charge[]", "w:reserve[]"]);
+    assert_eq!(
+        rest,
+        [r#"w:email["w:charge-ok", "w:reserve-ok"]"#, r#"w:ship["w:email-ok"]"#]
+    );
+    // ship's end reaches the flow by the relay too
+    assert!(
+        common::eventually(Duration::from_secs(10), || async {
+            flow.status().await.unwrap().is_ended()
+        })
+        .await,
+        "{:?}",
+        flow.status().await
+    );
+    handle.shutdown().await.unwrap();
+}
