@@ -5,7 +5,11 @@
 //! them: the settler's batching, the completion script releasing the
 //! parent, the wake-up and the claim), and the server commands per child
 //! (`INFO commandstats`, commands inside scripts included) against as many
-//! plain jobs run the same way.
+//! plain jobs run the same way. Then the same flow with its children on
+//! another queue than the parent's (`Step::on`): each child is made there
+//! by a relayed message, and its end comes back by one, so the release
+//! waits for the relay (a worker's maintenance look, within the reap
+//! interval: half a second by default).
 //!
 //! Run: `cargo bench --bench flows --features local-server` (server binary
 //! from `ECHOMQ_SERVER_BIN`, `.tools/valkey` or `PATH`). Sizes
@@ -21,7 +25,7 @@ use std::time::{Duration, Instant};
 
 use echomq::flow::{FlowSpec, Step};
 use echomq::server::LocalServer;
-use echomq::{Client, Consumer, Job, Queue};
+use echomq::{Client, Job, Queue, Worker};
 use redis::aio::MultiplexedConnection;
 use serde_json::json;
 
@@ -45,26 +49,31 @@ struct Times {
 /// `want` handlers returned; a job whose id ends in ":parent" marks its
 /// start. Answers the times seen.
 async fn run(q: &Queue, want: usize) -> Times {
+    run_on(&[q], want).await
+}
+
+/// [`run`] with one worker on each of `queues` (64 each).
+async fn run_on(queues: &[&Queue], want: usize) -> Times {
     let times: Arc<Mutex<Times>> = Arc::default();
-    let t = times.clone();
-    let worker = Consumer::new(q.clone(), move |job: Job<serde_json::Value>| {
-        let t = t.clone();
-        async move {
-            let parent = job.id().ends_with(":parent");
-            if parent {
-                t.lock().unwrap().parent_started = Some(Instant::now());
+    let mut worker = Worker::new();
+    for q in queues {
+        let t = times.clone();
+        worker = worker.queue((*q).clone(), move |job: Job<serde_json::Value>| {
+            let t = t.clone();
+            async move {
+                let parent = job.id().ends_with(":parent");
+                let mut t = t.lock().unwrap();
+                if parent {
+                    t.parent_started = Some(Instant::now());
+                } else {
+                    t.last_child_done = Some(Instant::now());
+                }
+                t.done += 1;
+                Ok::<_, echomq::HandlerError>(())
             }
-            let mut t = t.lock().unwrap();
-            if !parent {
-                t.last_child_done = Some(Instant::now());
-            }
-            t.done += 1;
-            Ok::<_, echomq::HandlerError>(())
-        }
-    })
-    .concurrency(64)
-    .spawn()
-    .unwrap();
+        });
+    }
+    let worker = worker.concurrency(64).spawn().unwrap();
     let until = Instant::now() + Duration::from_secs(120);
     while times.lock().unwrap().done < want && Instant::now() < until {
         tokio::time::sleep(Duration::from_millis(2)).await;
@@ -90,6 +99,7 @@ async fn main() {
         .await
         .unwrap();
     let (mut adds, mut releases, mut flow_cmds, mut plain_cmds) = (vec![], vec![], vec![], vec![]);
+    let (mut x_adds, mut x_releases, mut x_cmds) = (vec![], vec![], vec![]);
     for r in 0..rounds {
         // plain jobs, run the same way: the baseline commands per job
         let q = client.queue(&format!("plain-{r}")).await.unwrap();
@@ -131,6 +141,40 @@ async fn main() {
         releases.push(release_ms);
         flow_cmds.push(flow);
         plain_cmds.push(plain);
+
+        // the children on another queue: made there, and their ends
+        // brought back, by relayed messages
+        let home = client.queue(&format!("home-{r}")).await.unwrap();
+        let there = client.queue(&format!("there-{r}")).await.unwrap();
+        let mut spec = FlowSpec::new().id(format!("x{r}"));
+        let mut parent = Step::new("parent", &json!({"parent": true})).unwrap();
+        for i in 0..children {
+            spec = spec.step(Step::new(format!("c{i}"), &json!({"i": i})).unwrap().on(&there));
+            parent = parent.after(format!("c{i}"));
+        }
+        spec = spec.step(parent);
+        let before = snap(&mut raw).await;
+        let start = Instant::now();
+        home.add_flow(&spec).await.unwrap();
+        let add_ms = start.elapsed().as_secs_f64() * 1e3;
+        let t = run_on(&[&home, &there], children + 1).await;
+        assert_eq!(t.done, children + 1, "every child and the parent ran");
+        let cmds = snap(&mut raw).await.since(&before).all_calls() as f64 / children as f64;
+        let release_ms = t
+            .parent_started
+            .unwrap()
+            .duration_since(t.last_child_done.unwrap())
+            .as_secs_f64()
+            * 1e3;
+        println!(
+            "{}",
+            json!({"round": r, "children_on_another_queue": children, "add_flow_ms": round(add_ms, 2),
+                   "last_child_to_parent_start_ms": round(release_ms, 2),
+                   "commands_per_child": round(cmds, 2)})
+        );
+        x_adds.push(add_ms);
+        x_releases.push(release_ms);
+        x_cmds.push(cmds);
     }
     println!("\nflow of {children} children and one parent, median of {rounds}:");
     println!("  add_flow (the whole graph, one call)      {:>8.2} ms", median(&adds));
@@ -143,4 +187,14 @@ async fn main() {
         median(&flow_cmds),
         median(&plain_cmds)
     );
+    println!("\nthe same, its children on another queue than the parent's:");
+    println!(
+        "  add_flow (and relaying the children there) {:>7.2} ms",
+        median(&x_adds)
+    );
+    println!(
+        "  last child's return -> parent's start     {:>8.2} ms",
+        median(&x_releases)
+    );
+    println!("  server commands per child                 {:>8.2}", median(&x_cmds));
 }

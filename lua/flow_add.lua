@@ -49,7 +49,8 @@ for j = 0, n - 1 do
   end
   names[#names + 1] = name
 end
-rcall('HSET', fk, 'n', int_s(n), 'left', int_s(n), 'ct', now_str(now), 'kp', keep, 'nodes', table.concat(names, '\31'))
+local ct = now_str(now)
+rcall('HSET', fk, 'n', int_s(n), 'left', int_s(n), 'ct', ct, 'kp', keep, 'nodes', table.concat(names, '\31'))
 local mint = minter(seq_key)
 local split = payload_split(prefix)
 local aging = queue_aging(prefix)
@@ -72,7 +73,7 @@ for j = 0, n - 1 do
     if parents ~= '' then waits[#waits + 1] = 'p:' .. name; waits[#waits + 1] = parents end
     rcall('HSET', fk, unpack(waits))
   elseif q ~= '' then
-    send_node(prefix, fk, id, name, q, 'pending', '', payload, tonumber(priority), lm, lane, kind, tp)
+    send_node(prefix, fk, id, name, q, 'pending', '', payload, tonumber(priority), lm, lane, kind, tp, ct)
     sent = sent + 1
   else
     local jid, score, h = new_job(mint(n - j), id .. ':' .. name, payload, tonumber(priority), lm, lane, nil, now, kind,

@@ -533,7 +533,9 @@ impl Queue {
     /// for the home, each in the same atomic call as the change it tells
     /// of. The relay carries them: this call at once, and then the
     /// maintenance of any process with a worker on the queue that holds
-    /// the message, within its reap interval. Each message is delivered at
+    /// the message: within its reap interval, and within
+    /// [`RELAY_HOT_INTERVAL`](crate::maintenance::RELAY_HOT_INTERVAL) while
+    /// the flow runs. Each message is delivered at
     /// least once and applied once (see the guide's flows chapter for the
     /// rule and its window). So a step on another queue is enqueued once,
     /// after all its children ended, as on one queue, but a little later:

@@ -15,15 +15,19 @@
 //! Delivering is idempotent: a node message leaves a receipt on its
 //! queue, an end is written once in its flow, and every message carries
 //! its flow's creation time, so one of an older flow of the same id
-//! changes nothing.
+//! changes nothing. A delivery applies a queue's messages in the order its
+//! outbox holds them (a step's cancel after its making).
 //!
 //! Who relays: the call that wrote the messages
 //! ([`Queue::add_flow`](crate::Queue::add_flow),
 //! [`Flow::cancel`](crate::flow::Flow::cancel)) at once, and the
 //! maintenance task of every process with a worker on a queue, when its
-//! look at the queue finds messages (so within the reap interval of a
-//! step's end); a delivery that leaves messages on its target's outbox
-//! goes on with that outbox.
+//! look at the queue finds messages: within the reap interval of a step's
+//! end, and within [`RELAY_HOT_INTERVAL`](crate::maintenance::RELAY_HOT_INTERVAL)
+//! while the relay has been busy with the queue in the last
+//! [`RELAY_HOT_FOR`](crate::maintenance::RELAY_HOT_FOR) (a flow over queues
+//! that is running). A delivery that leaves messages on its target's
+//! outbox goes on with that outbox.
 
 use std::collections::VecDeque;
 
@@ -47,7 +51,9 @@ const MAX_OUTBOXES: usize = 64;
 /// delivery not confirmed as durable as the queue asks) stops the run with
 /// that error and stays, with those behind it, for the next run. One this
 /// build does not know (a newer process wrote it) stays too, for a newer
-/// process to deliver, and the rest of its outbox waits behind it.
+/// process to deliver, and the messages behind it for the same queue wait
+/// behind it. Messages go [`READ`] at a time, those for one queue in one
+/// script call, and are taken off in one round trip.
 ///
 /// # Errors
 /// A server error, or [`Error::NotDurable`].
@@ -58,7 +64,7 @@ pub(crate) async fn relay(queue: &Queue) -> Result<u64> {
     let mut todo = VecDeque::from([queue.name().to_owned()]);
     let mut delivered = 0;
     let mut visited = 0;
-    'outboxes: while let Some(name) = todo.pop_front() {
+    while let Some(name) = todo.pop_front() {
         visited += 1;
         if visited > MAX_OUTBOXES {
             break;
@@ -74,28 +80,14 @@ pub(crate) async fn relay(queue: &Queue) -> Result<u64> {
                 .await
                 .map_err(Error::from_redis)?;
             let read = messages.len();
-            for message in messages {
-                let target = message
-                    .iter()
-                    .position(|&b| b == 0x1e)
-                    .and_then(|at| std::str::from_utf8(&message[..at]).ok())
-                    .and_then(|t| Keys::new(prefix, t).ok().map(|k| (t.to_owned(), k)));
-                let Some((target, keys)) = target else {
-                    warn!(queue = %name, "a message on the outbox names no queue; left there");
-                    continue 'outboxes;
-                };
+            let mut progress = 0;
+            // Messages for different queues do not depend on each other;
+            // those for one queue go in one call, in their order.
+            for (target, group) in by_target(&name, &messages) {
+                let keys = Keys::new(prefix, &target)?;
                 let mut to = queue.link().conn().homed(&keys.base);
                 let (done, confirmed) =
-                    store::flow_deliver::run(&mut to, &keys, &keep_failed, &message, durability).await?;
-                if !done.known {
-                    warn!(
-                        queue = %name,
-                        target = %target,
-                        "a message on the outbox is of a kind this build does not know (a newer echomq wrote it); \
-                         left there for a newer process"
-                    );
-                    continue 'outboxes;
-                }
+                    store::flow_deliver::run(&mut to, &keys, &keep_failed, &group, durability).await?;
                 if let Some(s) = confirmed? {
                     return Err(Error::NotDurable {
                         ids: Vec::new(),
@@ -103,19 +95,33 @@ pub(crate) async fn relay(queue: &Queue) -> Result<u64> {
                         wanted: s.wanted,
                     });
                 }
-                let _: u64 = redis::cmd("LREM")
-                    .arg(&source.outbox)
-                    .arg(1)
-                    .arg(&message)
-                    .query_async(&mut conn)
-                    .await
-                    .map_err(Error::from_redis)?;
-                delivered += 1;
+                if done.applied > 0 {
+                    let mut pipe = redis::pipe();
+                    for m in &group[..done.applied] {
+                        pipe.cmd("LREM").arg(&source.outbox).arg(1).arg(*m).ignore();
+                    }
+                    let () = pipe.query_async(&mut conn).await.map_err(Error::from_redis)?;
+                }
+                if !done.known {
+                    warn!(
+                        queue = %name,
+                        target = %target,
+                        "a message on the outbox is of a kind this build does not know (a newer echomq wrote it); \
+                         it and those behind it for that queue are left for a newer process"
+                    );
+                }
+                if done.applied > 0 {
+                    // both ends of a flow over queues are busy for a while
+                    queue.upkeep().heat(&source.base);
+                    queue.upkeep().heat(&keys.base);
+                }
+                progress += done.applied;
+                delivered += done.applied as u64;
                 if done.outbox > 0 && target != name && !todo.contains(&target) {
                     todo.push_back(target);
                 }
             }
-            if read < READ {
+            if read < READ || progress == 0 {
                 break;
             }
         }
@@ -128,7 +134,7 @@ impl Queue {
     /// (steps of flows that span queues, [`Step::on`](crate::flow::Step::on)),
     /// and those the deliveries left in turn; answers how many it
     /// delivered. A worker's client does this for each of its queues
-    /// within the reap interval of a message being written, and the calls
+    /// soon after a message is written (see the module's notes), and the calls
     /// that write messages ([`add_flow`](Queue::add_flow),
     /// [`Flow::cancel`](crate::flow::Flow::cancel)) at once: call it where
     /// no worker serves the queue, or to move a flow on without waiting.
@@ -140,6 +146,29 @@ impl Queue {
     pub async fn relay(&self) -> Result<u64> {
         relay(self).await
     }
+}
+
+/// The messages of outbox `name`, grouped by the queue each is for, each
+/// group in the outbox's order. A message that names no queue (echomq
+/// writes none) is left on the outbox, with a warning.
+fn by_target<'a>(name: &str, messages: &'a [Vec<u8>]) -> Vec<(String, Vec<&'a [u8]>)> {
+    let mut groups: Vec<(String, Vec<&[u8]>)> = Vec::new();
+    for m in messages {
+        let target = m
+            .iter()
+            .position(|&b| b == 0x1e)
+            .and_then(|at| std::str::from_utf8(&m[..at]).ok())
+            .filter(|t| crate::validate::queue_name(t).is_ok());
+        let Some(target) = target else {
+            warn!(queue = %name, "a message on the outbox names no queue; left there");
+            continue;
+        };
+        match groups.iter_mut().find(|(t, _)| t == target) {
+            Some((_, g)) => g.push(m),
+            None => groups.push((target.to_owned(), vec![m])),
+        }
+    }
+    groups
 }
 
 /// [`relay`], for a caller that goes on whatever happens: a failure is

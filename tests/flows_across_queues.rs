@@ -4,7 +4,8 @@
 //! through the queue's outbox and the relay. A step still runs once, after
 //! all its children ended; a message delivered twice is applied once;
 //! failure policies, cancel, a taken job id and bad queues as on one
-//! queue; a worker on each queue moves a flow on with no call by hand.
+//! queue; a worker on each queue moves a flow on with no call by hand; a
+//! message of a newer build waits for one, holding back only its queue.
 
 mod common;
 
@@ -332,4 +333,43 @@ async fn workers_move_a_flow_over_queues_on_their_own() {
         flow.status().await
     );
     handle.shutdown().await.unwrap();
+}
+
+// A message this build does not know (a newer process wrote it) stays on
+// its outbox with those behind it for the same queue; messages for other
+// queues go on.
+#[tokio::test]
+async fn an_unknown_message_stays_and_blocks_only_its_queue() {
+    let (s, _client, qs) = queues("unknown", 3).await;
+    let (h, a, b) = (&qs[0], &qs[1], &qs[2]);
+    let spec = FlowSpec::new()
+        .id("u")
+        .step(Step::new("x", &1).unwrap().on(a))
+        .step(Step::new("y", &2).unwrap().on(b));
+    // the newer message goes first, then the flow's own two
+    let mut c = raw(&s).await;
+    let newer = format!("{}\x1e1:z1:u", a.name());
+    let _: () = redis::cmd("RPUSH")
+        .arg(format!("emq:{{{}}}:outbox", h.name()))
+        .arg(&newer)
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    let flow = h.add_flow(&spec).await.unwrap();
+    let st = flow.status().await.unwrap();
+    assert_eq!(st.state("y"), Some(StepState::Pending));
+    assert_eq!(ids(&claim(b).await), ["u:y"]);
+    assert!(claim(a).await.is_empty(), "x waits behind the unknown message");
+    let left = outbox(&s, h).await;
+    assert_eq!(left.len(), 2);
+    assert_eq!(left[0], newer.as_bytes());
+    assert_eq!(h.relay().await.unwrap(), 0);
+    // a newer process delivers it and takes it off: x goes on
+    let _: () = redis::cmd("LPOP")
+        .arg(format!("emq:{{{}}}:outbox", h.name()))
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    assert_eq!(h.relay().await.unwrap(), 1);
+    assert_eq!(ids(&claim(a).await), ["u:x"]);
 }

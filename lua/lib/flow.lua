@@ -109,9 +109,10 @@ end
 
 -- Sends node `name` of flow `fid` (hash `fk`) to its queue `q`, to be
 -- made there in `state` (pending, or failed or cancelled with `err`
--- without running) from its spec (flow_deliver.lua).
-local function send_node(prefix, fk, fid, name, q, state, err, payload, priority, lm, lane, kind, tp)
-  outbox_push(prefix, q, {'n', fid, rcall('HGET', fk, 'ct') or '', name, own_queue(prefix), state, err, payload,
+-- without running) from its spec (flow_deliver.lua); `ct` the flow's
+-- creation time, read from the hash when nil.
+local function send_node(prefix, fk, fid, name, q, state, err, payload, priority, lm, lane, kind, tp, ct)
+  outbox_push(prefix, q, {'n', fid, ct or rcall('HGET', fk, 'ct') or '', name, own_queue(prefix), state, err, payload,
     int_s(priority), lm, lane, kind, tp})
 end
 
@@ -122,8 +123,9 @@ local function node_fields(h, fid, parents)
 end
 
 -- Enqueues waiting node `name` of flow `fid` (hash `fk`) as the job
--- FID:NAME on pending (a node on another queue: sends it there). Returns true, or false and the node's parents'
--- edges, enqueueing nothing, when another job took that id meanwhile.
+-- FID:NAME on pending (a node on another queue: sends it there). Returns
+-- true, or false and the node's parents' edges, enqueueing nothing, when
+-- another job took that id meanwhile.
 local function flow_release(prefix, fk, fid, name, now)
   local payload, priority, lm, lane, kind, tp, parents, q = take_spec(fk, name)
   if q then
@@ -228,14 +230,19 @@ local function flow_job_done(moves, prefix, keep, jk, id, state, detail, now)
 end
 
 -- Receipts of applied node messages stay this long in `inbox` (ms): a
--- message the relay delivers again within it is applied once.
-local RECEIPT_KEEP = 7 * 86400000
+-- message the relay delivers again within it is applied once. A second
+-- delivery comes from a relay that stopped between applying a message
+-- and taking it off its outbox, at its next run (seconds, unless no
+-- process relays that outbox for a day); a receipt costs about 100 bytes.
+local RECEIPT_KEEP = 86400000
 
 -- Applies message `m` (message_fields) from another queue to this one's
 -- flows: a node to make here ("n"), a node's end to write into its flow
 -- here ("d"; its parents learn of it as from a job of this queue), or a
 -- node to cancel here ("c" is flow_deliver.lua's, which cancels a job).
--- Returns false for a message it does not know.
+-- Returns false for a message it does not know. Nodes made pending are
+-- counted in `moves.woken`, for the caller's one wake-up; `moves.left`
+-- (the messages of the call from this one on) lets one INCRBY number them.
 local function flow_deliver_node(moves, prefix, keep, m, now)
   local kind, fid, ct, name = m[1], m[2], m[3], m[4]
   if kind == 'd' then
@@ -251,7 +258,12 @@ local function flow_deliver_node(moves, prefix, keep, m, now)
   local receipt = table.concat({home, fid, ct, name}, '\31')
   local inbox = prefix .. 'inbox'
   if rcall('ZSCORE', inbox, receipt) then return true end
-  rcall('ZREMRANGEBYSCORE', inbox, '-inf', '(' .. int_s(now - RECEIPT_KEEP))
+  if not moves.inbox_trimmed then
+    -- once per call: the receipts past their keep time
+    moves.inbox_trimmed = true
+    rcall('ZREMRANGEBYSCORE', inbox, '-inf', '(' .. int_s(now - RECEIPT_KEEP))
+    rcall('HSET', prefix .. 'meta', 'fl', '1')
+  end
   rcall('ZADD', inbox, int_s(now), receipt)
   local id = fid .. ':' .. name
   local jk = prefix .. 'job:' .. id
@@ -261,16 +273,17 @@ local function flow_deliver_node(moves, prefix, keep, m, now)
     end
     return true
   end
-  rcall('HSET', prefix .. 'meta', 'fl', '1')
   local payload, priority, lm, lane, kd, tp = m[8], tonumber(m[9]) or 0, m[10], m[11], m[12], m[13]
   local fh = home .. '\31' .. ct
   if state == 'pending' then
-    local jid, score, h = new_job(minter(prefix .. 'seq')(1), id, payload, priority, lm, lane, nil, now, kd, tp,
+    -- one minter per call, taking numbers for the messages still to come
+    moves.mint = moves.mint or minter(prefix .. 'seq')
+    local jid, score, h = new_job(moves.mint(moves.left or 1), id, payload, priority, lm, lane, nil, now, kd, tp,
       payload_split(prefix), queue_aging(prefix), 0)
     h[#h + 1] = 'fl'; h[#h + 1] = fid
     h[#h + 1] = 'fh'; h[#h + 1] = fh
     store_job(prefix, prefix .. 'pending', prefix .. 'delayed', jid, score, nil, h, lane, nil)
-    wake(prefix .. 'wake', 1)
+    moves.woken = (moves.woken or 0) + 1
   elseif keep.n ~= 0 and moves[state] then
     local _, _, h = new_job(0, id, payload, priority, lm, lane, nil, now, kd, tp, payload_split(prefix), nil, 0)
     h[2] = state

@@ -62,6 +62,14 @@ use crate::queue::{Queue, Upkeep, UpkeepGuard};
 
 /// How often the maintenance task looks at an idle queue.
 pub const IDLE_INTERVAL: Duration = Duration::from_secs(5);
+/// How often the maintenance task looks at a queue whose outbox the relay
+/// found or left messages for (flows over several queues) within
+/// [`RELAY_HOT_FOR`], so a step's end reaches its flow within about this
+/// long while the flow runs.
+pub const RELAY_HOT_INTERVAL: Duration = Duration::from_millis(20);
+/// How long a queue stays looked at every [`RELAY_HOT_INTERVAL`] after the
+/// relay last had messages from it or delivered steps to it.
+pub const RELAY_HOT_FOR: Duration = Duration::from_secs(2);
 /// Time between the starts of two consistency sweeps of a queue.
 pub const SWEEP_INTERVAL: Duration = Duration::from_secs(600);
 /// Keys one sweep step looks at (a SCAN COUNT hint: the job phase scans the
@@ -130,6 +138,8 @@ struct Entry {
     /// When the queue's schedules are next looked at (never without the
     /// `cron` feature).
     next_schedules: Instant,
+    /// Until when its outbox is looked at every [`RELAY_HOT_INTERVAL`].
+    hot_until: Option<Instant>,
 }
 
 impl Entry {
@@ -148,6 +158,9 @@ impl Upkeep for Arc<Maintenance> {
     }
     fn nudge(&self, base: &str) {
         Maintenance::nudge(self, base);
+    }
+    fn heat(&self, base: &str) {
+        Maintenance::heat(self, base);
     }
     #[cfg(feature = "cron")]
     fn nudge_schedules(&self, base: &str) {
@@ -214,6 +227,7 @@ impl Maintenance {
                 // long; paced as every sweep is.
                 next_sweep: Instant::now(),
                 next_schedules: schedules_from_now(),
+                hot_until: None,
             });
             e.intervals.push(interval);
             e.next = Instant::now();
@@ -270,6 +284,22 @@ impl Maintenance {
         let mut st = self.lock();
         if let Some(e) = st.queues.get_mut(base) {
             let soon = Instant::now() + e.interval();
+            if e.next > soon {
+                e.next = soon;
+                drop(st);
+                self.changed.notify_one();
+            }
+        }
+    }
+
+    /// The relay had messages from the queue, or delivered to it: look at
+    /// its outbox every [`RELAY_HOT_INTERVAL`] for [`RELAY_HOT_FOR`].
+    pub(crate) fn heat(&self, base: &str) {
+        let mut st = self.lock();
+        if let Some(e) = st.queues.get_mut(base) {
+            let now = Instant::now();
+            e.hot_until = Some(now + RELAY_HOT_FOR);
+            let soon = now + RELAY_HOT_INTERVAL;
             if e.next > soon {
                 e.next = soon;
                 drop(st);

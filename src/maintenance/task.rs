@@ -186,6 +186,14 @@ impl Maintenance {
         if let Some(next) = next {
             e.next = next;
         }
+        // A queue in a flow over several queues: its next message is
+        // relayed soon, not at its reap interval.
+        let now = Instant::now();
+        if e.hot_until.is_some_and(|t| t > now) {
+            e.next = e.next.min(now + super::RELAY_HOT_INTERVAL);
+        } else {
+            e.hot_until = None;
+        }
         if let Some((due_at, at)) = next_schedules {
             // A nudge during the pass (a schedule stored here meanwhile)
             // keeps its earlier time.

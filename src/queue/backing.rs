@@ -21,6 +21,9 @@ pub(crate) trait Upkeep: Send + Sync + 'static {
     /// A worker of this process leased from the queue with key base `base`:
     /// reap it at its busy interval from now on.
     fn nudge(&self, base: &str);
+    /// The relay had messages from the queue with key base `base`, or
+    /// delivered messages to it: look at its outbox often for a while.
+    fn heat(&self, base: &str);
     /// A schedule of the queue with key base `base` changed in this
     /// process: look at its schedules now.
     #[cfg(feature = "cron")]

@@ -1,4 +1,4 @@
-//! `lua/flow_deliver.lua`: applies a message from another queue's outbox.
+//! `lua/flow_deliver.lua`: applies messages from another queue's outbox.
 
 use super::Spec;
 use super::call::unexpected;
@@ -13,19 +13,22 @@ pub(super) static SPEC: Spec = Spec::new(
     include_str!("../../lua/flow_deliver.lua"),
     &["pending", "delayed", "failed", "cancelled"],
     false,
-    &["prefix", "keep_failed", "message"],
+    &["prefix", "keep_failed"],
 );
 
-/// What delivering a message did.
+/// What delivering messages did.
 pub(crate) struct Delivered {
-    /// False when the queue did not know the message (a newer process
-    /// wrote it, or it names another queue): nothing changed.
+    /// How many of them, from the first, were applied.
+    pub applied: usize,
+    /// False when the queue did not know message `applied` (a newer
+    /// process wrote it, or it names another queue): it and those after it
+    /// changed nothing.
     pub known: bool,
     /// Messages now waiting on the target queue's own outbox.
     pub outbox: u64,
 }
 
-/// Delivers `message` (as it sits on an outbox) to the queue of `k`
+/// Delivers `messages` (as they sit on an outbox, oldest first) to the queue of `k`
 /// (`keep_failed` as `Retention::arg` writes it), as durable as
 /// `durability` asks.
 ///
@@ -35,19 +38,24 @@ pub(crate) async fn run(
     conn: &mut Conn,
     k: &Keys,
     keep_failed: &str,
-    message: &[u8],
+    messages: &[&[u8]],
     durability: Durability,
 ) -> Result<(Delivered, Confirmed)> {
     let mut call = SPEC.call();
     call.key(&k.pending).key(&k.delayed).key(&k.failed).key(&k.cancelled);
-    call.arg(&k.base).arg(keep_failed).arg(message);
+    call.arg(&k.base).arg(keep_failed);
+    for m in messages {
+        call.arg(*m);
+    }
     let (mut r, confirmed) = call.run_confirmed(conn, durability).await?;
     let _now = r.uint()?;
     let code = r.code()?;
+    let applied = usize::try_from(r.uint()?).unwrap_or(usize::MAX).min(messages.len());
     let outbox = r.uint()?;
-    match code {
-        Code::Ok => Ok((Delivered { known: true, outbox }, confirmed)),
-        Code::Unknown => Ok((Delivered { known: false, outbox }, confirmed)),
-        other => Err(unexpected("flow_deliver", other)),
-    }
+    let known = match code {
+        Code::Ok => true,
+        Code::Unknown => false,
+        other => return Err(unexpected("flow_deliver", other)),
+    };
+    Ok((Delivered { applied, known, outbox }, confirmed))
 }
