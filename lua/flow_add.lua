@@ -51,38 +51,7 @@ for j = 0, n - 1 do
 end
 local ct = now_str(now)
 rcall('HSET', fk, 'n', int_s(n), 'left', int_s(n), 'ct', ct, 'kp', keep, 'nodes', table.concat(names, '\31'))
-local mint = minter(seq_key)
-local split = payload_split(prefix)
-local aging = queue_aging(prefix)
-local adds = {pending = {}, delayed = {}}
-local woken, sent = 0, 0
-for j = 0, n - 1 do
-  local b = 5 + j * 10
-  local name, payload, priority, lm = ARGV[b], ARGV[b + 1], ARGV[b + 2], ARGV[b + 3]
-  local lane, kind, tp, children, parents = ARGV[b + 4], ARGV[b + 5], ARGV[b + 6], ARGV[b + 7], ARGV[b + 8]
-  local q = ARGV[b + 9]
-  if q ~= '' then
-    local there = {'q:' .. name, q}
-    if parents ~= '' then there[#there + 1] = 'p:' .. name; there[#there + 1] = parents end
-    rcall('HSET', fk, unpack(there))
-  end
-  if children ~= '' then
-    -- (the flow hash's fields, not a job's)
-    local waits = {'k:' .. name, children, 'w:' .. name, int_s(#cut(children, '\30')), 'sp:' .. name, payload,
-      'so:' .. name, table.concat({priority, lm, lane, kind, tp}, '\31')}
-    if parents ~= '' then waits[#waits + 1] = 'p:' .. name; waits[#waits + 1] = parents end
-    rcall('HSET', fk, unpack(waits))
-  elseif q ~= '' then
-    send_node(prefix, fk, id, name, q, 'pending', '', payload, tonumber(priority), lm, lane, kind, tp, ct)
-    sent = sent + 1
-  else
-    local jid, score, h = new_job(mint(n - j), id .. ':' .. name, payload, tonumber(priority), lm, lane, nil, now, kind,
-      tp, split, aging, j)
-    node_fields(h, id, parents)
-    if store_job(prefix, pending_key, delayed_key, jid, score, nil, h, lane, adds) then woken = woken + 1 end
-  end
-end
-add_all(adds, pending_key, delayed_key)
-if woken > 0 then wake(wake_key, woken) end
+local sent = flow_put_nodes(prefix, {seq = seq_key, pending = pending_key, delayed = delayed_key, wake = wake_key},
+  fk, id, ct, ARGV, 5, n, now)
 rcall('HSET', meta_key, 'fl', '1')
 return {now, CODE.OK, id, sent}

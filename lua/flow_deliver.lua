@@ -1,12 +1,14 @@
--- flow_deliver: applies messages other queues' calls pushed onto their
--- outboxes for this queue (lib/flow.lua), in order, each one: a flow node to make here ("n":
--- pending, or failed or cancelled without running; once, by its receipt
--- in `inbox`), the end of a node of a flow whose home is here ("d": its
--- parents learn of it as from a job of this queue; once, as every end),
--- or a node of this queue to cancel ("c": as flow_cancel.lua cancels its
--- own). The relay (src/relay.rs) calls it with the messages of one outbox
--- for this queue, then takes them off that outbox: a message delivered twice is applied once, and one
--- of an older flow of the same id (another `ct`) changes nothing.
+-- flow_deliver: applies, in order, messages other queues' calls pushed
+-- onto their outboxes for this queue (lib/flow.lua), each one: a flow
+-- node to make here ("n": pending, or failed or cancelled without
+-- running; once, by its receipt in `inbox`), the end of a node of a flow
+-- whose home is here ("d": its parents learn of it as from a job of this
+-- queue; once, as every end), a node of this queue to cancel ("c": as
+-- flow_cancel.lua cancels its own), or to remove if it has not started
+-- ("x": as flow_remove.lua). The relay (src/relay.rs) calls it with the
+-- messages of one outbox for this queue, then takes them off that outbox:
+-- a message delivered twice is applied once, and one of an older flow of
+-- the same id (another `ct`) changes nothing.
 --
 -- KEYS[1] pending  KEYS[2] delayed  KEYS[3] failed  KEYS[4] cancelled
 -- ARGV[1] prefix       key prefix "emq:{Q}:"
@@ -34,14 +36,18 @@ for i = 3, #ARGV do
   local at = string.find(message, '\30', 1, true)
   local m = at and string.sub(message, 1, at - 1) == me and message_fields(string.sub(message, at + 1))
   local known = m and true
-  if known and m[1] == 'c' and #m >= 5 then
+  if known and (m[1] == 'c' or m[1] == 'x') and #m >= 5 then
     local fid, ct, name, home = m[2], m[3], m[4], m[5]
     local id = fid .. ':' .. name
     local jk = prefix .. 'job:' .. id
     local job = hfields(jk, 'st', 'dd', 'cx', 'ln', 'fh')
     -- only the node's own job, of this flow
-    if job and job[5] == home .. '\31' .. ct then
+    if not job or job[5] ~= home .. '\31' .. ct then
+      -- another job, or none: nothing to do
+    elseif m[1] == 'c' then
       cancel_job(moves, prefix, pending_key, delayed_key, jk, id, job, keep, now)
+    elseif job[1] == 'pending' or job[1] == 'delayed' then
+      remove_job(moves, prefix, {pending = pending_key, delayed = delayed_key}, jk, id, job[1], job[2], job[4], now)
     end
   elseif known then
     moves.left = #ARGV - i + 1

@@ -31,23 +31,9 @@ local removed = 0
 -- the set moves of flow parents that fail without running (lib/flow.lua)
 local moves = new_moves()
 
--- Deletes job `id` in state `st` (of lane `ln`, or nil), releasing its
--- dedup marker if it holds it; a pending job leaves its lane too.
 local function delete(id, st, dd, ln)
-  local jk = prefix .. 'job:' .. id
-  release_dedup(prefix, dd, id)
-  if st == 'pending' then
-    from_pending(sets.pending, id, ln)
-  else
-    rcall('ZREM', sets[st], id)
-  end
-  -- a batch member not yet ended counts as ended (lib/batch.lua)
-  if batches_on(prefix) then batch_member_done(prefix, jk, 'removed', now) end
-  if flows_on(prefix) then flow_job_done(moves, prefix, KEEP_ALL, jk, id, 'removed', nil, now) end
-  if sequences_on(prefix) then seq_next(prefix, jk, id) end
-  rcall('DEL', jk)
+  remove_job(moves, prefix, sets, prefix .. 'job:' .. id, id, st, dd, ln, now)
   removed = removed + 1
-  emit(prefix, 'removed', id)
 end
 
 if #ARGV > 2 then

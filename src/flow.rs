@@ -390,6 +390,19 @@ pub struct FlowCancelled {
     pub sent: u64,
 }
 
+/// What [`Flow::remove`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FlowRemoved {
+    /// Steps removed: waiting ones, and pending or delayed jobs (deleted
+    /// as [`Queue::remove`](crate::Queue::remove) deletes them).
+    pub removed: u64,
+    /// Running jobs left to finish (their ends reach no flow).
+    pub running: u64,
+    /// Steps on other queues that had not ended: a remove was sent to
+    /// each one's queue, where it deletes the job if it has not started.
+    pub sent: u64,
+}
+
 /// A flow of a queue: read its steps' states, cancel it. Cheap to clone;
 /// [`Queue::flow`] makes one for a flow another process added.
 #[derive(Debug, Clone)]
@@ -563,26 +576,7 @@ impl Queue {
         for step in &spec.steps {
             check_options(step)?;
         }
-        let mut nodes = Vec::with_capacity(spec.steps.len());
-        for (step, (children, parents)) in spec.steps.iter().zip(edges) {
-            let there = self.step_queue(step)?;
-            let on = there.unwrap_or(self);
-            let mut job = on
-                .prepare(std::iter::once((&step.payload, &step.options)), None)?
-                .pop()
-                .ok_or_else(|| Error::InvalidFlow("a step's job could not be prepared".into()))?;
-            if let Some(kind) = &step.kind {
-                validate::kind(kind)?;
-                job.kind = Some(kind.clone());
-            }
-            nodes.push(FlowNode {
-                name: step.name.clone(),
-                job,
-                children,
-                parents,
-                queue: there.map(|q| q.name().to_owned()),
-            });
-        }
+        let nodes = self.flow_nodes(&spec.steps, edges)?;
         let keep_ms = u64::try_from(keep.as_millis()).unwrap_or(u64::MAX);
         let durability = self.options().durability;
         let (id, sent, confirmed) = store::flow_add::run(
@@ -610,6 +604,32 @@ impl Queue {
             queue: self.clone(),
             id,
         })
+    }
+
+    /// The nodes the scripts take for `steps` with their `edges`
+    /// ([`check_graph`]'s): each step's job prepared by its own queue.
+    fn flow_nodes(&self, steps: &[Step], edges: Vec<(String, String)>) -> Result<Vec<FlowNode>> {
+        let mut nodes = Vec::with_capacity(steps.len());
+        for (step, (children, parents)) in steps.iter().zip(edges) {
+            let there = self.step_queue(step)?;
+            let on = there.unwrap_or(self);
+            let mut job = on
+                .prepare(std::iter::once((&step.payload, &step.options)), None)?
+                .pop()
+                .ok_or_else(|| Error::InvalidFlow("a step's job could not be prepared".into()))?;
+            if let Some(kind) = &step.kind {
+                validate::kind(kind)?;
+                job.kind = Some(kind.clone());
+            }
+            nodes.push(FlowNode {
+                name: step.name.clone(),
+                job,
+                children,
+                parents,
+                queue: there.map(|q| q.name().to_owned()),
+            });
+        }
+        Ok(nodes)
     }
 
     /// The queue of `step` when it is not this one; refuses a queue of
@@ -731,6 +751,59 @@ impl Flow {
         child_results_at(q, &q.options().prefix, q.name(), &self.id, name).await
     }
 
+    /// Adds `steps` to the flow as children of step `parent`, which must
+    /// still wait for its own children: it then waits for these too (the
+    /// ones no other of `steps` runs after; the others run after those
+    /// they name, as in [`FlowSpec`]). A child that does not complete
+    /// fails `parent` ([`OnChildFailure::FailParent`]); see
+    /// [`add_children_with`](Self::add_children_with). One atomic call, as
+    /// [`Queue::add_flow`]; at most [`MAX_STEPS`] steps a call.
+    ///
+    /// # Errors
+    /// As [`Queue::add_flow`] for the new steps (an edge to a step not
+    /// among them is [`Error::InvalidFlow`]); [`Error::FlowNotFound`];
+    /// [`Error::InvalidFlow`] when the flow has no step `parent`, or it no
+    /// longer waits (its job was made, or it ended); [`Error::FlowExists`]
+    /// when a new step's name is the flow's already or its job id is
+    /// taken. Nothing is written for any of those.
+    pub async fn add_children(&self, parent: &str, steps: &[Step]) -> Result<()> {
+        self.add_children_with(parent, OnChildFailure::FailParent, steps).await
+    }
+
+    /// [`add_children`](Self::add_children), with what a new child that
+    /// does not complete does to `parent`.
+    ///
+    /// # Errors
+    /// As [`add_children`](Self::add_children).
+    pub async fn add_children_with(&self, parent: &str, on_failure: OnChildFailure, steps: &[Step]) -> Result<()> {
+        validate::id("flow step name", parent)?;
+        let mut edges = check_graph(Some(&self.id), steps)?;
+        for step in steps {
+            check_options(step)?;
+        }
+        let mut children = Vec::new();
+        for (step, (_, parents)) in steps.iter().zip(edges.iter_mut()) {
+            if parents.is_empty() {
+                *parents = format!("{parent}\x1f{}", on_failure.letter());
+                children.push(format!("{}\x1f{}", step.name, on_failure.letter()));
+            }
+        }
+        let nodes = self.queue.flow_nodes(steps, edges)?;
+        let sent = store::flow_extend::run(
+            &mut self.queue.conn(),
+            self.queue.keys(),
+            &self.id,
+            parent,
+            &children.join("\x1e"),
+            &nodes,
+        )
+        .await?;
+        if sent > 0 {
+            crate::relay::relay_or_log(&self.queue).await;
+        }
+        Ok(())
+    }
+
     /// Cancels every step that has not ended: waiting, pending and
     /// delayed ones end cancelled now (a waiting one never runs), running
     /// ones are asked to stop, as [`Queue::cancel`] asks.
@@ -749,6 +822,26 @@ impl Flow {
             requested,
             sent,
         })
+    }
+}
+
+impl Flow {
+    /// Removes the flow: its record, and every step that has not started
+    /// (waiting steps, pending and delayed jobs; on other queues by
+    /// message). Running jobs are left to finish, and ended steps' records
+    /// stay in their sets as their retention says. Afterwards
+    /// [`status`](Self::status) answers [`Error::FlowNotFound`], and the
+    /// flow's id may be used again.
+    ///
+    /// # Errors
+    /// [`Error::FlowNotFound`], or a server error.
+    pub async fn remove(&self) -> Result<FlowRemoved> {
+        let (removed, running, sent) =
+            store::flow_remove::run(&mut self.queue.conn(), self.queue.keys(), &self.id).await?;
+        if sent > 0 {
+            crate::relay::relay_or_log(&self.queue).await;
+        }
+        Ok(FlowRemoved { removed, running, sent })
     }
 }
 

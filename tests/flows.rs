@@ -1,6 +1,7 @@
 //! Flows against a real server: a parent enqueued once, only after every
 //! child it waits on ended, reading their results; each edge's failure
-//! policy; a child of several parents; cancel; fencing and retention;
+//! policy; a child of several parents; cancel and remove; children added
+//! to a step that waits; fencing and retention;
 //! bad graphs refused with nothing written; a queue without flows left as
 //! it was; handlers reading their children's results in a worker.
 
@@ -635,4 +636,99 @@ async fn the_sweep_delivers_ends_a_flow_missed() {
         Some(StepState::Completed)
     );
     assert_eq!(done.status().await.unwrap().state("parent"), Some(StepState::Active));
+}
+
+// Children added to a step that still waits: it then runs after the old
+// and the new ones and reads all their results. Adding to a step that no
+// longer waits, to an unknown step or flow, a taken name or an edge to an
+// older step is refused and writes nothing.
+#[tokio::test]
+async fn children_are_added_to_a_step_that_waits() {
+    let (_s, q) = setup("flow-extend").await;
+    let flow = q.add_flow(&order("e")).await.unwrap();
+    flow.add_children(
+        "email",
+        &[
+            Step::new("gift", &1).unwrap(),
+            Step::new("wrap", &2).unwrap().after("gift"),
+        ],
+    )
+    .await
+    .unwrap();
+    let st = flow.status().await.unwrap();
+    assert_eq!(st.steps.len(), 6);
+    assert_eq!(st.state("gift"), Some(StepState::Pending));
+    assert_eq!(st.state("wrap"), Some(StepState::Waiting));
+    let first = claim(&q, 10).await;
+    assert_eq!(ids(&first), ["e:charge", "e:gift", "e:reserve"]);
+    for l in &first {
+        q.complete(l).await.unwrap();
+    }
+    let wrap = claim(&q, 10).await;
+    assert_eq!(ids(&wrap), ["e:wrap"], "email waits for wrap too");
+    q.complete_with_result(&wrap[0], &"wrapped").await.unwrap();
+    let email = claim(&q, 10).await;
+    assert_eq!(ids(&email), ["e:email"]);
+    let kids: Vec<String> = flow
+        .child_results::<Value>("email")
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|c| c.name)
+        .collect();
+    assert_eq!(kids, ["charge", "reserve", "wrap"]);
+
+    let one = || [Step::new("late", &3).unwrap()];
+    let e = flow.add_children("email", &one()).await.unwrap_err();
+    assert!(
+        matches!(&e, Error::InvalidFlow(m) if m.contains("no longer waits")),
+        "{e:?}"
+    );
+    let e = flow.add_children("nope", &one()).await.unwrap_err();
+    assert!(matches!(&e, Error::InvalidFlow(m) if m.contains("no step")), "{e:?}");
+    let e = q.flow("gone").unwrap().add_children("ship", &one()).await.unwrap_err();
+    assert!(matches!(e, Error::FlowNotFound(_)), "{e:?}");
+    let e = flow
+        .add_children("ship", &[Step::new("gift", &1).unwrap()])
+        .await
+        .unwrap_err();
+    assert!(matches!(&e, Error::FlowExists(id) if id == "e:gift"), "{e:?}");
+    let e = flow
+        .add_children("ship", &[Step::new("late", &1).unwrap().after("charge")])
+        .await
+        .unwrap_err();
+    assert!(matches!(e, Error::InvalidFlow(_)), "{e:?}");
+    assert_eq!(flow.status().await.unwrap().steps.len(), 6, "nothing written");
+
+    // a step of another flow's graph may gain children on another queue too
+    q.complete(&email[0]).await.unwrap();
+    let ship = claim(&q, 10).await;
+    assert_eq!(ids(&ship), ["e:ship"]);
+    q.complete(&ship[0]).await.unwrap();
+    assert!(flow.status().await.unwrap().is_ended());
+}
+
+// Removing a flow deletes its record and every step that has not started
+// (waiting steps, pending jobs); a running job is left to finish, and its
+// end then releases and fails nothing.
+#[tokio::test]
+async fn remove_takes_a_flow_and_its_steps_that_did_not_start() {
+    let (_s, q) = setup("flow-remove").await;
+    let flow = q.add_flow(&order("r")).await.unwrap();
+    let running = q.claim(1, LEASE).await.unwrap();
+    assert_eq!(running.len(), 1);
+    let r = flow.remove().await.unwrap();
+    assert_eq!((r.removed, r.running, r.sent), (3, 1, 0), "{r:?}");
+    assert!(matches!(flow.status().await, Err(Error::FlowNotFound(_))));
+    let other = if running[0].id() == "r:charge" {
+        "r:reserve"
+    } else {
+        "r:charge"
+    };
+    assert!(matches!(q.job(other).await, Err(Error::JobNotFound(_))));
+    q.complete(&running[0]).await.unwrap();
+    assert!(claim(&q, 10).await.is_empty(), "no parent is made");
+    assert!(matches!(q.job("r:email").await, Err(Error::JobNotFound(_))));
+    assert_eq!(q.job(running[0].id()).await.unwrap().state, JobState::Completed);
+    assert!(matches!(flow.remove().await, Err(Error::FlowNotFound(_))));
 }

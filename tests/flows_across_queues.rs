@@ -373,3 +373,49 @@ async fn an_unknown_message_stays_and_blocks_only_its_queue() {
     assert_eq!(h.relay().await.unwrap(), 1);
     assert_eq!(ids(&claim(a).await), ["u:x"]);
 }
+
+// A child added to a waiting step may be on another queue: it is made
+// there by message, and the step waits for it as for the others.
+#[tokio::test]
+async fn a_child_on_another_queue_is_added_to_a_waiting_step() {
+    let (_s, _client, qs) = queues("extend", 2).await;
+    let (h, a) = (&qs[0], &qs[1]);
+    let spec = FlowSpec::new()
+        .id("e")
+        .step(Step::new("kid", &1).unwrap())
+        .step(Step::new("top", &2).unwrap().after("kid"));
+    let flow = h.add_flow(&spec).await.unwrap();
+    flow.add_children("top", &[Step::new("far", &3).unwrap().on(a)])
+        .await
+        .unwrap();
+    let far = claim(a).await;
+    assert_eq!(ids(&far), ["e:far"], "made on its queue at once");
+    let kid = claim(h).await;
+    h.complete(&kid[0]).await.unwrap();
+    assert!(claim(h).await.is_empty(), "top waits for far");
+    a.complete_with_result(&far[0], &"there").await.unwrap();
+    a.relay().await.unwrap();
+    let top = claim(h).await;
+    assert_eq!(ids(&top), ["e:top"]);
+    let kids = flow.child_results::<Value>("top").await.unwrap();
+    assert_eq!(kids[1].outcome, ChildOutcome::Completed(json!("there")));
+}
+
+// Removing a flow sends a remove to each step on another queue that has
+// not ended: a pending job there is deleted.
+#[tokio::test]
+async fn remove_reaches_steps_on_other_queues() {
+    let (_s, _client, qs) = queues("remove", 2).await;
+    let (h, a) = (&qs[0], &qs[1]);
+    let spec = FlowSpec::new()
+        .id("r")
+        .step(Step::new("leaf", &1).unwrap().on(a))
+        .step(Step::new("top", &2).unwrap().on(a).after("leaf"));
+    let flow = h.add_flow(&spec).await.unwrap();
+    assert_eq!(a.job("r:leaf").await.unwrap().state, JobState::Pending);
+    let r = flow.remove().await.unwrap();
+    assert_eq!((r.removed, r.running, r.sent), (1, 0, 1), "{r:?}");
+    assert!(matches!(a.job("r:leaf").await, Err(Error::JobNotFound(_))));
+    assert!(claim(a).await.is_empty());
+    assert!(matches!(flow.status().await, Err(Error::FlowNotFound(_))));
+}

@@ -21,7 +21,7 @@
 -- flow's `ct` (a message of an older flow of the same id changes nothing).
 --
 -- Needs: base (rcall, int_s, now_str), keyspace (wake), meta (queue_meta, queue_aging),
--- payload (payload_split), mint (minter, new_job, store_job).
+-- payload (payload_split), mint (minter, new_job, store_job, add_all).
 
 -- The name of the queue whose prefix is `prefix` ("emq:{Q}:"; a prefix
 -- holds no brace, src/keys.rs).
@@ -143,6 +143,49 @@ local function flow_release(prefix, fk, fid, name, now)
   return true
 end
 
+-- Writes `n` new nodes of flow `fid` (hash `fk`, added at `ct`), 10
+-- fields each in `argv` from index `at` on (as flow_add.lua's `nodes`
+-- lists them): a node that waits for children gets its spec, its count
+-- and its edges in the hash; a leaf becomes the pending job FID:NAME, or
+-- is sent to its queue. `k` holds the queue's seq, pending, delayed and
+-- wake keys. Returns how many messages it pushed onto the outbox.
+local function flow_put_nodes(prefix, k, fk, fid, ct, argv, at, n, now)
+  local mint = minter(k.seq)
+  local split = payload_split(prefix)
+  local aging = queue_aging(prefix)
+  local adds = {pending = {}, delayed = {}}
+  local woken, sent = 0, 0
+  for j = 0, n - 1 do
+    local b = at + j * 10
+    local name, payload, priority, lm = argv[b], argv[b + 1], argv[b + 2], argv[b + 3]
+    local lane, kind, tp, children, parents = argv[b + 4], argv[b + 5], argv[b + 6], argv[b + 7], argv[b + 8]
+    local q = argv[b + 9]
+    if q ~= '' then
+      local there = {'q:' .. name, q}
+      if parents ~= '' then there[#there + 1] = 'p:' .. name; there[#there + 1] = parents end
+      rcall('HSET', fk, unpack(there))
+    end
+    if children ~= '' then
+      -- (the flow hash's fields, not a job's)
+      local waits = {'k:' .. name, children, 'w:' .. name, int_s(#cut(children, '\30')), 'sp:' .. name, payload,
+        'so:' .. name, table.concat({priority, lm, lane, kind, tp}, '\31')}
+      if parents ~= '' then waits[#waits + 1] = 'p:' .. name; waits[#waits + 1] = parents end
+      rcall('HSET', fk, unpack(waits))
+    elseif q ~= '' then
+      send_node(prefix, fk, fid, name, q, 'pending', '', payload, tonumber(priority), lm, lane, kind, tp, ct)
+      sent = sent + 1
+    else
+      local jid, score, h = new_job(mint(n - j), fid .. ':' .. name, payload, tonumber(priority), lm, lane, nil, now,
+        kind, tp, split, aging, j)
+      node_fields(h, fid, parents)
+      if store_job(prefix, k.pending, k.delayed, jid, score, nil, h, lane, adds) then woken = woken + 1 end
+    end
+  end
+  add_all(adds, k.pending, k.delayed)
+  if woken > 0 then wake(k.wake, woken) end
+  return sent
+end
+
 -- Ends waiting node `name` of flow `fid` (hash `fk`) in `state` (failed
 -- or cancelled) without running it: its record is written in that state
 -- with error `err` and goes onto the state's set through `moves` (none
@@ -239,7 +282,7 @@ local RECEIPT_KEEP = 86400000
 -- Applies message `m` (message_fields) from another queue to this one's
 -- flows: a node to make here ("n"), a node's end to write into its flow
 -- here ("d"; its parents learn of it as from a job of this queue), or a
--- node to cancel here ("c" is flow_deliver.lua's, which cancels a job).
+-- node to cancel or remove here ("c" and "x" are flow_deliver.lua's).
 -- Returns false for a message it does not know. Nodes made pending are
 -- counted in `moves.woken`, for the caller's one wake-up; `moves.left`
 -- (the messages of the call from this one on) lets one INCRBY number them.

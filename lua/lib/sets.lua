@@ -3,7 +3,7 @@
 -- retention of finished jobs.
 --
 -- Needs: base (rcall, hfields, int_s, now_str), keyspace (wake, release_dedup),
--- events (events_on, ev_text, emit_job), lanes (LANE_BLOCKED, lane_key, held_member,
+-- events (events_on, ev_text, emit, emit_job), lanes (LANE_BLOCKED, lane_key, held_member,
 -- lane_settle, lane_push), throttle (global_cap), batch (batches_on, batch_member_done),
 -- flow (flows_on, flow_job_done), sequence (sequences_on, seq_leave).
 
@@ -161,6 +161,25 @@ local function finish(moves, prefix, jk, id, state, now, keep, dd, fields, owner
   end
   if events_on(prefix) then emit_job(prefix, state, id, jk, err and {'err', ev_text(err)}, owner) end
   finished_into(moves, prefix, keep, jk, id, state, now, finished, err)
+end
+
+-- Deletes job `id` (record `jk`) in state `st` (of lane `ln`, or nil),
+-- which is not active, off its set in `sets` (state -> key), releasing its
+-- dedup marker `dd` if it holds it: a batch member not yet ended counts as
+-- ended (lib/batch.lua), a flow's step ends removed (lib/flow.lua: its
+-- parents' set moves go into `moves`), a job of a sequence leaves it.
+local function remove_job(moves, prefix, sets, jk, id, st, dd, ln, now)
+  release_dedup(prefix, dd, id)
+  if st == 'pending' then
+    from_pending(sets.pending, id, ln)
+  else
+    rcall('ZREM', sets[st], id)
+  end
+  if batches_on(prefix) then batch_member_done(prefix, jk, 'removed', now) end
+  if flows_on(prefix) then flow_job_done(moves, prefix, KEEP_ALL, jk, id, 'removed', nil, now) end
+  if sequences_on(prefix) then seq_next(prefix, jk, id) end
+  rcall('DEL', jk)
+  emit(prefix, 'removed', id)
 end
 
 -- Cancels job `id` (record `jk`, `job` its hfields 'st', 'dd', 'cx',

@@ -1,6 +1,7 @@
 //! `lua/flow_add.lua`: adds a flow in one atomic call.
 
 use super::Spec;
+use super::call::Call;
 use super::call::unexpected;
 use super::codes::Code;
 use super::enqueue::NewJob;
@@ -28,9 +29,27 @@ pub(crate) struct FlowNode {
     pub queue: Option<String>,
 }
 
+/// Appends `nodes` to `call`, 10 arguments each, as `lua/flow_add.lua`
+/// takes them.
+pub(super) fn node_args(call: &mut Call, nodes: &[FlowNode]) {
+    for n in nodes {
+        let j = &n.job;
+        call.arg(&n.name)
+            .arg(&j.payload)
+            .arg(j.priority)
+            .arg(j.limits.encode())
+            .arg(j.lane.as_deref().unwrap_or_default())
+            .arg(j.kind.as_deref().unwrap_or_default())
+            .arg(j.traceparent.as_deref().unwrap_or_default())
+            .arg(&n.children)
+            .arg(&n.parents)
+            .arg(n.queue.as_deref().unwrap_or_default());
+    }
+}
+
 /// Adds flow `id` (`None` mints one) of `nodes` to the queue of `k`, its
-/// hash kept `keep_ms` after every node ended; answers its id and whether
-/// how many messages it pushed onto the queue's outbox (for nodes of other
+/// hash kept `keep_ms` after every node ended; answers its id, how many
+/// messages it pushed onto the queue's outbox (for nodes of other
 /// queues), and whether the call is as durable as `durability` asks.
 ///
 /// # Errors
@@ -47,19 +66,7 @@ pub(crate) async fn run(
     let mut call = SPEC.call();
     call.key(&k.seq).key(&k.pending).key(&k.delayed).key(&k.wake).key(&k.meta);
     call.arg(&k.base).arg(id.unwrap_or_default()).arg(keep_ms).arg(nodes.len());
-    for n in nodes {
-        let j = &n.job;
-        call.arg(&n.name)
-            .arg(&j.payload)
-            .arg(j.priority)
-            .arg(j.limits.encode())
-            .arg(j.lane.as_deref().unwrap_or_default())
-            .arg(j.kind.as_deref().unwrap_or_default())
-            .arg(j.traceparent.as_deref().unwrap_or_default())
-            .arg(&n.children)
-            .arg(&n.parents)
-            .arg(n.queue.as_deref().unwrap_or_default());
-    }
+    node_args(&mut call, nodes);
     let (mut r, confirmed) = call.run_confirmed(conn, durability).await?;
     let _now = r.uint()?;
     let code = r.code()?;

@@ -239,6 +239,8 @@ scripts! {
     flow_cancel,
     flow_read,
     flow_deliver,
+    flow_extend,
+    flow_remove,
     #[cfg(feature = "cron")]
     schedule_upsert,
     #[cfg(feature = "cron")]

@@ -5,7 +5,10 @@
 //! step of every flow completed, no parent was created or started before
 //! every child it waits on had finished, each parent and each batch
 //! callback was enqueued exactly once (the event stream), after every
-//! member had ended.
+//! member had ended. Half the flows have two steps on a second queue, so
+//! their steps are made and their ends come back by relayed messages,
+//! which crashes deliver twice (a relay dropped between applying and
+//! taking off) and the restart must not lose.
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -32,17 +35,29 @@ fn options() -> QueueOptions {
         .backoff(Backoff::Fixed(Duration::from_millis(20)))
 }
 
+/// Steps an odd flow puts on the second queue (a leaf and a parent).
+const ELSEWHERE: [&str; 2] = ["b", "mid"];
+
 /// A flow of six steps: two leaves, a step after both, one with two
-/// parents, and a top after both of those.
-fn flow(i: usize) -> FlowSpec {
+/// parents, and a top after both of those; an odd one has the steps of
+/// [`ELSEWHERE`] on `other`.
+fn flow(i: usize, other: &Queue) -> FlowSpec {
+    let step = |name: &str| {
+        let s = Step::new(name, &i).unwrap();
+        if i % 2 == 1 && ELSEWHERE.contains(&name) {
+            s.on(other)
+        } else {
+            s
+        }
+    };
     FlowSpec::new()
         .id(format!("f{i}"))
-        .step(Step::new("a", &i).unwrap())
-        .step(Step::new("b", &i).unwrap())
-        .step(Step::new("ab", &i).unwrap().after("a").after("b"))
-        .step(Step::new("c", &i).unwrap())
-        .step(Step::new("mid", &i).unwrap().after("ab").after("c"))
-        .step(Step::new("top", &i).unwrap().after("mid").after("c"))
+        .step(step("a"))
+        .step(step("b"))
+        .step(step("ab").after("a").after("b"))
+        .step(step("c"))
+        .step(step("mid").after("ab").after("c"))
+        .step(step("top").after("mid").after("c"))
 }
 
 /// A job's fate on an attempt, fixed by its id and attempt (FNV-1a, then
@@ -101,22 +116,33 @@ fn flows_and_batches_survive_crashes_and_a_restart() {
     let mut server = LocalServer::builder().aof(true).appendfsync("always").start().unwrap();
     let url = server.url();
     let name = super::common::unique("flow-crash");
+    let name2 = super::common::unique("flow-crash-other");
     let main = tokio::runtime::Runtime::new().unwrap();
-    let q: Queue = main.block_on(async {
+    let (q, q2): (Queue, Queue) = main.block_on(async {
         let opts = ClientOptions::new().response_timeout(Duration::from_millis(500));
         let client = echomq::Client::connect_with(&url, opts).await.unwrap();
         let q = client.queue_with(&name, options()).await.unwrap();
+        let q2 = client.queue_with(&name2, options()).await.unwrap();
         // room for every event of the run: the check reads them all
-        q.set_events(&EventSettings::default().max_len(1_000_000))
-            .await
-            .unwrap();
-        q
+        for q in [&q, &q2] {
+            q.set_events(&EventSettings::default().max_len(1_000_000))
+                .await
+                .unwrap();
+        }
+        (q, q2)
     });
-    let mut workers: Vec<tokio::runtime::Runtime> = (0..3).map(|_| worker(&url, &name)).collect();
+    // workers of the two queues, in turn
+    let names = [name.clone(), name2.clone()];
+    let mut started = 0;
+    let mut next_worker = || {
+        started += 1;
+        worker(&url, &names[started % 2])
+    };
+    let mut workers: Vec<tokio::runtime::Runtime> = (0..4).map(|_| next_worker()).collect();
     // Flows and batches added while workers crash.
     main.block_on(async {
         for i in 0..FLOWS {
-            q.add_flow(&flow(i)).await.unwrap();
+            q.add_flow(&flow(i, &q2)).await.unwrap();
         }
         for i in 0..BATCHES {
             let b = q
@@ -139,7 +165,7 @@ fn flows_and_batches_survive_crashes_and_a_restart() {
         std::thread::sleep(Duration::from_millis(250));
         // a crash: the oldest worker's runtime dropped mid-work, a new one started
         workers.remove(0).shutdown_background();
-        workers.push(worker(&url, &name));
+        workers.push(next_worker());
         crashes += 1;
         if crashes == 3 && !restarted {
             server.restart().unwrap();
@@ -158,7 +184,12 @@ fn flows_and_batches_survive_crashes_and_a_restart() {
                     _ => return false,
                 }
             }
-            q.counts().await.is_ok_and(|c| c.pending + c.active + c.delayed == 0)
+            for q in [&q, &q2] {
+                if !q.counts().await.is_ok_and(|c| c.pending + c.active + c.delayed == 0) {
+                    return false;
+                }
+            }
+            true
         });
         if done || Instant::now() > until {
             break done;
@@ -171,18 +202,21 @@ fn flows_and_batches_survive_crashes_and_a_restart() {
     assert!(ended, "every flow and batch ended within 90 s ({crashes} crashes)");
 
     main.block_on(async {
-        // every enqueue on the stream, by job id
-        let mut reader = q.events(EventCursor::Start).await.unwrap();
+        // every enqueue on both queues' streams, by job id
         let mut enqueued: HashMap<String, usize> = HashMap::new();
-        while let Some(ev) = reader.next_within(Duration::from_millis(200)).await.unwrap() {
-            if ev.kind == EventKind::Enqueued {
-                *enqueued.entry(ev.job_id.unwrap()).or_default() += 1;
+        for q in [&q, &q2] {
+            let mut reader = q.events(EventCursor::Start).await.unwrap();
+            while let Some(ev) = reader.next_within(Duration::from_millis(200)).await.unwrap() {
+                if ev.kind == EventKind::Enqueued {
+                    *enqueued.entry(ev.job_id.unwrap()).or_default() += 1;
+                }
             }
         }
-        let info = |id: String| {
-            let q = q.clone();
+        let job_of = |id: String, elsewhere: bool| {
+            let q = if elsewhere { q2.clone() } else { q.clone() };
             async move { q.job(&id).await.unwrap() }
         };
+        let info = |id: String| job_of(id, false);
         let mut stalls = 0;
         for i in 0..FLOWS {
             let f = q.flow(&format!("f{i}")).unwrap();
@@ -190,7 +224,7 @@ fn flows_and_batches_survive_crashes_and_a_restart() {
             assert_eq!(st.count(StepState::Completed), 6, "{st:?}");
             let mut jobs: HashMap<&str, JobInfo> = HashMap::new();
             for step in ["a", "b", "ab", "c", "mid", "top"] {
-                let j = info(f.job_id(step)).await;
+                let j = job_of(f.job_id(step), i % 2 == 1 && ELSEWHERE.contains(&step)).await;
                 assert_eq!(j.state, JobState::Completed);
                 stalls += j.stalls;
                 assert_eq!(enqueued.get(&j.id), Some(&1), "{} enqueued once", j.id);

@@ -17,9 +17,10 @@ use crate::render::when_opt;
 /// with several parents appears under each; a step already shown higher
 /// on its own branch is not shown again (a flow has no cycle, but a
 /// record might).
-fn tree(st: &FlowStatus) -> String {
+fn tree(st: &FlowStatus, home: &str) -> String {
     struct Tree<'a> {
         st: &'a FlowStatus,
+        home: &'a str,
         by_name: HashMap<&'a str, usize>,
         width: usize,
         out: String,
@@ -30,7 +31,13 @@ fn tree(st: &FlowStatus) -> String {
             let s = &self.st.steps[i];
             let label = format!("{lead}{branch}{}", s.name);
             let w = self.width + lead.chars().count();
-            let _ = writeln!(self.out, "{label:<w$} {}", s.state.as_str());
+            // a step on another queue than the flow's says which
+            let on = if s.queue == self.home {
+                String::new()
+            } else {
+                format!(" (on {})", s.queue)
+            };
+            let _ = writeln!(self.out, "{label:<w$} {}{on}", s.state.as_str());
             if self.path.contains(&i) || self.path.len() > 64 {
                 return;
             }
@@ -58,6 +65,7 @@ fn tree(st: &FlowStatus) -> String {
         .collect();
     let mut t = Tree {
         st,
+        home,
         by_name: st.steps.iter().enumerate().map(|(i, s)| (s.name.as_str(), i)).collect(),
         width: st.steps.iter().map(|s| s.name.len()).max().unwrap_or(0) + 4,
         out: String::new(),
@@ -95,7 +103,7 @@ pub async fn flow(ctx: &Ctx, id: &str) -> Result<Output, Failure> {
         "ended": st.is_ended(),
         "counts": counts,
         "steps": st.steps.iter().map(|s| json!({
-            "name": s.name, "job_id": s.job_id, "state": s.state.as_str(), "after": s.after,
+            "name": s.name, "job_id": s.job_id, "queue": s.queue, "state": s.state.as_str(), "after": s.after,
         })).collect::<Vec<_>>(),
     });
     let summary: Vec<String> = counts.iter().map(|(k, v)| format!("{v} {k}")).collect();
@@ -104,7 +112,7 @@ pub async fn flow(ctx: &Ctx, id: &str) -> Result<Output, Failure> {
         q.name(),
         st.steps.len(),
         summary.join(", "),
-        tree(&st)
+        tree(&st, q.name())
     );
     Ok(Output::ok(json, text))
 }

@@ -17,7 +17,9 @@ use crate::html::{escape, page, queue_path, segment};
 
 /// Nested lists, from the flow's ends (steps no other runs after) down to
 /// its leaves; a step with several parents is shown under each.
-fn tree(st: &FlowStatus, jobs: &str) -> String {
+/// `up` leads to the dashboard's root; a step's job is linked on its own
+/// queue, and one on another queue than `home` says which.
+fn tree(st: &FlowStatus, up: &str, home: &str) -> String {
     let by_name: HashMap<&str, usize> = st.steps.iter().enumerate().map(|(i, s)| (s.name.as_str(), i)).collect();
     let has_parent: HashSet<&str> = st
         .steps
@@ -28,7 +30,8 @@ fn tree(st: &FlowStatus, jobs: &str) -> String {
         st: &FlowStatus,
         by_name: &HashMap<&str, usize>,
         i: usize,
-        jobs: &str,
+        up: &str,
+        home: &str,
         path: &mut Vec<usize>,
         out: &mut String,
     ) {
@@ -37,18 +40,24 @@ fn tree(st: &FlowStatus, jobs: &str) -> String {
         let name = if s.state == StepState::Waiting || s.state == StepState::Gone {
             escape(&s.name)
         } else {
+            let jobs = format!("{up}{}/jobs", queue_path(&s.queue));
             format!("<a href=\"{jobs}/{}\">{}</a>", segment(&s.job_id), escape(&s.name))
+        };
+        let on = if s.queue == home {
+            String::new()
+        } else {
+            format!(" <span class=\"hint\">on {}</span>", escape(&s.queue))
         };
         let _ = write!(
             out,
-            "<li data-step=\"{n}\">{name} <span class=\"state {state}\" data-state=\"{state}\">{state}</span>",
+            "<li data-step=\"{n}\">{name} <span class=\"state {state}\" data-state=\"{state}\">{state}</span>{on}",
             n = escape(&s.name)
         );
         if !s.after.is_empty() && !path.contains(&i) && path.len() < 64 {
             path.push(i);
             out.push_str("<ul>");
             for c in s.after.iter().filter_map(|n| by_name.get(n.as_str())) {
-                item(st, by_name, *c, jobs, path, out);
+                item(st, by_name, *c, up, home, path, out);
             }
             out.push_str("</ul>");
             path.pop();
@@ -58,7 +67,7 @@ fn tree(st: &FlowStatus, jobs: &str) -> String {
     let mut out = String::from("<ul class=\"flow\" id=\"flow\">");
     for (i, s) in st.steps.iter().enumerate() {
         if !has_parent.contains(s.name.as_str()) {
-            item(st, &by_name, i, jobs, &mut Vec::new(), &mut out);
+            item(st, &by_name, i, up, home, &mut Vec::new(), &mut out);
         }
     }
     out.push_str("</ul>");
@@ -98,7 +107,7 @@ pub(crate) async fn flow(
         n = st.steps.len(),
         summary = escape(&summary.join(", ")),
         ended = if st.is_ended() { " (ended)" } else { "" },
-        tree = tree(&st, &format!("{here}/jobs")),
+        tree = tree(&st, &base.up, &name),
     );
     let crumbs = format!(" / <a href=\"{here}\">{}</a> / flow {}", escape(&name), escape(&id));
     Ok(html(
