@@ -255,6 +255,74 @@ fn flows_and_batches_survive_crashes_and_a_restart() {
                 assert!(cb.created_ms >= b.ended_at.unwrap());
             }
         }
-        println!("flows under crashes: {crashes} crashes, one restart, {stalls} stalls among flow steps");
+        // a relay dropped between applying a message and taking it off
+        // leaves it there, to be delivered again (a no-op) by the next one
+        for q in [&q, &q2] {
+            q.relay().await.unwrap();
+        }
+        let receipts = check_records(&url, &name, &name2).await;
+        println!(
+            "flows under crashes: {crashes} crashes, one restart, {stalls} stalls among flow steps, \
+             {receipts} steps made on the second queue by message"
+        );
     });
+}
+
+/// The server's final state, as a checker reads it: every flow record of
+/// `home` is whole (every edge between two of its steps, every step ended
+/// once, no step still waiting or holding its spec, no steps left to
+/// count, its keep time running), no outbox holds a message, and the
+/// second queue holds one receipt per step it was sent (each step's job
+/// enqueued once is the event stream's check). Answers the receipts.
+async fn check_records(url: &str, home: &str, other: &str) -> usize {
+    let mut c = redis::Client::open(url)
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    for i in 0..FLOWS {
+        let fk = format!("emq:{{{home}}}:flow:f{i}");
+        let h: HashMap<String, String> = redis::cmd("HGETALL").arg(&fk).query_async(&mut c).await.unwrap();
+        let nodes: Vec<&str> = h["nodes"].split('\x1f').collect();
+        assert_eq!(h["left"], "0", "f{i}: steps left to count");
+        for name in &nodes {
+            assert!(
+                h[&format!("r:{name}")].starts_with('c'),
+                "f{i}: {name} ended once, completed"
+            );
+            for gone in ["w:", "sp:", "so:"] {
+                assert!(
+                    !h.contains_key(&format!("{gone}{name}")),
+                    "f{i}: {gone}{name} left over"
+                );
+            }
+            if let Some(kids) = h.get(&format!("k:{name}")) {
+                for edge in kids.split('\x1e') {
+                    let kid = edge.split('\x1f').next().unwrap();
+                    assert!(nodes.contains(&kid), "f{i}: dangling edge {name} -> {kid}");
+                }
+            }
+        }
+        let ttl: i64 = redis::cmd("PTTL").arg(&fk).query_async(&mut c).await.unwrap();
+        assert!(ttl > 0, "f{i}: its record's keep time runs");
+    }
+    for q in [home, other] {
+        let n: usize = redis::cmd("LLEN")
+            .arg(format!("emq:{{{q}}}:outbox"))
+            .query_async(&mut c)
+            .await
+            .unwrap();
+        assert_eq!(n, 0, "{q}: messages left on the outbox");
+    }
+    let receipts: usize = redis::cmd("ZCARD")
+        .arg(format!("emq:{{{other}}}:inbox"))
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    assert_eq!(
+        receipts,
+        FLOWS / 2 * ELSEWHERE.len(),
+        "one node message applied per step"
+    );
+    receipts
 }
