@@ -157,7 +157,7 @@ impl Keys {
         format!("{}batch:{id}", self.base)
     }
 
-    /// The hash of flow `id` (`src/flow.rs`, `lua/lib/flow.lua`).
+    /// The hash of flow `id` (`src/flow/`, `lua/lib/flow.lua`).
     pub fn flow(&self, id: &str) -> String {
         format!("{}flow:{id}", self.base)
     }
