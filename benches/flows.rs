@@ -87,6 +87,45 @@ async fn run_on(queues: &[&Queue], want: usize) -> Times {
     }
 }
 
+/// Adds flow `id` to `home`, a parent after `children` children (on
+/// `there` when given), and runs it with a worker on both queues; answers
+/// the add's time, the time from the last child's return to the parent's
+/// start (ms), and the server commands per child.
+async fn measure(
+    raw: &mut MultiplexedConnection,
+    home: &Queue,
+    there: Option<&Queue>,
+    id: &str,
+    children: usize,
+) -> (f64, f64, f64) {
+    let mut spec = FlowSpec::new().id(id);
+    let mut parent = Step::new("parent", &json!({"parent": true})).unwrap();
+    for i in 0..children {
+        let child = Step::new(format!("c{i}"), &json!({"i": i})).unwrap();
+        spec = spec.step(match there {
+            Some(q) => child.on(q),
+            None => child,
+        });
+        parent = parent.after(format!("c{i}"));
+    }
+    spec = spec.step(parent);
+    let before = snap(raw).await;
+    let start = Instant::now();
+    home.add_flow(&spec).await.unwrap();
+    let add_ms = start.elapsed().as_secs_f64() * 1e3;
+    let queues: Vec<&Queue> = std::iter::once(home).chain(there).collect();
+    let t = run_on(&queues, children + 1).await;
+    assert_eq!(t.done, children + 1, "every child and the parent ran");
+    let cmds = snap(raw).await.since(&before).all_calls() as f64 / children as f64;
+    let release_ms = t
+        .parent_started
+        .unwrap()
+        .duration_since(t.last_child_done.unwrap())
+        .as_secs_f64()
+        * 1e3;
+    (add_ms, release_ms, cmds)
+}
+
 #[tokio::main]
 async fn main() {
     let children: usize = env_or("CHILDREN", 1000);
@@ -111,26 +150,7 @@ async fn main() {
         let plain = snap(&mut raw).await.since(&before).all_calls() as f64 / children as f64;
 
         let q = client.queue(&format!("flow-{r}")).await.unwrap();
-        let mut spec = FlowSpec::new().id(format!("f{r}"));
-        let mut parent = Step::new("parent", &json!({"parent": true})).unwrap();
-        for i in 0..children {
-            spec = spec.step(Step::new(format!("c{i}"), &json!({"i": i})).unwrap());
-            parent = parent.after(format!("c{i}"));
-        }
-        spec = spec.step(parent);
-        let before = snap(&mut raw).await;
-        let start = Instant::now();
-        q.add_flow(&spec).await.unwrap();
-        let add_ms = start.elapsed().as_secs_f64() * 1e3;
-        let t = run(&q, children + 1).await;
-        assert_eq!(t.done, children + 1, "every child and the parent ran");
-        let flow = snap(&mut raw).await.since(&before).all_calls() as f64 / children as f64;
-        let release_ms = t
-            .parent_started
-            .unwrap()
-            .duration_since(t.last_child_done.unwrap())
-            .as_secs_f64()
-            * 1e3;
+        let (add_ms, release_ms, flow) = measure(&mut raw, &q, None, &format!("f{r}"), children).await;
         println!(
             "{}",
             json!({"round": r, "children": children, "add_flow_ms": round(add_ms, 2),
@@ -146,26 +166,7 @@ async fn main() {
         // brought back, by relayed messages
         let home = client.queue(&format!("home-{r}")).await.unwrap();
         let there = client.queue(&format!("there-{r}")).await.unwrap();
-        let mut spec = FlowSpec::new().id(format!("x{r}"));
-        let mut parent = Step::new("parent", &json!({"parent": true})).unwrap();
-        for i in 0..children {
-            spec = spec.step(Step::new(format!("c{i}"), &json!({"i": i})).unwrap().on(&there));
-            parent = parent.after(format!("c{i}"));
-        }
-        spec = spec.step(parent);
-        let before = snap(&mut raw).await;
-        let start = Instant::now();
-        home.add_flow(&spec).await.unwrap();
-        let add_ms = start.elapsed().as_secs_f64() * 1e3;
-        let t = run_on(&[&home, &there], children + 1).await;
-        assert_eq!(t.done, children + 1, "every child and the parent ran");
-        let cmds = snap(&mut raw).await.since(&before).all_calls() as f64 / children as f64;
-        let release_ms = t
-            .parent_started
-            .unwrap()
-            .duration_since(t.last_child_done.unwrap())
-            .as_secs_f64()
-            * 1e3;
+        let (add_ms, release_ms, cmds) = measure(&mut raw, &home, Some(&there), &format!("x{r}"), children).await;
         println!(
             "{}",
             json!({"round": r, "children_on_another_queue": children, "add_flow_ms": round(add_ms, 2),
