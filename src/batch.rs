@@ -239,7 +239,9 @@ impl Queue {
     /// [`Error::InvalidOption`] for a keep time past [`MAX_KEEP`],
     /// [`Error::PayloadTooLarge`] for a callback payload past the queue's
     /// limit, [`Error::BatchExists`] when the id is taken (nothing written),
-    /// or a server error.
+    /// [`Error::NotDurable`] when opened on the primary but confirmed by
+    /// fewer replicas than the queue's [`Durability`](crate::Durability)
+    /// asks (opening again answers `BatchExists`), or a server error.
     pub async fn open_batch(&self, opts: &BatchOptions) -> Result<Batch> {
         if let Some(id) = &opts.id {
             check_id(id)?;
@@ -258,7 +260,16 @@ impl Queue {
             .each_ref()
             .map(|e| e.as_ref().map(|(payload, kind)| NewCallback { payload, kind: *kind }));
         let keep_ms = u64::try_from(keep.as_millis()).unwrap_or(u64::MAX);
-        let id = store::batch_open::run(&mut self.conn(), self.keys(), opts.id.as_deref(), keep_ms, callbacks).await?;
+        let durability = self.options().durability;
+        let id = store::batch_open::run(
+            &mut self.conn(),
+            self.keys(),
+            opts.id.as_deref(),
+            keep_ms,
+            callbacks,
+            durability,
+        )
+        .await?;
         Ok(Batch {
             queue: self.clone(),
             id,
@@ -337,9 +348,13 @@ impl Batch {
     ///
     /// # Errors
     /// [`Error::BatchClosed`] when it was closed already (nothing changed),
-    /// [`Error::BatchNotFound`], or a server error.
+    /// [`Error::BatchNotFound`], [`Error::NotDurable`] when closed on the
+    /// primary but confirmed by fewer replicas than the queue's
+    /// [`Durability`](crate::Durability) asks (closing again answers
+    /// `BatchClosed`), or a server error.
     pub async fn close(&self) -> Result<()> {
-        store::batch_close::run(&mut self.queue.conn(), self.queue.keys(), &self.id).await
+        let durability = self.queue.options().durability;
+        store::batch_close::run(&mut self.queue.conn(), self.queue.keys(), &self.id, durability).await
     }
 
     /// The batch's counts now.

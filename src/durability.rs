@@ -29,7 +29,15 @@
 //! run): short, it answers [`Error::NotDurable`] with the ids, and
 //! cancelling again answers
 //! [`Cancel::Finished`](crate::admin::Cancel::Finished) for those already
-//! cancelled. Other operator writes (retry, remove, promote) and the
+//! cancelled. Adding a flow ([`Queue::add_flow`](crate::Queue::add_flow))
+//! and opening and closing a batch
+//! ([`Queue::open_batch`](crate::Queue::open_batch),
+//! [`Batch::close`](crate::batch::Batch::close)) are confirmed too (a
+//! close lost in a failover would leave the batch open, its callbacks
+//! never enqueued): short, they answer [`Error::NotDurable`] with the
+//! flow's or batch's id, and doing it again answers
+//! [`Error::FlowExists`], [`Error::BatchExists`] or
+//! [`Error::BatchClosed`]: the first write stands. Other operator writes (retry, remove, promote) and the
 //! schedules' ticks are not confirmed; a tick whose job a failover lost is
 //! taken again by the next pass on the new master, which lost the record
 //! of the tick with it.
@@ -101,6 +109,19 @@ pub enum Durability {
 /// asked, a [`Shortfall`] when fewer confirmed, an error when it cannot
 /// be used at all.
 pub(crate) type Confirmed = Result<Option<Shortfall>>;
+
+/// A write of one named thing (a batch, a flow) answered as its
+/// confirmation says: [`Error::NotDurable`] naming `id` when it fell short.
+pub(crate) fn confirm(confirmed: Confirmed, id: &str) -> Result<()> {
+    match confirmed? {
+        None => Ok(()),
+        Some(s) => Err(Error::NotDurable {
+            ids: vec![id.to_owned()],
+            acked: s.acked,
+            wanted: s.wanted,
+        }),
+    }
+}
 
 /// A confirmation that fell short: how many replicas (or, for `Fsynced`,
 /// fsyncs counting the primary's) confirmed, and how many were asked for.

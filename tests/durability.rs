@@ -168,6 +168,49 @@ async fn unconfirmed_enqueues_say_so_with_their_ids() {
     assert_eq!(q.job(leases[0].id()).await.unwrap().state, JobState::Completed);
 }
 
+// Adding a flow, opening a batch and closing it are confirmed as an
+// enqueue is: short of replicas each answers NotDurable with the flow's or
+// batch's id, and doing it again answers that the first write stands.
+#[tokio::test]
+async fn unconfirmed_flows_and_batches_say_so() {
+    use echomq::batch::{BatchOptions, Callback};
+    use echomq::flow::{FlowSpec, Step};
+    let primary = LocalServer::start().unwrap();
+    let short = Durability::Replicas {
+        count: 1,
+        timeout: Duration::from_millis(50),
+    };
+    let q = Queue::connect_with(&primary.url(), &unique("dur"), QueueOptions::new().durability(short))
+        .await
+        .unwrap();
+    let spec = FlowSpec::new()
+        .id("order-7")
+        .step(Step::new("charge", &1u32).unwrap())
+        .step(Step::new("ship", &2u32).unwrap().after("charge"));
+    let short_of = |e: Error, id: &str| match e {
+        Error::NotDurable {
+            ids,
+            acked: 0,
+            wanted: 1,
+        } => assert_eq!(ids, [id]),
+        other => panic!("expected NotDurable for {id}, got {other:?}"),
+    };
+    short_of(q.add_flow(&spec).await.unwrap_err(), "order-7");
+    assert!(matches!(q.add_flow(&spec).await, Err(Error::FlowExists(_))));
+    let opts = BatchOptions::new()
+        .id("b-7")
+        .on_complete(Callback::new(&"done").unwrap());
+    short_of(q.open_batch(&opts).await.unwrap_err(), "b-7");
+    assert!(matches!(q.open_batch(&opts).await, Err(Error::BatchExists(_))));
+    let b = q.batch("b-7").unwrap();
+    short_of(b.close().await.unwrap_err(), "b-7");
+    assert!(matches!(b.close().await, Err(Error::BatchClosed(_))));
+    // The close stood: the empty batch ended, its callback enqueued once.
+    let st = b.status().await.unwrap();
+    assert!(st.complete_at.is_some(), "{st:?}");
+    assert_eq!(q.job("b-7:complete").await.unwrap().state, JobState::Pending);
+}
+
 // Fsynced needs WAITAOF and an append-only file: refused when the queue
 // handle is made without them, kept with them.
 #[tokio::test]

@@ -70,13 +70,7 @@ impl Queue {
             // (or, when that fails, by a later relay of this queue).
             crate::relay::relay_or_log(self).await;
         }
-        if let Some(s) = confirmed? {
-            return Err(Error::NotDurable {
-                ids: vec![id],
-                acked: s.acked,
-                wanted: s.wanted,
-            });
-        }
+        crate::durability::confirm(confirmed, &id)?;
         Ok(Flow {
             queue: self.clone(),
             id,

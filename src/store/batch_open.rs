@@ -4,6 +4,7 @@ use super::Spec;
 use super::call::unexpected;
 use super::codes::Code;
 use crate::conn::Conn;
+use crate::durability::{Durability, confirm};
 use crate::error::{Error, Result};
 use crate::keys::Keys;
 
@@ -33,10 +34,11 @@ pub(crate) struct NewCallback<'a> {
 
 /// Opens batch `id` (`None` mints one) on the queue of `k`, its hash kept
 /// `keep_ms` after its end, with the callbacks on success, on complete
-/// and on death given; answers its id.
+/// and on death given, confirmed as `durability` asks; answers its id.
 ///
 /// # Errors
-/// [`Error::BatchExists`] when the id is taken (nothing written), or a
+/// [`Error::BatchExists`] when the id is taken (nothing written),
+/// [`Error::NotDurable`] (opened on the primary, confirmed by fewer), or a
 /// server error.
 pub(crate) async fn run(
     conn: &mut Conn,
@@ -44,6 +46,7 @@ pub(crate) async fn run(
     id: Option<&str>,
     keep_ms: u64,
     callbacks: [Option<NewCallback<'_>>; 3],
+    durability: Durability,
 ) -> Result<String> {
     let mut call = SPEC.call();
     call.key(&k.seq).key(&k.meta);
@@ -54,12 +57,12 @@ pub(crate) async fn run(
             None => call.arg("").arg(""),
         };
     }
-    let mut r = call.run(conn).await?;
+    let (mut r, confirmed) = call.run_confirmed(conn, durability).await?;
     let _now = r.uint()?;
     let code = r.code()?;
     let id = r.string()?;
     match code {
-        Code::Ok => Ok(id),
+        Code::Ok => confirm(confirmed, &id).map(|()| id),
         Code::Exists => Err(Error::BatchExists(id)),
         other => Err(unexpected("batch_open", other)),
     }
