@@ -3,7 +3,7 @@
 //! comma-separated list of `no-token-check`, `client-clock`,
 //! `two-step-reaper`, `no-stall-increment`, `per-job-token`,
 //! `no-lane-cap`, `no-global-cap`, `no-rate-limit`, `tick-twice`,
-//! `cancel-keeps-waiting` and `flow-release-early`; each breaks one
+//! `cancel-keeps-waiting`, `flow-release-early` and `batch-end-early`; each breaks one
 //! guarantee, so the suite can assert that its checks notice.
 //! `settler-panic` makes a consumer's settler panic on its first batch, so
 //! a test can check how the consumer survives one of its own tasks dying.
@@ -67,6 +67,13 @@ pub(crate) fn apply(source: &str) -> String {
     if active("flow-release-early") {
         // a flow's parent is enqueued when one child is left, not none.
         src = src.replace("          elseif left == 0 then", "          elseif left <= 1 then");
+    }
+    if active("batch-end-early") {
+        // a closed batch ends when one member is left to end, not none.
+        src = src.replace(
+            "(tonumber(b[4]) or 0) < n then return end",
+            "(tonumber(b[4]) or 0) < n - 1 then return end",
+        );
     }
     if active("per-job-token") {
         // 0.1's scheme: the token is the job's own attempt count, which

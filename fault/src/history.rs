@@ -107,6 +107,56 @@ pub enum Ev {
         /// The latest tick taken as missed, if any.
         missed_ms: Option<u64>,
     },
+    /// A flow is about to be added (`Queue::add_flow`, with a caller-chosen
+    /// id, so an unknown outcome is retried safely): each step's job id,
+    /// with the job ids of the steps it waits on.
+    FlowInvoke {
+        /// The flow's id.
+        flow: String,
+        /// (job id, the job ids it waits on) of every step.
+        steps: Vec<(String, Vec<String>)>,
+    },
+    /// The flow was added: `status` "created", or "existing" when a retry
+    /// after an unknown outcome found it there.
+    FlowOk {
+        /// The flow's id.
+        flow: String,
+        /// "created" or "existing".
+        status: String,
+        /// How long the call took.
+        ms: u64,
+    },
+    /// Adding the flow failed: `definite` when nothing can have been
+    /// stored; otherwise it is retried with the same id.
+    FlowFail {
+        /// The flow's id.
+        flow: String,
+        /// The error.
+        error: String,
+        /// True when the flow surely was not stored.
+        definite: bool,
+        /// How long the call took.
+        ms: u64,
+    },
+    /// A batch is about to be opened (`Queue::open_batch`, caller-chosen
+    /// id), with the job ids its callbacks get. Its members are recorded
+    /// as enqueues (`EnqueueInvoke`, `EnqueueOk`).
+    BatchInvoke {
+        /// The batch's id.
+        batch: String,
+        /// The job ids of its callbacks ("BID:success", "BID:complete").
+        callbacks: Vec<String>,
+    },
+    /// The batch was closed (`Batch::close` answered, or a retry found it
+    /// closed): these are all its members.
+    BatchClosed {
+        /// The batch's id.
+        batch: String,
+        /// The job ids of its members.
+        members: Vec<String>,
+        /// How long the call took.
+        ms: u64,
+    },
     /// A job was leased (the consumer's `Claimed` event).
     Claimed {
         /// The job.

@@ -22,6 +22,7 @@
 pub mod aof;
 pub mod args;
 pub mod check;
+pub mod groups;
 pub mod harness;
 pub mod history;
 pub mod netns;

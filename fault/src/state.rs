@@ -26,6 +26,8 @@ pub struct JobRecord {
     pub created_ms: u64,
     /// `ft`: finished, server ms.
     pub finished_ms: Option<u64>,
+    /// `fs`: first started (its first claim), server ms.
+    pub first_started_ms: Option<u64>,
     /// The last settlement, "OP:TOKEN" (the newest entry of `lo`).
     pub last_op: Option<String>,
     /// `lo`: the job's last settlements (at most 8), newest first.
@@ -55,6 +57,16 @@ pub struct ServerState {
     pub lane_ring: BTreeMap<String, f64>,
     /// Lanes: pending jobs per lane set (`lane:L`) that exists.
     pub lane_pending: BTreeMap<String, u64>,
+    /// Flow records (`flow:FID`): flow id → the hash's fields.
+    pub flows: BTreeMap<String, BTreeMap<String, String>>,
+    /// Batch records (`batch:BID`): batch id → the hash's fields.
+    pub batches: BTreeMap<String, BTreeMap<String, String>>,
+    /// Messages left on the queue's outbox for other queues.
+    pub outbox: u64,
+    /// Job id → its `enqueued` events in the queue's event stream, read
+    /// through the library's reader; `None` when the stream could not be
+    /// read.
+    pub enqueued: Option<BTreeMap<String, u64>>,
 }
 
 /// The payload producers give job number `n`: 100 bytes or so of JSON, so
@@ -105,6 +117,7 @@ impl JobRecord {
             failures: num(f.get("f")),
             created_ms: num(f.get("ct")),
             finished_ms: f.get("ft").and_then(|s| s.parse().ok()),
+            first_started_ms: f.get("fs").and_then(|s| s.parse().ok()),
             last_op: f
                 .get("lo")
                 .and_then(|lo| lo.split_whitespace().next())
@@ -202,7 +215,7 @@ async fn owner_of(seed: &str, slot: i64) -> redis::RedisResult<Option<String>> {
 /// server, or for a cluster (see [`queue_url`]) the master of the queue's slot.
 pub async fn read(url: &str, queue: &str) -> redis::RedisResult<ServerState> {
     let url = queue_url(url, queue).await?;
-    let client = redis::Client::open(url)?;
+    let client = redis::Client::open(url.as_str())?;
     // The client's default 500 ms is too short for one reply holding a
     // whole run (the effect hashes and the completed set of 100,000 jobs
     // in a debug build).
@@ -214,6 +227,7 @@ pub async fn read(url: &str, queue: &str) -> redis::RedisResult<ServerState> {
     let mut job_keys = Vec::new();
     let mut dedup_keys = Vec::new();
     let mut lane_keys = Vec::new();
+    let mut group_keys = Vec::new();
     {
         let mut it: redis::AsyncIter<String> = c.scan_match(format!("{base}*")).await?;
         while let Some(k) = it.next_item().await {
@@ -224,6 +238,10 @@ pub async fn read(url: &str, queue: &str) -> redis::RedisResult<ServerState> {
                 dedup_keys.push((d.to_owned(), k.clone()));
             } else if let Some(l) = k.strip_prefix(&format!("{base}lane:")) {
                 lane_keys.push((l.to_owned(), k.clone()));
+            } else if let Some(f) = k.strip_prefix(&format!("{base}flow:")) {
+                group_keys.push((true, f.to_owned(), k.clone()));
+            } else if let Some(b) = k.strip_prefix(&format!("{base}batch:")) {
+                group_keys.push((false, b.to_owned(), k.clone()));
             }
         }
     }
@@ -258,7 +276,28 @@ pub async fn read(url: &str, queue: &str) -> redis::RedisResult<ServerState> {
             st.dedup_markers.insert(d, v);
         }
     }
+    for (is_flow, id, k) in group_keys {
+        let h: BTreeMap<String, String> = c.hgetall(&k).await?;
+        if is_flow { &mut st.flows } else { &mut st.batches }.insert(id, h);
+    }
+    st.outbox = c.llen(format!("{base}outbox")).await?;
+    st.enqueued = enqueued(&url, queue).await.ok();
     Ok(st)
+}
+
+/// Counts each job's `enqueued` events in `queue`'s event stream on `url`
+/// (the library's reader expands the entries that hold many jobs).
+async fn enqueued(url: &str, queue: &str) -> echomq::Result<BTreeMap<String, u64>> {
+    let client = echomq::Client::connect(url).await?;
+    let q = client.queue(queue).await?;
+    let mut reader = q.events(echomq::EventCursor::Start).await?;
+    let mut out = BTreeMap::new();
+    while let Some(ev) = reader.next_within(std::time::Duration::from_millis(200)).await? {
+        if let (echomq::EventKind::Enqueued, Some(id)) = (ev.kind, ev.job_id) {
+            *out.entry(id).or_default() += 1;
+        }
+    }
+    Ok(out)
 }
 
 #[cfg(test)]

@@ -350,6 +350,57 @@ fn torn_aof_tails_under_load() {
     );
 }
 
+// Flows and batches while workers are SIGKILLed at random and the server is SIGKILLed and restarted with a torn transaction at its AOF's tail: no step is created or starts before the steps it waits on ended, every step and callback is created once, callbacks only after every member ended, the records are whole (F1-F3, B1, B2).
+#[test]
+fn flows_and_batches_under_kills_and_torn_restarts() {
+    let _g = serial();
+    let plan = if long() {
+        scenarios::GroupsPlan {
+            flows: 400,
+            batches: 100,
+            jobs: 4_000,
+            kill_every_ms: 400,
+            restarts: 8,
+            torn: true,
+            limit: Duration::from_secs(600),
+        }
+    } else {
+        scenarios::GroupsPlan {
+            flows: 60,
+            batches: 15,
+            jobs: 300,
+            kill_every_ms: 500,
+            restarts: 2,
+            torn: true,
+            limit: Duration::from_secs(180),
+        }
+    };
+    let out = scenarios::flows_and_batches(&ctx(), &plan);
+    passed("flows_and_batches", &out);
+    assert_eq!(out.check.n("flows"), plan.flows);
+    assert_eq!(out.check.n("batches"), plan.batches);
+    assert_eq!(
+        out.check.n("batch_callbacks"),
+        2 * plan.batches,
+        "a success and a complete callback each"
+    );
+    for inv in ["F1", "F2", "F3", "B1", "B2"] {
+        assert_eq!(out.check.report["invariants"][inv], "full", "{inv} checked in full");
+    }
+    assert_eq!(out.notes["restart_error"], serde_json::Value::Null);
+    assert_eq!(
+        out.check.n("torn_tails"),
+        plan.restarts as u64,
+        "{:?}",
+        out.notes["tears"]
+    );
+    assert!(out.check.n("worker_kills") >= 3, "{}", out.summary());
+    assert!(
+        out.notes["restarts_while_producing"].as_u64() >= Some(1),
+        "no restart while flows were being added"
+    );
+}
+
 // The server's clock steps forward past every lease, again and again, under load (long tier only): leases lost to it are fenced, every duplicate explained, guarded effects once, nothing lost.
 #[test]
 fn server_clock_steps_under_load() {
@@ -611,6 +662,8 @@ fn cluster_smoke() {
         migrations: 1,
         worker_pauses: 1,
         clock_steps: 1,
+        flows_per_queue: 20,
+        batches_per_queue: 5,
         from: 0,
         limit: Duration::from_secs(90),
         jobs_per_s: 300.0,
@@ -630,6 +683,15 @@ fn cluster_smoke() {
         assert!(o.check.n("jobs") > 0, "[cluster {q}] no job read back from its master");
         if *waits {
             assert_eq!(o.check.n("lost_unconfirmed"), 0, "[cluster {q}] a WAIT queue lost jobs");
+            assert_eq!(o.check.n("flows"), plan.flows_per_queue, "[cluster {q}] flows");
+            assert_eq!(
+                o.check.n("batch_callbacks"),
+                2 * plan.batches_per_queue,
+                "[cluster {q}]"
+            );
+            for inv in ["F1", "F2", "F3", "B1", "B2"] {
+                assert_eq!(o.check.report["invariants"][inv], "full", "[cluster {q}] {inv}");
+            }
         }
     }
     assert_eq!(out.figures["failovers"], 1, "{}", out.figures);
@@ -670,6 +732,8 @@ fn cluster_failovers_and_migrations() {
             migrations: env_u64("ECHOMQ_FAULT_CLUSTER_MIGRATIONS", 1) as usize,
             worker_pauses: env_u64("ECHOMQ_FAULT_CLUSTER_WORKER_PAUSES", 3) as usize,
             clock_steps: env_u64("ECHOMQ_FAULT_CLUSTER_CLOCK_STEPS", 3) as usize,
+            flows_per_queue: env_u64("ECHOMQ_FAULT_CLUSTER_FLOWS", jobs / 60),
+            batches_per_queue: env_u64("ECHOMQ_FAULT_CLUSTER_BATCHES", jobs / 300),
             from: from + seg * jobs,
             limit: Duration::from_secs(60 + jobs / 100),
             jobs_per_s: env_u64("ECHOMQ_FAULT_CLUSTER_JOBS_PER_S", 500) as f64,

@@ -4,7 +4,8 @@
 //! `src/faults.rs`), selected at run time by `ECHOMQ_FAULT`:
 //! `no-token-check`, `client-clock`, `two-step-reaper`,
 //! `no-stall-increment`, `per-job-token`, `no-lane-cap`, `no-global-cap`,
-//! `no-rate-limit`. This test builds the fault
+//! `no-rate-limit`, `tick-twice`, `cancel-keeps-waiting`, `flow-release-early`,
+//! `batch-end-early`. This test builds the fault
 //! binaries and the library's core and lane tests (this crate's
 //! `guarantees` target) once each with that cfg (into `target/faults`, so
 //! the normal build is untouched; about a minute and a half on 2 cores),
@@ -221,6 +222,7 @@ fn without_a_control_the_faults_build_passes() {
         lanes_test("caps::a_cap_bounds_active_jobs", None),
         "the lane test fails without any control"
     );
+    passed("none/groups", &scenarios::flows_and_batches(&c, &groups_plan()));
     passed(
         "none/limits",
         &scenarios::limits(&c, scenarios::LimitsRun::short(), std::time::Duration::from_secs(90)),
@@ -369,18 +371,46 @@ fn tick_twice_is_caught() {
     assert!(out.check.violates("K1"));
 }
 
+/// A short run of flows and batches under worker kills (no restarts).
+fn groups_plan() -> scenarios::GroupsPlan {
+    scenarios::GroupsPlan {
+        flows: 30,
+        batches: 8,
+        jobs: 0,
+        kill_every_ms: 600,
+        restarts: 0,
+        torn: false,
+        limit: std::time::Duration::from_secs(120),
+    }
+}
+
 // flow-release-early: a flow's parent is enqueued when one child is still
-// to end; the flows-under-crashes test (a parent created before its child
-// finished) fails, and passes without the control.
+// to end; the checker (F1: a step created before a step it waits on
+// ended) fails, and so does the flows-under-crashes test (a parent
+// created before its child finished), which passes without the control.
 #[test]
 fn flow_release_early_is_caught() {
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let out = scenarios::flows_and_batches(&ctx(Some("flow-release-early")), &groups_plan());
+    failed("flow-release-early", &out);
+    assert!(out.check.violates("F1"));
     let t = "flows::flows_and_batches_survive_crashes_and_a_restart";
     assert!(test_of(t, None), "{t} fails without any control");
     assert!(
         !test_of(t, Some("flow-release-early")),
         "{t} passed with flow-release-early"
     );
+}
+
+// batch-end-early: a closed batch ends when one member is still to end;
+// the checker (B1: a callback enqueued before the last member ended)
+// fails.
+#[test]
+fn batch_end_early_is_caught() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let out = scenarios::flows_and_batches(&ctx(Some("batch-end-early")), &groups_plan());
+    failed("batch-end-early", &out);
+    assert!(out.check.violates("B1"));
 }
 
 // cancel-keeps-waiting: a cancel answers "cancelled" and leaves the job to

@@ -14,6 +14,12 @@
 //! answer lost is asked again. Records invoke / ok / fail (definite or
 //! unknown) and each cancel's answer.
 //!
+//! With `--flows=N` and `--batches=N` (`--members=M`, default 8), it also
+//! adds flows `f{from}`.. and batches `b{from}`.. beside the plain jobs
+//! (`echomq_fault::groups`: their shapes and records), from as many tasks,
+//! and first makes room in the queue's event stream for every event of
+//! the run (the checker counts each job's enqueues there).
+//!
 //! Limits belong to the job and are fixed here, at enqueue: the handle's
 //! defaults (`Args::queue_options`) give every job 1,000 attempts, 1,000
 //! stalls and a fixed 20 ms backoff unless `--max-attempts`,
@@ -26,6 +32,7 @@
 //!     [--max-active=C] [--rate=N:W_MS] [--lane-rate=N:W_MS]
 //!     [--max-attempts=1000] [--max-stalls=1000] [--backoff-ms=20]
 //!     [--cancel-every=0] [--cancel-within-ms=50]
+//!     [--flows=0] [--batches=0] [--members=8]
 //! ```
 
 use std::sync::Arc;
@@ -35,6 +42,7 @@ use std::time::{Duration, Instant};
 use echomq::admin::Cancel;
 use echomq::{EnqueueOptions, EnqueueStatus, Error, Queue};
 use echomq_fault::args::Args;
+use echomq_fault::groups;
 use echomq_fault::history::{Ev, History};
 
 /// How long one job's enqueue is retried before the producer gives up.
@@ -61,7 +69,16 @@ async fn main() {
     let lanes: u64 = a.get("lanes", 0);
     let cancel_every: u64 = a.get("cancel-every", 0);
     let cancel_within = a.get("cancel-within-ms", 50u64);
+    let flows: u64 = a.get("flows", 0);
+    let batches: u64 = a.get("batches", 0);
+    let members: u64 = a.get("members", 8);
     let queue = a.connect(&url).await;
+    if flows + batches > 0 {
+        queue
+            .set_events(&echomq::EventSettings::default().max_len(1_000_000))
+            .await
+            .expect("make room in the event stream");
+    }
     if let Some(cap) = a.opt("lane-cap") {
         let cap: u32 = cap.parse().expect("--lane-cap");
         for l in 0..lanes {
@@ -112,6 +129,25 @@ async fn main() {
                         tokio::time::sleep(Duration::from_millis(fastrand::u64(0..=cancel_within))).await;
                         cancel(&q, &h, &job).await;
                     });
+                }
+                if !pace.is_zero() {
+                    tokio::time::sleep(pace).await;
+                }
+            }
+        }));
+    }
+    let next_group = Arc::new(AtomicU64::new(0));
+    for _ in 0..a.get("concurrency", 8usize) {
+        let (q, h, next) = (queue.clone(), hist.clone(), next_group.clone());
+        tasks.push(tokio::spawn(async move {
+            loop {
+                let k = next.fetch_add(1, Ordering::SeqCst);
+                if k < flows {
+                    groups::add_flow(&q, &h, from + k).await;
+                } else if k < flows + batches {
+                    groups::add_batch(&q, &h, from + k - flows, members).await;
+                } else {
+                    return;
                 }
                 if !pace.is_zero() {
                     tokio::time::sleep(pace).await;

@@ -67,6 +67,24 @@ pub(super) struct JobHist {
     pub(super) reaped_cancelled: bool,
 }
 
+/// A flow a producer added (or tried to: its outcome may be unknown).
+#[derive(Debug, Default)]
+pub(super) struct FlowHist<'a> {
+    /// (job id, the job ids it waits on) of every step.
+    pub(super) steps: Vec<(&'a str, Vec<&'a str>)>,
+    /// The add was answered (created, or found by a retry).
+    pub(super) added: bool,
+}
+
+/// A batch a producer opened (or tried to).
+#[derive(Debug, Default)]
+pub(super) struct BatchHist<'a> {
+    /// The job ids of its callbacks.
+    pub(super) callbacks: Vec<&'a str>,
+    /// Its members, once its close was answered.
+    pub(super) closed: Option<Vec<&'a str>>,
+}
+
 /// What the histories say, as the checks read it.
 pub(super) struct Histories<'a> {
     /// Each process's lease (ms), from its start record.
@@ -99,6 +117,10 @@ pub(super) struct Histories<'a> {
     pub(super) schedules: BTreeSet<&'a str>,
     /// Writer's wall times of each pass that created a tick's job, by job id.
     pub(super) tick_created: BTreeMap<&'a str, Vec<u64>>,
+    /// The flows the producers added, by id.
+    pub(super) flows: BTreeMap<&'a str, FlowHist<'a>>,
+    /// The batches the producers opened, by id.
+    pub(super) batches: BTreeMap<&'a str, BatchHist<'a>>,
 }
 
 impl<'a> Histories<'a> {
@@ -122,6 +144,8 @@ impl<'a> Histories<'a> {
         let mut settle_durations: Vec<(&str, String, u64)> = Vec::new();
         let mut schedules: BTreeSet<&str> = BTreeSet::new();
         let mut tick_created: BTreeMap<&str, Vec<u64>> = BTreeMap::new();
+        let mut flows: BTreeMap<&str, FlowHist> = BTreeMap::new();
+        let mut batches: BTreeMap<&str, BatchHist> = BTreeMap::new();
 
         for rec in records {
             let src = rec.src.as_str();
@@ -328,6 +352,32 @@ impl<'a> Histories<'a> {
                     reap_unknown += 1;
                     call_ms.push(("reap (failed)".into(), *ms));
                 }
+                Ev::FlowInvoke { flow, steps } => {
+                    // Its steps' jobs are enqueued by the flow (I2).
+                    for (job, _) in steps {
+                        jobs.entry(job).or_default().invoked = true;
+                    }
+                    flows.entry(flow).or_default().steps = steps
+                        .iter()
+                        .map(|(job, after)| (job.as_str(), after.iter().map(String::as_str).collect()))
+                        .collect();
+                }
+                Ev::FlowOk { flow, ms, .. } => {
+                    flows.entry(flow).or_default().added = true;
+                    call_ms.push((format!("add flow {flow}"), *ms));
+                }
+                Ev::FlowFail { flow, ms, .. } => call_ms.push((format!("add flow {flow} (failed)"), *ms)),
+                Ev::BatchInvoke { batch, callbacks } => {
+                    // Its callbacks' jobs are enqueued by its end (I2).
+                    for job in callbacks {
+                        jobs.entry(job).or_default().invoked = true;
+                    }
+                    batches.entry(batch).or_default().callbacks = callbacks.iter().map(String::as_str).collect();
+                }
+                Ev::BatchClosed { batch, members, ms } => {
+                    batches.entry(batch).or_default().closed = Some(members.iter().map(String::as_str).collect());
+                    call_ms.push((format!("close batch {batch}"), *ms));
+                }
                 Ev::Stop { .. } | Ev::Guarded { .. } | Ev::PausedAt { .. } => {}
             }
         }
@@ -367,6 +417,8 @@ impl<'a> Histories<'a> {
             min_lease,
             schedules,
             tick_created,
+            flows,
+            batches,
         }
     }
 }

@@ -77,11 +77,25 @@
 //!   master SIGKILL is counted (`cancels_lost_unconfirmed`), since a
 //!   cancel is not confirmed with `WAIT`.
 //!
+//! - F1 (no step of a flow is created or starts before every step it
+//!   waits on has ended): each step's record (`ct`, `fs`) and every claim
+//!   recorded, against each child's `ft`: **full**. F2 (after a drain
+//!   every step of every flow added ran and completed, created once) and
+//!   B1 (a closed batch's callbacks are enqueued once each, after every
+//!   member ended, success only when all completed; none for a batch
+//!   never closed): **full** from the final state, the creations counted
+//!   in the queue's event stream (`partial` when it cannot be read). F3
+//!   (a flow's record is whole after a drain: every step ended once,
+//!   nothing left to count, no spec left, no dangling edge; the outbox
+//!   empty) and B2 (a batch's counters agree with its members and it
+//!   ended): **full**, from the final state.
+//!
 //! The checks, one file per group: `histories.rs` indexes the records
 //! per job and attempt; `final_state.rs` holds I1–I3, C1, C2 and I10, `job.rs`
-//! I4–I9, `lanes.rs` L1, L2 and G1, `rates.rs` R1 and R2; I11 is here.
+//! I4–I9, `lanes.rs` L1, L2 and G1, `rates.rs` R1 and R2, `groups.rs` F1–F3, B1 and B2; I11 is here.
 
 mod final_state;
+mod groups;
 mod histories;
 mod job;
 mod lanes;
@@ -233,6 +247,12 @@ pub struct Report {
     pub max_claims_per_window: u64,
     /// The most claims recorded in one window of each lane's rate limit (R2).
     pub lane_max_claims_per_window: BTreeMap<String, u64>,
+    /// Flows the producers added (or tried to).
+    pub flows: usize,
+    /// Batches the producers opened (or tried to).
+    pub batches: usize,
+    /// Batch callbacks in the final state.
+    pub batch_callbacks: usize,
     /// Invariant → "full", "partial: why" or "skipped: why".
     pub invariants: BTreeMap<String, String>,
     /// Every violation, prefixed with its invariant.
@@ -251,6 +271,7 @@ pub fn check(records: &[Record], state: &ServerState, opts: &CheckOptions) -> Re
     final_state::check_dedup(&h, state, &mut r, &mut v);
     lanes::check_lanes(&h.jobs, &h.lease_of, opts, state, &mut r, &mut v);
     rates::check_rates(&h.jobs, opts, &mut r, &mut v);
+    groups::check_groups(&h, state, opts, &mut r, &mut v);
     check_calls(&h, opts, &mut r, &mut v);
     r.ok = v.is_empty();
     r.violations = v;

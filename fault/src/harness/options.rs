@@ -93,6 +93,12 @@ pub struct ProducerOpts {
     pub cancel_every: u64,
     /// See `cancel_every`.
     pub cancel_within_ms: u64,
+    /// Flows to add beside the jobs (`echomq_fault::groups`).
+    pub flows: u64,
+    /// Batches to add beside the jobs, each of `members` members.
+    pub batches: u64,
+    /// See `batches`.
+    pub members: u64,
 }
 
 impl Default for ProducerOpts {
@@ -112,6 +118,9 @@ impl Default for ProducerOpts {
             wait_replicas: 0,
             cancel_every: 0,
             cancel_within_ms: 50,
+            flows: 0,
+            batches: 0,
+            members: 8,
         }
     }
 }

@@ -149,6 +149,11 @@ impl Run {
             args.push(format!("--cancel-every={}", o.cancel_every));
             args.push(format!("--cancel-within-ms={}", o.cancel_within_ms));
         }
+        if o.flows + o.batches > 0 {
+            args.push(format!("--flows={}", o.flows));
+            args.push(format!("--batches={}", o.batches));
+            args.push(format!("--members={}", o.members));
+        }
         let bin = self.bins.producer.clone();
         self.spawn("producer", "p", bin, args)
     }

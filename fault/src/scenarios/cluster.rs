@@ -6,7 +6,8 @@
 //! (SIGSTOP) for twice their lease and let back, queues' slots moved to
 //! another master under load, every 50th job asked to be cancelled, and a
 //! schedule ticking every second in each queue, raced by two schedulers,
-//! and every node's clock stepped forward at once (libfaketime). Each queue is its own run (its own
+//! flows and batches on the `WAIT` queues, and every node's clock stepped
+//! forward at once (libfaketime). Each queue is its own run (its own
 //! producer, reaper and workers, all connected to the cluster's seeds) and
 //! is checked on its own: the checker reads it from the master that serves
 //! its slot at the end. A queue without `WAIT` is checked with a loss
@@ -57,7 +58,13 @@ pub struct ClusterPlan {
     /// spread over the run: their leases lapse and are re-leased, and when
     /// they come back their settlements must be fenced.
     pub worker_pauses: usize,
-    /// First job number (segments of one long run use disjoint ranges).
+    /// Flows (`crate::groups`) each `WAIT` queue's producer adds beside
+    /// its jobs (the checker's F1–F3).
+    pub flows_per_queue: u64,
+    /// Batches of eight members each `WAIT` queue's producer adds (B1, B2).
+    pub batches_per_queue: u64,
+    /// First job number (segments of one long run use disjoint ranges;
+    /// flows and batches are numbered from it too).
     pub from: u64,
     /// How long to wait for the drain.
     pub limit: Duration,
@@ -221,6 +228,13 @@ pub fn cluster_faults_on(
             cancel_within_ms: 100,
             ..ProducerOpts::default()
         };
+        // Flows and batches on the queues whose writes wait for a
+        // replica: without WAIT a failover may lose a flow's or a batch's
+        // write as it may lose an enqueue (docs/flows.md).
+        if *waits {
+            p.flows = plan.flows_per_queue;
+            p.batches = plan.batches_per_queue;
+        }
         let mut check = Vec::new();
         if k % 2 == 0 {
             p.lanes = 3;

@@ -8,10 +8,12 @@
 //! (`workers.rs`), lanes and limits under kills (`limits.rs`), the
 //! network (acks cut, partitions, dropped connections: `network.rs`), and
 //! the server (restarts, torn AOF tails, clock steps, script flushes:
-//! `server.rs`), cancels and schedules (`operator.rs`), and all of them on
-//! a cluster (`cluster.rs`). The helpers they share are here.
+//! `server.rs`), cancels and schedules (`operator.rs`), flows and batches
+//! under kills and restarts (`groups.rs`), and all of them on a cluster
+//! (`cluster.rs`). The helpers they share are here.
 
 mod cluster;
+mod groups;
 mod limits;
 mod network;
 mod operator;
@@ -32,6 +34,7 @@ pub use cluster::{
     ClusterClock, ClusterOutcome, ClusterPlan, LOSS_WINDOW_MS, PAUSE_MS, cluster_faults, cluster_faults_on,
     fault_cluster,
 };
+pub use groups::{GroupsPlan, flows_and_batches};
 pub use limits::{LimitsRun, lane_caps, limits};
 pub use network::{AckLoss, Cut, ack_lost, connection_drops, partition};
 pub use operator::cancels_and_schedules;

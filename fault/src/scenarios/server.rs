@@ -50,21 +50,67 @@ fn restarts_run(ctx: &Ctx, label: &str, jobs: u64, restarts: usize, torn: bool, 
     }
     let mut done = 0;
     let mut next = Instant::now() + Duration::from_millis(300);
-    let mut restart_error = None;
-    let mut tears = Vec::new();
-    // ECHOMQ_FAULT_TORN_CUT=anywhere cuts anywhere on Redis 7.0 too, to
-    // show what its loader then applies.
-    let anywhere = std::env::var("ECHOMQ_FAULT_TORN_CUT").is_ok_and(|v| v == "anywhere");
-    let cut = if torn && !anywhere && redis_7_0(&mut run) {
-        crate::aof::Cut::InMulti
-    } else {
-        crate::aof::Cut::Anywhere
-    };
-    let mut restart = |run: &mut Run| {
+    let mut restarter = Restarter::new(&mut run, torn);
+    let mut under_load = 0;
+    let mut drained = run.drive(limit, |run| {
+        if done < restarts && Instant::now() >= next {
+            if !run.live("producer").is_empty() {
+                under_load += 1;
+            }
+            restarter.restart(run, &mut server);
+            done += 1;
+            next = Instant::now() + Duration::from_millis(fastrand::u64(400..900));
+        }
+    });
+    // Should the queue drain first (a fast machine), the rest still happen.
+    while done < restarts {
+        restarter.restart(&mut run, &mut server);
+        done += 1;
+        drained = run.drive(limit, |_| {});
+    }
+    let mut notes = BTreeMap::new();
+    notes.insert("restarts".into(), json!(done));
+    notes.insert("restarts_while_producing".into(), json!(under_load));
+    restarter.notes(&server, &mut notes);
+    finish(run, drained, notes)
+}
+
+/// SIGKILLs and restarts a run's server (append-only), with a torn tail
+/// on its append-only file before each restart when `torn` (see
+/// [`torn_aof_tails`]), and notes what it did.
+pub(super) struct Restarter {
+    torn: bool,
+    cut: crate::aof::Cut,
+    tears: Vec<serde_json::Value>,
+    restart_error: Option<String>,
+}
+
+impl Restarter {
+    /// A restarter for `run`'s server, whose version decides the cut.
+    pub(super) fn new(run: &mut Run, torn: bool) -> Restarter {
+        // ECHOMQ_FAULT_TORN_CUT=anywhere cuts anywhere on Redis 7.0 too, to
+        // show what its loader then applies.
+        let anywhere = std::env::var("ECHOMQ_FAULT_TORN_CUT").is_ok_and(|v| v == "anywhere");
+        let cut = if torn && !anywhere && redis_7_0(run) {
+            crate::aof::Cut::InMulti
+        } else {
+            crate::aof::Cut::Anywhere
+        };
+        Restarter {
+            torn,
+            cut,
+            tears: Vec::new(),
+            restart_error: None,
+        }
+    }
+
+    /// SIGKILLs `server`, tears its append-only file's tail if asked, and
+    /// restarts it 50–300 ms later, recording each step in `run`.
+    pub(super) fn restart(&mut self, run: &mut Run, server: &mut LocalServer) {
         run.fault("kill_server", "server", "SIGKILL");
         server.kill();
-        if torn {
-            match crate::aof::tear(server.dir(), cut) {
+        if self.torn {
+            match crate::aof::tear(server.dir(), self.cut) {
                 Ok(t) => {
                     let detail = format!(
                         "{}: {} of {} bytes of a transaction, {} whole commands, {}",
@@ -79,44 +125,29 @@ fn restarts_run(ctx: &Ctx, label: &str, jobs: u64, restarts: usize, torn: bool, 
                         }
                     );
                     run.fault("torn_aof_tail", "server", &detail);
-                    tears.push(json!(detail));
+                    self.tears.push(json!(detail));
                 }
-                Err(e) => tears.push(json!(format!("not torn: {e}"))),
+                Err(e) => self.tears.push(json!(format!("not torn: {e}"))),
             }
         }
         std::thread::sleep(Duration::from_millis(fastrand::u64(50..300)));
         if let Err(e) = server.restart() {
-            restart_error = Some(e.to_string());
+            self.restart_error = Some(e.to_string());
         }
         run.fault("restart_server", "server", "");
-    };
-    let mut under_load = 0;
-    let mut drained = run.drive(limit, |run| {
-        if done < restarts && Instant::now() >= next {
-            if !run.live("producer").is_empty() {
-                under_load += 1;
-            }
-            restart(run);
-            done += 1;
-            next = Instant::now() + Duration::from_millis(fastrand::u64(400..900));
+    }
+
+    /// Its notes: `restart_error`, and with torn tails `cut`, `tears`
+    /// (what was appended each time) and `tails_dropped` (times the
+    /// server's log says it dropped a torn tail while loading).
+    pub(super) fn notes(self, server: &LocalServer, notes: &mut BTreeMap<String, serde_json::Value>) {
+        notes.insert("restart_error".into(), json!(self.restart_error));
+        if self.torn {
+            notes.insert("cut".into(), json!(format!("{:?}", self.cut)));
+            notes.insert("tears".into(), json!(self.tears));
+            notes.insert("tails_dropped".into(), json!(crate::aof::tails_dropped(server.dir())));
         }
-    });
-    // Should the queue drain first (a fast machine), the rest still happen.
-    while done < restarts {
-        restart(&mut run);
-        done += 1;
-        drained = run.drive(limit, |_| {});
     }
-    let mut notes = BTreeMap::new();
-    notes.insert("restarts".into(), json!(done));
-    notes.insert("restarts_while_producing".into(), json!(under_load));
-    notes.insert("restart_error".into(), json!(restart_error));
-    if torn {
-        notes.insert("cut".into(), json!(format!("{cut:?}")));
-        notes.insert("tears".into(), json!(tears));
-        notes.insert("tails_dropped".into(), json!(crate::aof::tails_dropped(server.dir())));
-    }
-    finish(run, drained, notes)
 }
 
 /// Whether the server is Redis 7.0 (not Valkey), whose AOF loader can
