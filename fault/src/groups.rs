@@ -8,7 +8,7 @@
 //! `mid` and `c` (a diamond and a shared child). Batch `b{k}` has
 //! `members` members `b{k}m{j}` and a success and a complete callback.
 //! Every step, member and callback carries a payload of
-//! [`payload_for`](crate::state::payload_for), which the workers check.
+//! [`crate::state::payload_for`], which the workers check.
 
 use std::future::Future;
 use std::time::{Duration, Instant};

@@ -37,7 +37,8 @@ pub struct GroupsPlan {
 /// server is SIGKILLed and restarted `restarts` times, 0.7–1.5 s apart,
 /// from the first while the producer is still adding. Notes:
 /// `worker_kills`, `restarts`, `restarts_while_producing`, and the
-/// [`Restarter`]'s.
+/// restarter's (`restart_error`, and with torn tails `cut`, `tears`,
+/// `tails_dropped`).
 pub fn flows_and_batches(ctx: &Ctx, plan: &GroupsPlan) -> Outcome {
     let mut server = ctx.server(true);
     let mut run = Run::new(
