@@ -40,8 +40,10 @@
 -- retry failed the job for good), CANCELLED (the job ended cancelled),
 -- EXPIRED (the job ended expired), ALREADY (this settlement already
 -- happened with this token), NOT_FOUND, LEASE_LOST (nothing changed);
--- due is the delayed job's due time (server ms), 0 otherwise. When M was
--- sent, claim.lua's reply after its `now` follows.
+-- due is the delayed job's due time (server ms), 0 otherwise. It ends
+-- with ";o" when an item's end left a message on the queue's outbox (a
+-- step of a flow whose home is another queue). When M was sent,
+-- claim.lua's reply after its `now` follows.
 -- Every item that ends a lease gives its lane's slot back
 -- (lib/sets.lua apply_moves) before the claim; slots freed under the queue's
 -- global cap that this call's claim leaves free wake other consumers.
@@ -111,6 +113,7 @@ if not plain then
   out[2] = table.concat(res, ',')
 end
 apply_moves(moves, k, prefix, keep_completed, keep_failed, now)
+if call_did.outbox then out[2] = out[2] .. ';o' end
 if claim_max then
   claim_jobs(k, prefix, now, tonumber(claim_lease), tonumber(claim_max), false, claim_holder, out, keep_failed)
   wake_freed(prefix, moves)

@@ -335,6 +335,69 @@ async fn workers_move_a_flow_over_queues_on_their_own() {
     handle.shutdown().await.unwrap();
 }
 
+// A step's end on a queue its worker's maintenance will not look at for
+// seconds (a reap interval of a minute, its first look done, no relay of
+// that queue in the workers' process before) still reaches its parent at
+// once: the
+// settlement's reply says it left a message on the outbox, and the worker
+// relays it within RELAY_HOT_INTERVAL instead of at its next look.
+#[tokio::test]
+async fn a_steps_end_is_relayed_at_once_not_at_the_next_look() {
+    let (s, producer, qs) = queues("prompt", 2).await;
+    let (h, a) = (&qs[0], &qs[1]);
+    // the workers on a client of their own: add_flow's relay, which
+    // delivered the leaf to `a`, warmed only the producer's maintenance
+    let workers = Client::connect(&s.url()).await.unwrap();
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<String>();
+    let mut worker = Worker::new().reap_interval(Duration::from_secs(60));
+    for q in [h, a] {
+        let q = workers.queue(q.name()).await.unwrap();
+        let tx = tx.clone();
+        worker = worker.queue(q, move |job: Job<Value>| {
+            let tx = tx.clone();
+            async move {
+                let _ = tx.send(job.id().to_owned());
+                Ok::<_, HandlerError>(json!(job.id()))
+            }
+        });
+    }
+    let handle = worker.spawn().unwrap();
+    // The workers' first looks (each reads its queue's outbox length) are
+    // behind us: from here the next look at `a` is its schedules' or its
+    // idle look, 5 s away (maintenance::IDLE_INTERVAL).
+    let looked = common::eventually(Duration::from_secs(10), || async {
+        let stats: String = redis::cmd("INFO")
+            .arg("commandstats")
+            .query_async(&mut raw(&s).await)
+            .await
+            .unwrap();
+        let llen = stats
+            .lines()
+            .find_map(|l| l.strip_prefix("cmdstat_llen:calls="))
+            .and_then(|v| v.split(',').next()?.parse::<u64>().ok());
+        llen.unwrap_or(0) >= 2
+    })
+    .await;
+    assert!(looked, "the workers never looked at their queues");
+    let spec = FlowSpec::new()
+        .id("p")
+        .step(Step::new("leaf", &1).unwrap().on(a))
+        .step(Step::new("top", &2).unwrap().after("leaf"));
+    h.add_flow(&spec).await.unwrap();
+    let mut seen = Vec::new();
+    while seen.len() < 2 {
+        // well inside the 5 s before the next look (the relay's hot
+        // interval is 20 ms; the bound leaves room for a loaded machine)
+        let got = tokio::time::timeout(Duration::from_secs(3), rx.recv())
+            .await
+            .unwrap_or_else(|_| panic!("only {seen:?} ran: the leaf's end waited for a look"));
+        seen.push(got.unwrap());
+    }
+    assert_eq!(seen, ["p:leaf", "p:top"]);
+    handle.shutdown().await.unwrap();
+    drop(producer);
+}
+
 // A message this build does not know (a newer process wrote it) stays on
 // its outbox with those behind it for the same queue; messages for other
 // queues go on.

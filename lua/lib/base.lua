@@ -13,6 +13,12 @@
 -- level runs at load, where redis.call is not there yet.
 local rcall
 
+-- What the running call did that its reply may report, cleared by
+-- new_call (lib/call.lua): `outbox`, it pushed a message for another
+-- queue (lib/flow.lua outbox_push), so settle.lua's reply says so and
+-- the worker relays it at once rather than at its next look.
+local call_did = {}
+
 -- A whole number as a decimal string (tostring would give "1.8e+15").
 -- string.format costs about 3,000 machine instructions a call, which
 -- showed in the server's profile, so small numbers (attempts) come from

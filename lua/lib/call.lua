@@ -3,7 +3,7 @@
 -- locals live from one call to the next: each function runs
 -- `new_call(KEYS, ARGV)` first and returns through `end_call`.
 --
--- Needs: base (bind_server), meta (meta_begin), events (events_begin, events_flush).
+-- Needs: base (bind_server, call_did), meta (meta_begin), events (events_begin, events_flush).
 
 -- The running call's ARGV. A plain script's helpers could read ARGV as a
 -- global; a library function gets it as a parameter, so new_call keeps it
@@ -22,6 +22,7 @@ local function new_call(keys, argv)
   bind_server()
   meta_begin()
   events_begin()
+  call_did.outbox = nil
   call_argv = argv
   local n = #keys
   if n > 0 and string.sub(keys[n], -14) == ':reshard-guard' then keys[n] = nil end

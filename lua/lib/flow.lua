@@ -20,7 +20,7 @@
 -- R's `inbox`, a node's end written once at home) and fenced by the
 -- flow's `ct` (a message of an older flow of the same id changes nothing).
 --
--- Needs: base (rcall, int_s, now_str), keyspace (wake), meta (queue_meta, queue_aging),
+-- Needs: base (rcall, int_s, now_str, call_did), keyspace (wake), meta (queue_meta, queue_aging),
 -- payload (payload_split), mint (minter, new_job, store_job, add_all).
 
 -- The name of the queue whose prefix is `prefix` ("emq:{Q}:"; a prefix
@@ -39,6 +39,7 @@ local function outbox_push(prefix, target, fields)
     out[#out + 1] = f
   end
   rcall('RPUSH', prefix .. 'outbox', table.concat(out))
+  call_did.outbox = true
 end
 
 -- The fields of a message's body (after its target's "\30"), as

@@ -171,6 +171,11 @@ impl Queue {
         if sent > 0 {
             self.report_settled(sent, answer.confirmed);
         }
+        if answer.outbox {
+            // a flow step's end for its home queue: the maintenance task
+            // relays it within RELAY_HOT_INTERVAL, not at its next look
+            self.upkeep().heat(self.base());
+        }
         Ok((answer.settled, answer.claimed.leases, answer.claimed.wait))
     }
 

@@ -134,6 +134,9 @@ pub(crate) struct Answer {
     pub claimed: Claimed,
     /// Whether the settlements are as durable as the batch asked.
     pub confirmed: Confirmed,
+    /// An item's end left a message on the queue's outbox (a step of a
+    /// flow whose home is another queue): relay it.
+    pub outbox: bool,
 }
 
 /// Sends the batch's encodable items, and its claim, in one call to the
@@ -167,8 +170,13 @@ pub(crate) async fn run(conn: &mut Conn, k: &Keys, queue: &Arc<str>, batch: Batc
     }
     let (mut r, confirmed) = call.run_confirmed(conn, batch.durability).await?;
     let now = r.uint()?;
-    // "" when every item got (OK, 0); else `code,due` per item sent
-    let outcomes = r.string()?;
+    // "" when every item got (OK, 0); else `code,due` per item sent; then
+    // ";o" when the outbox was written to
+    let reply = r.string()?;
+    let (outcomes, outbox) = match reply.strip_suffix(";o") {
+        Some(rest) => (rest.to_owned(), true),
+        None => (reply, false),
+    };
     let mut fields = outcomes.split(',');
     let mut settled = Vec::with_capacity(batch.items.len());
     for item in batch.items {
@@ -200,5 +208,6 @@ pub(crate) async fn run(conn: &mut Conn, k: &Keys, queue: &Arc<str>, batch: Batc
         settled,
         claimed,
         confirmed,
+        outbox,
     })
 }
