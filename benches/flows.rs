@@ -8,8 +8,8 @@
 //! plain jobs run the same way. Then the same flow with its children on
 //! another queue than the parent's (`Step::on`): each child is made there
 //! by a relayed message, and its end comes back by one, so the release
-//! waits for the relay (a worker's maintenance look, within the reap
-//! interval: half a second by default).
+//! waits for the relay (the worker's maintenance, within
+//! `maintenance::RELAY_HOT_INTERVAL` of a settlement that left a message).
 //!
 //! Run: `cargo bench --bench flows --features local-server` (server binary
 //! from `ECHOMQ_SERVER_BIN`, `.tools/valkey` or `PATH`). Sizes

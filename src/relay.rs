@@ -22,11 +22,12 @@
 //! ([`Queue::add_flow`](crate::Queue::add_flow),
 //! [`Flow::cancel`](crate::flow::Flow::cancel)) at once, and the
 //! maintenance task of every process with a worker on a queue, when its
-//! look at the queue finds messages: within the reap interval of a step's
-//! end, and within [`RELAY_HOT_INTERVAL`](crate::maintenance::RELAY_HOT_INTERVAL)
-//! while the relay has been busy with the queue in the last
-//! [`RELAY_HOT_FOR`](crate::maintenance::RELAY_HOT_FOR) (a flow over queues
-//! that is running). A delivery that leaves messages on its target's
+//! look at the queue finds messages: within
+//! [`RELAY_HOT_INTERVAL`](crate::maintenance::RELAY_HOT_INTERVAL) of a
+//! settlement whose reply says it left one (a step's end), and while the
+//! relay has been busy with the queue in the last
+//! [`RELAY_HOT_FOR`](crate::maintenance::RELAY_HOT_FOR); otherwise within
+//! the reap interval (an end written by a reap or by atomic completion). A delivery that leaves messages on its target's
 //! outbox goes on with that outbox.
 
 use std::collections::VecDeque;

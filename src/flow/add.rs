@@ -21,11 +21,11 @@ impl Queue {
     /// step that waits for none, else the one that ends its last child)
     /// leaves a message for its queue, and the call that ends its job one
     /// for the home, each in the same atomic call as the change it tells
-    /// of. The relay carries them: this call at once, and then the
-    /// maintenance of any process with a worker on the queue that holds
-    /// the message: within its reap interval, and within
-    /// [`RELAY_HOT_INTERVAL`](crate::maintenance::RELAY_HOT_INTERVAL) while
-    /// the flow runs. Each message is delivered at
+    /// of. The relay carries them: this call at once, a worker's
+    /// settlement that ends a step within
+    /// [`RELAY_HOT_INTERVAL`](crate::maintenance::RELAY_HOT_INTERVAL), and
+    /// the maintenance of any process with a worker on the queue that
+    /// holds a message within its reap interval. Each message is delivered at
     /// least once and applied once (see the guide's flows chapter for the
     /// rule and its window). So a step on another queue is enqueued once,
     /// after all its children ended, as on one queue, but a little later:

@@ -68,7 +68,8 @@ pub const IDLE_INTERVAL: Duration = Duration::from_secs(5);
 /// long while the flow runs.
 pub const RELAY_HOT_INTERVAL: Duration = Duration::from_millis(20);
 /// How long a queue stays looked at every [`RELAY_HOT_INTERVAL`] after the
-/// relay last had messages from it or delivered steps to it.
+/// relay last had messages from it or delivered steps to it, or a
+/// settlement there left a message on its outbox.
 pub const RELAY_HOT_FOR: Duration = Duration::from_secs(2);
 /// Time between the starts of two consistency sweeps of a queue.
 pub const SWEEP_INTERVAL: Duration = Duration::from_secs(600);
@@ -292,8 +293,9 @@ impl Maintenance {
         }
     }
 
-    /// The relay had messages from the queue, or delivered to it: look at
-    /// its outbox every [`RELAY_HOT_INTERVAL`] for [`RELAY_HOT_FOR`].
+    /// The relay had messages from the queue, or delivered to it, or a
+    /// settlement there left a message: look at its outbox every
+    /// [`RELAY_HOT_INTERVAL`] for [`RELAY_HOT_FOR`].
     pub(crate) fn heat(&self, base: &str) {
         let mut st = self.lock();
         if let Some(e) = st.queues.get_mut(base) {
