@@ -40,9 +40,11 @@
 -- retry failed the job for good), CANCELLED (the job ended cancelled),
 -- EXPIRED (the job ended expired), ALREADY (this settlement already
 -- happened with this token), NOT_FOUND, LEASE_LOST (nothing changed);
--- due is the delayed job's due time (server ms), 0 otherwise. It ends
--- with ";o" when an item's end left a message on the queue's outbox (a
--- step of a flow whose home is another queue). When M was sent,
+-- due is the delayed job's due time (server ms), 0 otherwise. Either
+-- way it then ends with ";o" when the call pushed a message onto the
+-- queue's outbox (a step's end for its flow's home on another queue, a
+-- parent released there), so the caller's maintenance relays it within
+-- RELAY_HOT_INTERVAL. When M was sent,
 -- claim.lua's reply after its `now` follows.
 -- Every item that ends a lease gives its lane's slot back
 -- (lib/sets.lua apply_moves) before the claim; slots freed under the queue's
@@ -113,9 +115,10 @@ if not plain then
   out[2] = table.concat(res, ',')
 end
 apply_moves(moves, k, prefix, keep_completed, keep_failed, now)
-if call_did.outbox then out[2] = out[2] .. ';o' end
 if claim_max then
   claim_jobs(k, prefix, now, tonumber(claim_lease), tonumber(claim_max), false, claim_holder, out, keep_failed)
   wake_freed(prefix, moves)
 end
+-- after the claim too: a step it found past its expiry ended there
+if call_did.outbox then out[2] = out[2] .. ';o' end
 return out

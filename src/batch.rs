@@ -241,7 +241,8 @@ impl Queue {
     /// limit, [`Error::BatchExists`] when the id is taken (nothing written),
     /// [`Error::NotDurable`] when opened on the primary but confirmed by
     /// fewer replicas than the queue's [`Durability`](crate::Durability)
-    /// asks (opening again answers `BatchExists`), or a server error.
+    /// asks (opening again with the id it names answers `BatchExists`), or
+    /// a server error.
     pub async fn open_batch(&self, opts: &BatchOptions) -> Result<Batch> {
         if let Some(id) = &opts.id {
             check_id(id)?;

@@ -35,9 +35,10 @@
 //! [`Batch::close`](crate::batch::Batch::close)) are confirmed too (a
 //! close lost in a failover would leave the batch open, its callbacks
 //! never enqueued): short, they answer [`Error::NotDurable`] with the
-//! flow's or batch's id, and doing it again answers
+//! flow's or batch's id, and doing it again with that id answers
 //! [`Error::FlowExists`], [`Error::BatchExists`] or
-//! [`Error::BatchClosed`]: the first write stands. Other operator writes (retry, remove, promote) and the
+//! [`Error::BatchClosed`] while the primary holds the first write (after
+//! a failover that lost it, doing it again writes it anew). Other operator writes (retry, remove, promote) and the
 //! schedules' ticks are not confirmed; a tick whose job a failover lost is
 //! taken again by the next pass on the new master, which lost the record
 //! of the tick with it.

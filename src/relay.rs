@@ -27,7 +27,8 @@
 //! settlement whose reply says it left one (a step's end), and while the
 //! relay has been busy with the queue in the last
 //! [`RELAY_HOT_FOR`](crate::maintenance::RELAY_HOT_FOR); otherwise within
-//! the reap interval (an end written by a reap or by atomic completion). A delivery that leaves messages on its target's
+//! the reap interval (an end written by a reap, by atomic completion, or
+//! by a settlement from a process with no worker on the queue). A delivery that leaves messages on its target's
 //! outbox goes on with that outbox.
 
 use std::collections::VecDeque;
