@@ -3,7 +3,7 @@
 -- cancelled without running; a pending or delayed job ends cancelled as
 -- cancel.lua ends one; an active job gets a cancel request (`cx`), as
 -- cancel.lua asks it; a node of another queue that has not ended is sent
--- a cancel message there (flow_deliver.lua cancels it as this call would).
+-- a cancel message there (deliver.lua cancels it as this call would).
 -- Waiting nodes are ended first: each one's parents are waiting too, so no
 -- end of this call releases a parent.
 --

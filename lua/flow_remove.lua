@@ -2,7 +2,7 @@
 -- that has not started. A waiting step goes with the record (it was no
 -- job); a pending or delayed job is deleted as remove.lua deletes one; a
 -- step of another queue that has not ended is sent a remove message
--- there (flow_deliver.lua deletes it if it has not started). A running
+-- there (deliver.lua deletes it if it has not started). A running
 -- job is left to finish (its end then reaches no flow), and ended steps'
 -- records stay in their sets, as their retention says.
 --

@@ -43,7 +43,7 @@
 -- due is the delayed job's due time (server ms), 0 otherwise. Either
 -- way it then ends with ";o" when the call pushed a message onto the
 -- queue's outbox (a step's end for its flow's home on another queue, a
--- parent released there), so the caller's maintenance relays it within
+-- parent released there, a batch member's end for its batch's queue), so the caller's maintenance relays it within
 -- RELAY_HOT_INTERVAL. When M was sent,
 -- claim.lua's reply after its `now` follows.
 -- Every item that ends a lease gives its lane's slot back

@@ -36,17 +36,19 @@
 //! # Ok(()) }
 //! ```
 //!
-//! Batches keep to one queue (one hash slot): the members and the
-//! callbacks are jobs of the queue that opened it. Every process that
-//! settles its jobs must be of echomq 0.3 or later: an older one does not
-//! count the members it settles.
+//! The batch's record and its callbacks are on the queue that opened it;
+//! its members may be on other queues too ([`Batch::on`]): such a member
+//! is counted in by the add, made on its queue by message, and its end
+//! comes back by message, so a batch may span a Cluster's masters. Every
+//! process that settles its members must be of echomq 0.3 or later: an
+//! older one does not count the members it settles (the sweep does, later).
 
 use std::time::Duration;
 
 use serde::Serialize;
 
 use crate::error::{Error, Result};
-use crate::job::{EnqueueOptions, Enqueued, JobKind};
+use crate::job::{EnqueueOptions, EnqueueStatus, Enqueued, JobKind};
 use crate::queue::Queue;
 use crate::store;
 use crate::store::batch_open::NewCallback;
@@ -210,11 +212,14 @@ impl BatchStatus {
 }
 
 /// A batch of a queue: add members, close it, read its counts. Cheap to
-/// clone; [`Queue::batch`] makes one for a batch another process opened.
+/// clone; [`Queue::batch`] makes one for a batch another process opened,
+/// [`Batch::on`] one whose adds put members on another queue.
 #[derive(Debug, Clone)]
 pub struct Batch {
     queue: Queue,
     id: String,
+    /// Where `add` puts members when it is not `queue`.
+    members: Option<Queue>,
 }
 
 /// Checks a batch id: a valid id that leaves room for its callbacks' ids.
@@ -274,6 +279,7 @@ impl Queue {
         Ok(Batch {
             queue: self.clone(),
             id,
+            members: None,
         })
     }
 
@@ -287,6 +293,7 @@ impl Queue {
         Ok(Batch {
             queue: self.clone(),
             id: id.to_owned(),
+            members: None,
         })
     }
 }
@@ -297,9 +304,47 @@ impl Batch {
         &self.id
     }
 
-    /// The queue it belongs to.
+    /// The queue it belongs to: its record, its callbacks.
     pub fn queue(&self) -> &Queue {
         &self.queue
+    }
+
+    /// The same batch, with its adds putting members on `queue`: a handle
+    /// of the same [`Client`](crate::Client) under the same prefix (another
+    /// hash slot, on a Cluster perhaps another master; the batch's own
+    /// queue gives a plain handle). Such an add counts its jobs into the
+    /// batch at once, in one atomic call on the batch's queue, and leaves a
+    /// message per job that makes it on `queue`; the relay carries them (the
+    /// add itself at once). When a member ends, its end comes back the same
+    /// way, within [`RELAY_HOT_INTERVAL`](crate::maintenance::RELAY_HOT_INTERVAL)
+    /// when a worker of this build settles it. Each message is delivered at
+    /// least once and applied once, so the batch counts each member once
+    /// and its callbacks are enqueued once, as on one queue.
+    ///
+    /// Such a member takes an id, a delay or run-at time, a priority, a
+    /// lane, a kind, limits and a traceparent; a dedup id, an expiry or a
+    /// sequence key are refused (they need the member's queue at the
+    /// add). Without an id it is `BATCH_ID:N`, N its number among the
+    /// batch's members on other queues. The add answers
+    /// [`EnqueueStatus::Sent`] for each: if a
+    /// job holds the id on `queue` when the message arrives, the member
+    /// un-joins (the batch's `total` drops by one), so adding again with
+    /// the same ids after a transient error counts each once.
+    ///
+    /// # Errors
+    /// [`Error::InvalidOption`] for a queue of another prefix or client.
+    pub fn on(&self, queue: &Queue) -> Result<Batch> {
+        if let Some(reason) = self.queue.peer_problem(queue) {
+            return Err(Error::InvalidOption {
+                name: "Batch::on",
+                reason,
+            });
+        }
+        Ok(Batch {
+            queue: self.queue.clone(),
+            id: self.id.clone(),
+            members: (queue.name() != self.queue.name()).then(|| queue.clone()),
+        })
     }
 
     /// Enqueues jobs with default options as members of the batch, as
@@ -307,7 +352,9 @@ impl Batch {
     ///
     /// # Errors
     /// [`Error::BatchNotFound`] or [`Error::BatchClosed`] (nothing written
-    /// by that call), or as [`Queue::enqueue_bulk`].
+    /// by that call), [`Error::InvalidOption`] for an option a member on
+    /// another queue cannot take ([`Batch::on`]), or as
+    /// [`Queue::enqueue_bulk`].
     pub async fn add<T: Serialize>(&self, payloads: &[T]) -> Result<Vec<String>> {
         let opts = EnqueueOptions::default();
         let done = self.join(payloads.iter().map(|p| (p, &opts)), None).await?;
@@ -339,8 +386,63 @@ impl Batch {
         jobs: impl IntoIterator<Item = (&'a T, &'a EnqueueOptions)>,
         kind: Option<&'static str>,
     ) -> Result<Vec<Enqueued>> {
-        let encoded = self.queue.prepare(jobs, kind)?;
-        self.queue.send_bulk(&encoded, Some(&self.id)).await
+        let Some(there) = &self.members else {
+            let encoded = self.queue.prepare(jobs, kind)?;
+            return self.queue.send_bulk(&encoded, Some(&self.id)).await;
+        };
+        let encoded = there.prepare(jobs, kind)?;
+        for job in &encoded {
+            let refused = if job.dedup.is_some() {
+                Some("a dedup id")
+            } else if !job.expires.is_empty() {
+                Some("an expiry")
+            } else if job.sequence.is_some() {
+                Some("a sequence key")
+            } else {
+                None
+            };
+            if let Some(what) = refused {
+                return Err(Error::InvalidOption {
+                    name: "Batch::on",
+                    reason: format!("a member on another queue than its batch's cannot take {what}"),
+                });
+            }
+        }
+        let durability = self.queue.options().durability;
+        let mut ids = Vec::with_capacity(encoded.len());
+        let mut shortfall = None;
+        for chunk in encoded.chunks(crate::queue::ENQUEUE_CHUNK) {
+            let (joined, confirmed) = store::batch_join::run(
+                &mut self.queue.conn(),
+                self.queue.keys(),
+                &self.id,
+                there.name(),
+                chunk,
+                durability,
+            )
+            .await?;
+            ids.extend(joined);
+            if let Some(s) = confirmed? {
+                shortfall.get_or_insert(s);
+            }
+        }
+        // The members made on their queue now (or, when that fails, by a
+        // later relay of this queue).
+        crate::relay::relay_or_log(&self.queue).await;
+        if let Some(s) = shortfall {
+            return Err(Error::NotDurable {
+                ids,
+                acked: s.acked,
+                wanted: s.wanted,
+            });
+        }
+        Ok(ids
+            .into_iter()
+            .map(|id| Enqueued {
+                id,
+                status: EnqueueStatus::Sent,
+            })
+            .collect())
     }
 
     /// Closes the batch: no job joins it afterwards. If every member has

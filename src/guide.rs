@@ -30,8 +30,8 @@
 //!   lifetimes).
 //! - [`schedules`]: leaderless cron schedules, one job per tick, missed
 //!   ticks, daylight saving.
-//! - [`batches`]: a group of jobs whose end enqueues callback jobs, each
-//!   exactly once.
+//! - [`batches`]: a group of jobs, on one queue or several, whose end
+//!   enqueues callback jobs, each exactly once.
 //! - [`flows`]: a graph of jobs in which a job runs after those it waits
 //!   on, and reads their results.
 //! - [`sequences`]: strict FIFO per key, across retries.

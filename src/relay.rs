@@ -1,30 +1,32 @@
 //! The relay: carries the messages one queue's scripts left for another
 //! queue to it.
 //!
-//! A flow whose steps are on several queues spans several hash slots (on
-//! a Cluster, several masters), and no script may touch two slots. So a
-//! script that must change another queue's state (make a flow's step
-//! there, cancel it, or tell a flow's home queue that a step ended) pushes
-//! a message onto its own queue's `outbox` list in the same atomic call as
-//! the change that caused it (`lua/lib/flow.lua`). The relay reads an
-//! outbox in order, runs each message's `flow_deliver` script on the
+//! A flow whose steps, or a batch whose members, are on several queues
+//! spans several hash slots (on a Cluster, several masters), and no script
+//! may touch two slots. So a script that must change another queue's
+//! state (make a flow's step or a batch's member there, cancel it, or tell
+//! the home queue that one ended) pushes a message onto its own queue's
+//! `outbox` list in the same atomic call as the change that caused it
+//! (`lua/lib/outbox.lua`). The relay reads an
+//! outbox in order, runs each message's `deliver` script on the
 //! queue it names, and only then takes the message off the outbox: a
 //! message is delivered at least once, through a crash of the relaying
 //! process or a failover (with a [`Durability`](crate::durability::Durability)
 //! that waits for replicas, the delivery is confirmed on them first).
-//! Delivering is idempotent: a node message leaves a receipt on its
-//! queue, an end is written once in its flow, and every message carries
-//! its flow's creation time, so one of an older flow of the same id
-//! changes nothing. A delivery applies a queue's messages in the order its
+//! Delivering is idempotent: a message that makes a job leaves a receipt
+//! on its queue, an end is written (or counted) once at home, and every
+//! message carries its flow's or batch's creation time, so one of an older
+//! one of the same id changes nothing. A delivery applies a queue's messages in the order its
 //! outbox holds them (a step's cancel after its making).
 //!
 //! Who relays: the call that wrote the messages
 //! ([`Queue::add_flow`](crate::Queue::add_flow),
-//! [`Flow::cancel`](crate::flow::Flow::cancel)) at once, and the
+//! [`Flow::cancel`](crate::flow::Flow::cancel), an add through
+//! [`Batch::on`](crate::batch::Batch::on)) at once, and the
 //! maintenance task of every process with a worker on a queue, when its
 //! look at the queue finds messages: within
 //! [`RELAY_HOT_INTERVAL`](crate::maintenance::RELAY_HOT_INTERVAL) of a
-//! settlement whose reply says it left one (a step's end), and while the
+//! settlement whose reply says it left one (a step's or member's end), and while the
 //! relay has been busy with the queue in the last
 //! [`RELAY_HOT_FOR`](crate::maintenance::RELAY_HOT_FOR); otherwise within
 //! the reap interval (an end written by a reap, by atomic completion, or
@@ -88,8 +90,7 @@ pub(crate) async fn relay(queue: &Queue) -> Result<u64> {
             for (target, group) in by_target(&name, &messages) {
                 let keys = Keys::new(prefix, &target)?;
                 let mut to = queue.link().conn().homed(&keys.base);
-                let (done, confirmed) =
-                    store::flow_deliver::run(&mut to, &keys, &keep_failed, &group, durability).await?;
+                let (done, confirmed) = store::deliver::run(&mut to, &keys, &keep_failed, &group, durability).await?;
                 if let Some(s) = confirmed? {
                     return Err(Error::NotDurable {
                         ids: Vec::new(),
@@ -133,7 +134,8 @@ pub(crate) async fn relay(queue: &Queue) -> Result<u64> {
 
 impl Queue {
     /// Delivers the messages this queue's calls left for other queues
-    /// (steps of flows that span queues, [`Step::on`](crate::flow::Step::on)),
+    /// (steps of flows that span queues, [`Step::on`](crate::flow::Step::on);
+    /// members of batches that do, [`Batch::on`](crate::batch::Batch::on)),
     /// and those the deliveries left in turn; answers how many it
     /// delivered. A worker's client does this for each of its queues
     /// soon after a message is written (see the module's notes), and the calls

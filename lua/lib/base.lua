@@ -1,6 +1,7 @@
 -- lib/base.lua: how every script talks to the server: the command call,
 -- the server's clock, reads that answer nil instead of raising on a key of
--- another type, and whole numbers as decimal strings.
+-- another type, whole numbers as decimal strings, and strings cut at a
+-- byte.
 --
 -- The shared library is these lib/ files in the order src/store/mod.rs
 -- LIB lists, then each script as a function (lua/README.md). Each file
@@ -15,7 +16,7 @@ local rcall
 
 -- What the running call did that its reply may report, cleared by
 -- new_call (lib/call.lua): `outbox`, it pushed a message for another
--- queue (lib/flow.lua outbox_push), so settle.lua's reply says so and
+-- queue (lib/outbox.lua outbox_push), so settle.lua's reply says so and
 -- the worker relays it at once rather than at its next look.
 local call_did = {}
 
@@ -68,4 +69,20 @@ local function sget(key)
   local r = redis.pcall('GET', key)
   if type(r) == 'table' then return nil end
   return r
+end
+
+-- `s` cut at each byte `sep` (a one-byte string): "" gives no parts.
+local function cut(s, sep)
+  local out = {}
+  if not s or s == '' then return out end
+  local from = 1
+  while true do
+    local at = string.find(s, sep, from, true)
+    if not at then
+      out[#out + 1] = string.sub(s, from)
+      return out
+    end
+    out[#out + 1] = string.sub(s, from, at - 1)
+    from = at + 1
+  end
 end

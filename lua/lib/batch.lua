@@ -1,13 +1,23 @@
--- lib/batch.lua: batches, groups of jobs of one queue whose end enqueues
--- callback jobs (batch_open.lua opens one, enqueue.lua adds members,
+-- lib/batch.lua: batches, groups of jobs whose end enqueues callback
+-- jobs of the batch's queue (batch_open.lua opens one, enqueue.lua adds
+-- members of its queue, batch_join.lua members of other queues,
 -- batch_close.lua closes it). A batch is the hash PREFIX:{Q}:batch:BID
 -- (lua/README.md, "Batch hash"); a member's record names it in `bt` and
 -- is counted once, at its first end (`bf`). The script that counts the
 -- last member of a closed batch enqueues its callbacks, so each is
 -- enqueued once, in the same atomic call as the count that fires it.
 --
--- Needs: base (rcall, hfields, int_s, now_str), keyspace (wake), meta (queue_meta, queue_aging),
--- payload (payload_split), mint (minter, new_job, store_job).
+-- A member on another queue R (another slot, on a Cluster perhaps another
+-- master) is counted in at home by batch_join.lua, which leaves a message
+-- that makes it on R (`m`, once, by its receipt in R's inbox) and keeps
+-- `m:NUMBER` in the batch hash until its end comes back by message (`e`,
+-- counted once: the call that takes `m:NUMBER` away counts it). A member
+-- whose id R finds taken un-joins (`u`). Its record names its home in
+-- `bh`: the home queue, the batch's `ct` and its number, so a message of
+-- an older batch of the same id changes nothing.
+--
+-- Needs: base (rcall, hfields, int_s, now_str, cut), keyspace (wake), meta (queue_meta, queue_aging),
+-- payload (payload_split), mint (minter, new_job, store_job), outbox (outbox_push, receipt_new).
 
 -- Whether a batch was ever opened on the queue (meta `bt`, read with the
 -- queue's settings): a queue that never had one reads no member field.
@@ -56,16 +66,11 @@ local function batch_fields(bk)
   return hfields(bk, 'n', 'c', 'f', 'x', 'cl', 'kp')
 end
 
--- Counts job `jk`, which ended in `state` (completed, failed, cancelled,
--- expired, or removed), toward its batch if it is a member not counted
--- yet; a member that failed for good fires the death callback. A member
--- of a batch whose hash is gone (expired after its end) changes nothing.
-local function batch_member_done(prefix, jk, state, now)
-  local m = hfields(jk, 'bt', 'bf')
-  if not (m and m[1]) or m[2] then return end
-  rcall('HSET', jk, 'bf', '1')
-  local bid = m[1]
-  local bk = prefix .. 'batch:' .. bid
+-- Counts a member of batch `bid` (hash `bk`) that ended in `state`
+-- (completed, failed, cancelled, expired, or removed); one that failed
+-- for good fires the death callback. A batch whose hash is gone (expired
+-- after its end) changes nothing.
+local function batch_count(prefix, bk, bid, state, now)
   local b = batch_fields(bk)
   if not (b and b[1]) then return end
   local at = state == 'completed' and 2 or (state == 'failed' and 3 or 4)
@@ -73,4 +78,66 @@ local function batch_member_done(prefix, jk, state, now)
   rcall('HINCRBY', bk, ({'', 'c', 'f', 'x'})[at], 1)
   if state == 'failed' then fire_callback(prefix, bk, bid, 'death', now) end
   batch_end(prefix, bk, bid, b, now)
+end
+
+-- Counts job `jk`, which ended in `state`, toward its batch if it is a
+-- member not counted yet: here, or for a member of a batch of another
+-- queue (`bh`), by a message to that queue.
+local function batch_member_done(prefix, jk, state, now)
+  local m = hfields(jk, 'bt', 'bf', 'bh')
+  if not (m and m[1]) or m[2] then return end
+  rcall('HSET', jk, 'bf', '1')
+  if m[3] then
+    local home = cut(m[3], '\31')
+    outbox_push(prefix, home[1], {'e', m[1], home[2] or '', home[3] or '', state})
+    return
+  end
+  batch_count(prefix, prefix .. 'batch:' .. m[1], m[1], state, now)
+end
+
+-- Applies message `m` (lib/outbox.lua message_fields) of a batch that
+-- spans queues: "m" makes a member here for the batch of another queue
+-- (once, by its receipt; an id taken here answers "u"), "e" counts the
+-- end of a member of another queue toward its batch here, "u" un-joins
+-- one whose id was taken there. Returns false for a message it does not
+-- know. Members made pending are counted in `moves.woken`.
+local function batch_deliver(moves, prefix, m, now)
+  local kind, bid, ct, num = m[1], m[2], m[3], m[4]
+  if kind == 'e' or kind == 'u' then
+    if #m < 4 or (kind == 'e' and #m < 5) then return false end
+    local bk = prefix .. 'batch:' .. bid
+    -- another batch of the same id, or one gone: nothing to tell; a
+    -- member counted already (a message delivered twice): nothing either
+    if rcall('HGET', bk, 'ct') ~= ct or rcall('HDEL', bk, 'm:' .. num) == 0 then return true end
+    if kind == 'e' then
+      batch_count(prefix, bk, bid, m[5], now)
+    else
+      rcall('HINCRBY', bk, 'n', -1)
+      local b = batch_fields(bk)
+      if b and b[1] then batch_end(prefix, bk, bid, b, now) end
+    end
+    return true
+  end
+  if kind ~= 'm' or #m < 13 then return false end
+  local home, id = m[5], m[6]
+  if not receipt_new(moves, prefix, table.concat({home, bid, ct, num, 'b'}, '\31'), now) then return true end
+  if not moves.batches_marked then
+    moves.batches_marked = true
+    rcall('HSET', prefix .. 'meta', 'bt', '1')
+  end
+  if rcall('EXISTS', prefix .. 'job:' .. id) == 1 then
+    outbox_push(prefix, home, {'u', bid, ct, num})
+    return true
+  end
+  local due = tonumber(m[13])
+  if due and due <= now then due = nil end
+  moves.mint = moves.mint or minter(prefix .. 'seq')
+  local jid, score, h = new_job(moves.mint(moves.left or 1), id, m[7], tonumber(m[8]) or 0, m[9], m[10], due, now,
+    m[11], m[12], payload_split(prefix), queue_aging(prefix), 0)
+  h[#h + 1] = 'bt'; h[#h + 1] = bid
+  h[#h + 1] = 'bh'; h[#h + 1] = table.concat({home, ct, num}, '\31')
+  if store_job(prefix, prefix .. 'pending', prefix .. 'delayed', jid, score, due, h, m[10], nil) then
+    moves.woken = (moves.woken or 0) + 1
+  end
+  return true
 end

@@ -26,5 +26,5 @@ local CODE = {
   DONE_BY_OTHER = -5,  -- another attempt finished the effect
   FOREIGN = -6,        -- the marker holds a value echomq did not write
   STALE = -7,          -- schedule_fire: the schedule changed since it was read; nothing written
-  UNKNOWN = -8,        -- flow_deliver: a message this version does not know; nothing changed
+  UNKNOWN = -8,        -- deliver: a message this version does not know; nothing changed
 }

@@ -1,7 +1,7 @@
 -- lib/flow.lua: flows, graphs of jobs in which a job (a parent) waits
 -- for others (its children) to end before it is enqueued (flow_add.lua
 -- adds a flow, flow_cancel.lua cancels it, flow_read.lua reads it,
--- flow_deliver.lua applies a message from another queue). A flow is the
+-- deliver.lua applies a message from another queue). A flow is the
 -- hash PREFIX:{H}:flow:FID of its home queue H (lua/README.md, "Flow
 -- hash"); its jobs have the ids FID:NAME and name their flow in `fl`. A
 -- parent is no job while it waits: the flow hash holds its spec and how
@@ -14,47 +14,14 @@
 -- no script may touch) is reached by message: the home's call that
 -- releases or ends it pushes a message onto the home's `outbox`, and its
 -- job (field `fh`: its home and the flow's `ct`) pushes its end onto R's
--- `outbox` instead of writing the flow. The relay (src/relay.rs) carries
--- each message to its queue's flow_deliver.lua, at least once, and takes
+-- `outbox` instead of writing the flow (lib/outbox.lua). The relay
+-- (src/relay.rs) carries each message to its queue's deliver.lua, at least once, and takes
 -- it off the outbox after it was applied; applying is once (a receipt in
 -- R's `inbox`, a node's end written once at home) and fenced by the
 -- flow's `ct` (a message of an older flow of the same id changes nothing).
 --
--- Needs: base (rcall, int_s, now_str, call_did), keyspace (wake), meta (queue_meta, queue_aging),
--- payload (payload_split), mint (minter, new_job, store_job, add_all).
-
--- The name of the queue whose prefix is `prefix` ("emq:{Q}:"; a prefix
--- holds no brace, src/keys.rs).
-local function own_queue(prefix)
-  return string.match(prefix, '{(.*)}:$')
-end
-
--- Pushes a message for queue `target` onto the outbox of the queue of
--- `prefix`: the target's name and "\30", then each of `fields` (strings)
--- as its length, ":" and its bytes, so any bytes pass.
-local function outbox_push(prefix, target, fields)
-  local out = {target, '\30'}
-  for _, f in ipairs(fields) do
-    out[#out + 1] = #f .. ':'
-    out[#out + 1] = f
-  end
-  rcall('RPUSH', prefix .. 'outbox', table.concat(out))
-  call_did.outbox = true
-end
-
--- The fields of a message's body (after its target's "\30"), as
--- outbox_push wrote them; nil for bytes it did not write.
-local function message_fields(s)
-  local fields, at = {}, 1
-  while at <= #s do
-    local colon = string.find(s, ':', at, true)
-    local len = colon and tonumber(string.sub(s, at, colon - 1))
-    if not len or colon + len > #s then return nil end
-    fields[#fields + 1] = string.sub(s, colon + 1, colon + len)
-    at = colon + len + 1
-  end
-  return fields
-end
+-- Needs: base (rcall, int_s, now_str, cut), keyspace (wake), meta (queue_meta, queue_aging),
+-- payload (payload_split), mint (minter, new_job, store_job, add_all), outbox (own_queue, outbox_push, receipt_new).
 
 -- Whether a flow was ever added to the queue (meta `fl`, read with the
 -- queue's settings): a queue that never had one reads no job field.
@@ -64,22 +31,6 @@ end
 
 -- The letter `r:NAME` starts with, by the state the node ended in.
 local OUTCOME = {completed = 'c', failed = 'f', cancelled = 'x', expired = 'e', removed = 'r'}
-
--- `s` cut at each byte `sep` (a one-byte string): "" gives no parts.
-local function cut(s, sep)
-  local out = {}
-  if not s or s == '' then return out end
-  local from = 1
-  while true do
-    local at = string.find(s, sep, from, true)
-    if not at then
-      out[#out + 1] = string.sub(s, from)
-      return out
-    end
-    out[#out + 1] = string.sub(s, from, at - 1)
-    from = at + 1
-  end
-end
 
 -- Writes the end of node `name` of flow hash `fk` (outcome letter and
 -- detail) unless one is written: counts it off the flow's `left`, whose
@@ -110,7 +61,7 @@ end
 
 -- Sends node `name` of flow `fid` (hash `fk`) to its queue `q`, to be
 -- made there in `state` (pending, or failed or cancelled with `err`
--- without running) from its spec (flow_deliver.lua); `ct` the flow's
+-- without running) from its spec (deliver.lua); `ct` the flow's
 -- creation time, read from the hash when nil.
 local function send_node(prefix, fk, fid, name, q, state, err, payload, priority, lm, lane, kind, tp, ct)
   outbox_push(prefix, q, {'n', fid, ct or rcall('HGET', fk, 'ct') or '', name, own_queue(prefix), state, err, payload,
@@ -273,17 +224,10 @@ local function flow_job_done(moves, prefix, keep, jk, id, state, detail, now)
   flow_node_done(moves, prefix, keep, fid, name, state, detail, f[2] or '', now)
 end
 
--- Receipts of applied node messages stay this long in `inbox` (ms): a
--- message the relay delivers again within it is applied once. A second
--- delivery comes from a relay that stopped between applying a message
--- and taking it off its outbox, at its next run (seconds, unless no
--- process relays that outbox for a day); a receipt costs about 100 bytes.
-local RECEIPT_KEEP = 86400000
-
 -- Applies message `m` (message_fields) from another queue to this one's
 -- flows: a node to make here ("n"), a node's end to write into its flow
 -- here ("d"; its parents learn of it as from a job of this queue), or a
--- node to cancel or remove here ("c" and "x" are flow_deliver.lua's).
+-- node to cancel or remove here ("c" and "x" are deliver.lua's).
 -- Returns false for a message it does not know. Nodes made pending are
 -- counted in `moves.woken`, for the caller's one wake-up; `moves.left`
 -- (the messages of the call from this one on) lets one INCRBY number them.
@@ -300,15 +244,11 @@ local function flow_deliver_node(moves, prefix, keep, m, now)
   if kind ~= 'n' or #m < 13 then return false end
   local home, state, err = m[5], m[6], m[7]
   local receipt = table.concat({home, fid, ct, name}, '\31')
-  local inbox = prefix .. 'inbox'
-  if rcall('ZSCORE', inbox, receipt) then return true end
-  if not moves.inbox_trimmed then
-    -- once per call: the receipts past their keep time
-    moves.inbox_trimmed = true
-    rcall('ZREMRANGEBYSCORE', inbox, '-inf', '(' .. int_s(now - RECEIPT_KEEP))
+  if not receipt_new(moves, prefix, receipt, now) then return true end
+  if not moves.flows_marked then
+    moves.flows_marked = true
     rcall('HSET', prefix .. 'meta', 'fl', '1')
   end
-  rcall('ZADD', inbox, int_s(now), receipt)
   local id = fid .. ':' .. name
   local jk = prefix .. 'job:' .. id
   if rcall('EXISTS', jk) == 1 then

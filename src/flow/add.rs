@@ -107,20 +107,10 @@ impl Queue {
     /// another client or prefix.
     fn step_queue<'a>(&self, step: &'a Step) -> Result<Option<&'a Queue>> {
         let Some(q) = &step.queue else { return Ok(None) };
-        if q.options().prefix != self.options().prefix {
+        if let Some(problem) = self.peer_problem(q) {
             return Err(Error::InvalidFlow(format!(
-                "step {:?} is on queue {:?} under prefix {:?}; the flow's queue is under {:?}",
-                step.name,
-                q.name(),
-                q.options().prefix,
-                self.options().prefix
-            )));
-        }
-        if !q.link().same(self.link()) {
-            return Err(Error::InvalidFlow(format!(
-                "step {:?} is on queue {:?} of another client; a flow's queues share its client",
-                step.name,
-                q.name()
+                "step {:?}: {problem}; a flow's queues share its client and prefix",
+                step.name
             )));
         }
         Ok((q.name() != self.name()).then_some(q))

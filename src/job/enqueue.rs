@@ -560,7 +560,7 @@ pub(crate) fn millis(name: &'static str, d: Duration) -> Result<u64> {
 }
 
 /// What an enqueue did: in JSON (`serde`) `"created"`, `"existing"`,
-/// `"deduplicated"` or `"replaced"`.
+/// `"deduplicated"`, `"replaced"` or `"sent"`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
 #[non_exhaustive]
@@ -575,6 +575,10 @@ pub enum EnqueueStatus {
     /// which now carries this enqueue's payload and due time
     /// ([`EnqueueOptions::replace_waiting`]); no job was created.
     Replaced,
+    /// A batch member for another queue ([`Batch::on`](crate::batch::Batch::on)):
+    /// joined its batch, and sent to its queue by message, where it is made
+    /// with this id unless a job holds that id there (then it un-joins).
+    Sent,
 }
 
 /// The answer to an enqueue: the job's id and what happened; in JSON

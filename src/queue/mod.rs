@@ -265,6 +265,30 @@ impl Queue {
         })
     }
 
+    /// Why `other` cannot hold jobs of a group (a flow's steps, a batch's
+    /// members) of this queue, or `None` when it can: it must be a handle
+    /// of the same client under the same prefix, since messages between
+    /// the two name queues by name and are relayed over this client.
+    pub(crate) fn peer_problem(&self, other: &Queue) -> Option<String> {
+        if other.options().prefix != self.options().prefix {
+            return Some(format!(
+                "queue {:?} is under prefix {:?}, queue {:?} under {:?}",
+                other.name(),
+                other.options().prefix,
+                self.name(),
+                self.options().prefix
+            ));
+        }
+        if !other.link().same(self.link()) {
+            return Some(format!(
+                "queue {:?} is a handle of another client than queue {:?}'s",
+                other.name(),
+                self.name()
+            ));
+        }
+        None
+    }
+
     /// The link to the server this handle shares with its client's queues.
     pub(crate) fn link(&self) -> &crate::conn::Link {
         &self.inner.backing.link

@@ -1,8 +1,9 @@
 //! Flows and batches on a cluster: a flow or batch of one queue keeps to
 //! its slot, so it runs on every master as on one server, its parents
 //! enqueued by the scripts that end their children on that master; a flow
-//! whose steps are on queues of several masters moves on by message, also
-//! through a failover of the master that holds its record.
+//! whose steps, or a batch whose members, are on queues of several masters
+//! moves on by message, also through a failover of the master that holds
+//! its record.
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -72,6 +73,20 @@ async fn flows_and_batches_run_on_every_master() {
         batch.add(&[1, 2]).await.unwrap();
         batch.close().await.unwrap();
     }
+    // a batch on the first master with members on the other two
+    let span = queues[0]
+        .open_batch(
+            &BatchOptions::new()
+                .id("span")
+                .on_success(Callback::new(&json!("cb")).unwrap()),
+        )
+        .await
+        .unwrap();
+    for q in &queues[1..] {
+        span.on(q).unwrap().add(&[1, 2]).await.unwrap();
+    }
+    span.add(&[3]).await.unwrap();
+    span.close().await.unwrap();
     let all_ended = || async {
         for f in &flows {
             if !f.status().await.unwrap().is_ended() {
@@ -81,9 +96,9 @@ async fn flows_and_batches_run_on_every_master() {
         seen.lock()
             .unwrap()
             .iter()
-            .filter(|s| s.starts_with("b:success"))
+            .filter(|s| s.starts_with("b:success") || s.starts_with("span:success"))
             .count()
-            == 3
+            == 4
     };
     assert!(
         common::eventually(Duration::from_secs(20), all_ended).await,
@@ -94,7 +109,16 @@ async fn flows_and_batches_run_on_every_master() {
     for f in &flows {
         assert_eq!(f.status().await.unwrap().count(StepState::Completed), 3);
     }
+    let st = span.status().await.unwrap();
+    assert_eq!((st.total, st.completed), (5, 5));
     let seen = seen.lock().unwrap();
+    for id in ["span:1", "span:2", "span:3", "span:4", "span:success"] {
+        assert_eq!(
+            seen.iter().filter(|s| s.starts_with(&format!("{id}["))).count(),
+            1,
+            "{id} ran once: {seen:?}"
+        );
+    }
     let emails: Vec<&String> = seen.iter().filter(|s| s.starts_with("o:email")).collect();
     assert_eq!(emails.len(), 3, "{seen:?}");
     for e in emails {
@@ -203,10 +227,12 @@ async fn a_flow_spans_three_masters() {
     check_order(&runs, 10);
 }
 
-// The same while the master that holds the flows' records is SIGKILLed
-// and its replica takes over (queues writing with WAIT 1, so a delivery is
-// taken off its outbox only once a replica holds it): every flow still
-// ends with all its steps completed, no parent before its children.
+// The same while the master that holds the flows' and batches' records is
+// SIGKILLed and its replica takes over (queues writing with WAIT 1, so a
+// delivery is taken off its outbox only once a replica holds it): every
+// flow still ends with all its steps completed, no parent before its
+// children, and every batch counts its members on the other masters once
+// and fires its callback.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn flows_over_masters_survive_a_failover_of_their_home() {
     let mut cluster = LocalCluster::builder().replicas_per_master(1).start().unwrap();
@@ -236,6 +262,24 @@ async fn flows_over_masters_survive_a_failover_of_their_home() {
     for i in 0..FLOWS {
         flows.push(h.add_flow(&spread_order(&format!("f{i}"), a, b)).await.unwrap());
     }
+    // batches of the same home with their members on the other masters
+    const BATCHES: usize = 10;
+    let mut batches = Vec::new();
+    for i in 0..BATCHES {
+        let batch = h
+            .open_batch(
+                &BatchOptions::new()
+                    .id(format!("b{i}"))
+                    .on_success(Callback::new(&json!("cb")).unwrap()),
+            )
+            .await
+            .unwrap();
+        for q in [a, b] {
+            batch.on(q).unwrap().add(&[1, 2, 3]).await.unwrap();
+        }
+        batch.close().await.unwrap();
+        batches.push(batch);
+    }
     assert!(
         common::eventually(Duration::from_secs(30), || async { runs.lock().unwrap().len() >= 20 }).await,
         "no flow ran before the kill"
@@ -252,6 +296,11 @@ async fn flows_over_masters_survive_a_failover_of_their_home() {
                 return false;
             }
         }
+        for b in &batches {
+            if !b.status().await.is_ok_and(|s| s.success_at.is_some()) {
+                return false;
+            }
+        }
         true
     };
     assert!(
@@ -265,8 +314,27 @@ async fn flows_over_masters_survive_a_failover_of_their_home() {
         assert_eq!(st.count(StepState::Completed), 4, "{st:?}");
     }
     check_order(&runs, FLOWS);
+    let runs_of = |id: &str| {
+        runs.lock()
+            .unwrap()
+            .iter()
+            .filter(|r| r.0 == id)
+            .map(|r| r.2)
+            .collect::<Vec<_>>()
+    };
+    for b in &batches {
+        let st = b.status().await.unwrap();
+        assert_eq!((st.total, st.completed), (6, 6), "{st:?}");
+        let callback = runs_of(&format!("{}:success", b.id()));
+        assert!(!callback.is_empty(), "{}: its callback ran", b.id());
+        for q in 1..=6 {
+            let ends = runs_of(&format!("{}:{q}", b.id()));
+            assert!(!ends.is_empty(), "{}:{q} ran", b.id());
+        }
+    }
     println!(
-        "flows over masters, home master {old} killed, replica {new} promoted: {FLOWS} flows ended, {} handler runs",
+        "flows and batches over masters, home master {old} killed, replica {new} promoted: {FLOWS} flows and \
+         {BATCHES} batches ended, {} handler runs",
         runs.lock().unwrap().len()
     );
 }

@@ -5,10 +5,11 @@
 //! step of every flow completed, no parent was created or started before
 //! every child it waits on had finished, each parent and each batch
 //! callback was enqueued exactly once (the event stream), after every
-//! member had ended. Half the flows have two steps on a second queue, so
-//! their steps are made and their ends come back by relayed messages,
-//! which crashes deliver twice (a relay dropped between applying and
-//! taking off) and the restart must not lose.
+//! member had ended. Half the flows have two steps, and half the batches
+//! half their members, on a second queue, so those are made and their
+//! ends come back by relayed messages, which crashes deliver twice (a
+//! relay dropped between applying and taking off) and the restart must
+//! not lose.
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -34,6 +35,9 @@ fn options() -> QueueOptions {
         .max_stalls(1000)
         .backoff(Backoff::Fixed(Duration::from_millis(20)))
 }
+
+/// Members an odd batch puts on the second queue (`b{i}:1` and on).
+const ELSEWHERE_MEMBERS: usize = 4;
 
 /// Steps an odd flow puts on the second queue (a leaf and a parent).
 const ELSEWHERE: [&str; 2] = ["b", "mid"];
@@ -155,7 +159,13 @@ fn flows_and_batches_survive_crashes_and_a_restart() {
                 .await
                 .unwrap();
             let members: Vec<usize> = (0..MEMBERS).collect();
-            b.add(&members).await.unwrap();
+            if i % 2 == 1 {
+                // half its members on the second queue, by message
+                b.on(&q2).unwrap().add(&members[..ELSEWHERE_MEMBERS]).await.unwrap();
+                b.add(&members[ELSEWHERE_MEMBERS..]).await.unwrap();
+            } else {
+                b.add(&members).await.unwrap();
+            }
             b.close().await.unwrap();
         }
     });
@@ -247,6 +257,14 @@ fn flows_and_batches_survive_crashes_and_a_restart() {
         for i in 0..BATCHES {
             let b = q.batch(&format!("b{i}")).unwrap().status().await.unwrap();
             assert_eq!((b.total, b.completed), (MEMBERS as u64, MEMBERS as u64));
+            if i % 2 == 1 {
+                for n in 1..=ELSEWHERE_MEMBERS {
+                    let m = job_of(format!("b{i}:{n}"), true).await;
+                    assert_eq!(m.state, JobState::Completed);
+                    assert_eq!(enqueued.get(&m.id), Some(&1), "{} enqueued once", m.id);
+                    assert!(m.finished_ms.unwrap() <= b.ended_at.unwrap());
+                }
+            }
             for which in ["success", "complete"] {
                 let id = format!("b{i}:{which}");
                 assert_eq!(enqueued.get(&id), Some(&1), "{id} enqueued once");
@@ -263,7 +281,7 @@ fn flows_and_batches_survive_crashes_and_a_restart() {
         let receipts = check_records(&url, &name, &name2).await;
         println!(
             "flows under crashes: {crashes} crashes, one restart, {stalls} stalls among flow steps, \
-             {receipts} steps made on the second queue by message"
+             {receipts} steps and members made on the second queue by message"
         );
     });
 }
@@ -271,8 +289,9 @@ fn flows_and_batches_survive_crashes_and_a_restart() {
 /// The server's final state, as a checker reads it: every flow record of
 /// `home` is whole (every edge between two of its steps, every step ended
 /// once, no step still waiting or holding its spec, no steps left to
-/// count, its keep time running), no outbox holds a message, and the
-/// second queue holds one receipt per step it was sent (each step's job
+/// count, its keep time running), no batch has a member of the second
+/// queue left to count, no outbox holds a message, and the
+/// second queue holds one receipt per step or member it was sent (each step's job
 /// enqueued once is the event stream's check). Answers the receipts.
 async fn check_records(url: &str, home: &str, other: &str) -> usize {
     let mut c = redis::Client::open(url)
@@ -306,6 +325,14 @@ async fn check_records(url: &str, home: &str, other: &str) -> usize {
         let ttl: i64 = redis::cmd("PTTL").arg(&fk).query_async(&mut c).await.unwrap();
         assert!(ttl > 0, "f{i}: its record's keep time runs");
     }
+    for i in 0..BATCHES {
+        let h: HashMap<String, String> = redis::cmd("HGETALL")
+            .arg(format!("emq:{{{home}}}:batch:b{i}"))
+            .query_async(&mut c)
+            .await
+            .unwrap();
+        assert!(!h.keys().any(|f| f.starts_with("m:")), "b{i}: a member left to count");
+    }
     for q in [home, other] {
         let n: usize = redis::cmd("LLEN")
             .arg(format!("emq:{{{q}}}:outbox"))
@@ -321,8 +348,8 @@ async fn check_records(url: &str, home: &str, other: &str) -> usize {
         .unwrap();
     assert_eq!(
         receipts,
-        FLOWS / 2 * ELSEWHERE.len(),
-        "one node message applied per step"
+        FLOWS / 2 * ELSEWHERE.len() + BATCHES / 2 * ELSEWHERE_MEMBERS,
+        "one message applied per step or member made on the second queue"
     );
     receipts
 }

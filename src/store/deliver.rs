@@ -1,4 +1,4 @@
-//! `lua/flow_deliver.lua`: applies messages from another queue's outbox.
+//! `lua/deliver.lua`: applies messages from another queue's outbox.
 
 use super::Spec;
 use super::call::unexpected;
@@ -9,8 +9,8 @@ use crate::error::Result;
 use crate::keys::Keys;
 
 pub(super) static SPEC: Spec = Spec::new(
-    "flow_deliver",
-    include_str!("../../lua/flow_deliver.lua"),
+    "deliver",
+    include_str!("../../lua/deliver.lua"),
     &["pending", "delayed", "failed", "cancelled"],
     false,
     &["prefix", "keep_failed"],
@@ -55,7 +55,7 @@ pub(crate) async fn run(
     let known = match code {
         Code::Ok => true,
         Code::Unknown => false,
-        other => return Err(unexpected("flow_deliver", other)),
+        other => return Err(unexpected("deliver", other)),
     };
     Ok((Delivered { applied, known, outbox }, confirmed))
 }

@@ -1,0 +1,329 @@
+//! Batches whose members are on other queues than the batch's, against a
+//! real server: the add counts them in on the batch's queue and sends each
+//! to its queue by message; each member's end comes back by message. A
+//! member counts once (a message delivered twice is applied once), the
+//! callbacks are enqueued once on the batch's queue, a member whose id is
+//! taken on its queue un-joins (so an add retried with the same ids
+//! counts each once), and bad input is refused with nothing written.
+
+mod common;
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use common::{raw, snapshot, unique};
+use echomq::batch::{BatchOptions, Callback};
+use echomq::server::LocalServer;
+use echomq::{
+    Client, EnqueueOptions, EnqueueStatus, Error, HandlerError, Job, JobState, Lease, Queue, QueueOptions, Worker,
+};
+use serde_json::{Value, json};
+
+const LEASE: Duration = Duration::from_secs(30);
+
+/// A server, a client on it, and queues of that client named after `name`.
+async fn queues(name: &str, n: usize) -> (LocalServer, Client, Vec<Queue>) {
+    let s = LocalServer::start().expect("start a local server (run scripts/test to install one)");
+    let client = Client::connect(&s.url()).await.unwrap();
+    let mut qs = Vec::new();
+    for i in 0..n {
+        qs.push(client.queue(&unique(&format!("{name}{i}"))).await.unwrap());
+    }
+    (s, client, qs)
+}
+
+async fn claim(q: &Queue) -> Vec<Lease> {
+    let mut l = q.claim(10, LEASE).await.unwrap();
+    l.sort_by(|a, b| a.id().cmp(b.id()));
+    l
+}
+
+fn all_callbacks(id: &str) -> BatchOptions {
+    BatchOptions::new()
+        .id(id)
+        .on_success(Callback::new(&json!("ok")).unwrap())
+        .on_complete(Callback::new(&json!("done")).unwrap())
+        .on_death(Callback::new(&json!("dead")).unwrap())
+}
+
+/// The callbacks of batch `bid` that exist as jobs of `q`.
+async fn callbacks(q: &Queue, bid: &str) -> Vec<&'static str> {
+    let mut out = Vec::new();
+    for which in ["success", "complete", "death"] {
+        match q.job(&format!("{bid}:{which}")).await {
+            Ok(_) => out.push(which),
+            Err(Error::JobNotFound(_)) => {}
+            Err(e) => panic!("{e}"),
+        }
+    }
+    out
+}
+
+async fn outbox(s: &LocalServer, q: &Queue) -> Vec<Vec<u8>> {
+    redis::cmd("LRANGE")
+        .arg(format!("emq:{{{}}}:outbox", q.name()))
+        .arg(0)
+        .arg(-1)
+        .query_async(&mut raw(s).await)
+        .await
+        .unwrap()
+}
+
+async fn push(s: &LocalServer, q: &Queue, message: &[u8]) {
+    let _: () = redis::cmd("RPUSH")
+        .arg(format!("emq:{{{}}}:outbox", q.name()))
+        .arg(message)
+        .query_async(&mut raw(s).await)
+        .await
+        .unwrap();
+}
+
+/// A message for queue `to` as the scripts write one (lua/README.md,
+/// `outbox`): the target, "\x1e", then each field as its length, ":" and
+/// its bytes.
+fn message(to: &Queue, fields: &[&str]) -> Vec<u8> {
+    let mut m = format!("{}\x1e", to.name());
+    for f in fields {
+        m.push_str(&format!("{}:{f}", f.len()));
+    }
+    m.into_bytes()
+}
+
+// Two members on the batch's queue H and three on R: the add answers the
+// ids it sent (minted BATCH:N, or the caller's), R holds them as jobs at
+// once (the add relayed), and only the last end, after the close, fires
+// success and complete on H, once, even with every message delivered
+// twice.
+#[tokio::test]
+async fn members_on_another_queue_count_once_and_fire_once() {
+    let (s, _client, qs) = queues("bspan", 2).await;
+    let (h, r) = (&qs[0], &qs[1]);
+    let batch = h.open_batch(&all_callbacks("b1")).await.unwrap();
+    assert_eq!(batch.add(&[1, 2]).await.unwrap().len(), 2);
+    let there = batch.on(r).unwrap();
+    let sent = there
+        .add_with(&[
+            (json!(3), EnqueueOptions::new()),
+            (json!(4), EnqueueOptions::new().id("four").max_attempts(3)),
+        ])
+        .await
+        .unwrap();
+    let ids: Vec<(&str, EnqueueStatus)> = sent.iter().map(|e| (e.id.as_str(), e.status)).collect();
+    assert_eq!(ids, [("b1:1", EnqueueStatus::Sent), ("four", EnqueueStatus::Sent)]);
+    // numbered among the batch's members on other queues ("four" is 2)
+    let more = there.add(&[5]).await.unwrap();
+    assert_eq!(more, ["b1:3"]);
+    assert!(outbox(&s, h).await.is_empty(), "the add relayed its messages");
+    let st = batch.status().await.unwrap();
+    assert_eq!((st.total, st.ended()), (5, 0));
+    let job = r.job("four").await.unwrap();
+    assert_eq!((job.state, job.limits.max_attempts), (JobState::Pending, 3));
+
+    // the first make-member message again: its receipt makes it a no-op
+    let ct = st.created_at.to_string();
+    let again = message(
+        r,
+        &["m", "b1", &ct, "1", h.name(), "b1:1", "3", "0", "", "", "", "", ""],
+    );
+    push(&s, h, &again).await;
+    assert_eq!(h.relay().await.unwrap(), 1);
+    let leases = claim(r).await;
+    let got: Vec<&str> = leases.iter().map(Lease::id).collect();
+    assert_eq!(got, ["b1:1", "b1:3", "four"]);
+    assert_eq!(leases[0].decode::<Value>().unwrap(), json!(3));
+
+    for l in &claim(h).await {
+        h.complete(l).await.unwrap();
+    }
+    for l in &leases[..2] {
+        r.complete(l).await.unwrap();
+    }
+    // the ends wait on R's outbox until they are relayed
+    let ends = outbox(&s, r).await;
+    assert_eq!(ends.len(), 2);
+    assert_eq!(batch.status().await.unwrap().completed, 2);
+    assert_eq!(r.relay().await.unwrap(), 2);
+    // delivered again: counted once
+    push(&s, r, &ends[0]).await;
+    assert_eq!(r.relay().await.unwrap(), 1);
+    assert_eq!(batch.status().await.unwrap().completed, 4);
+
+    batch.close().await.unwrap();
+    assert!(callbacks(h, "b1").await.is_empty(), "one member is still running");
+    r.complete(&leases[2]).await.unwrap();
+    r.relay().await.unwrap();
+    assert_eq!(callbacks(h, "b1").await, ["success", "complete"]);
+    assert!(
+        r.job("b1:success").await.is_err(),
+        "callbacks are jobs of the batch's queue"
+    );
+    let st = batch.status().await.unwrap();
+    assert_eq!((st.total, st.completed, st.pending()), (5, 5, 0));
+    assert!(st.ended_at.is_some());
+    let hash: Vec<(String, String)> = redis::cmd("HGETALL")
+        .arg(format!("emq:{{{}}}:batch:b1", h.name()))
+        .query_async(&mut raw(&s).await)
+        .await
+        .unwrap();
+    assert!(
+        !hash.iter().any(|(f, _)| f.starts_with("m:")),
+        "no member left to count: {hash:?}"
+    );
+}
+
+// A member on R that fails for good fires death on H; a removed one and a
+// cancelled one count as ended otherwise, a delayed one waits for its
+// time; complete fires after the last.
+#[tokio::test]
+async fn ends_of_every_kind_come_back() {
+    let (_s, _client, qs) = queues("bend", 2).await;
+    let (h, r) = (&qs[0], &qs[1]);
+    let batch = h.open_batch(&all_callbacks("b2")).await.unwrap();
+    batch
+        .on(r)
+        .unwrap()
+        .add_with(&[
+            (1, EnqueueOptions::new().id("fails").max_attempts(1)),
+            (2, EnqueueOptions::new().id("removed").delay(Duration::from_secs(3600))),
+            (
+                3,
+                EnqueueOptions::new().id("cancelled").delay(Duration::from_secs(3600)),
+            ),
+        ])
+        .await
+        .unwrap();
+    batch.close().await.unwrap();
+    assert_eq!(r.job("removed").await.unwrap().state, JobState::Delayed);
+    let leases = claim(r).await;
+    assert_eq!(leases.len(), 1);
+    r.fail(&leases[0], "broken").await.unwrap();
+    r.relay().await.unwrap();
+    assert_eq!(callbacks(h, "b2").await, ["death"]);
+    r.remove(&["removed"]).await.unwrap();
+    r.cancel("cancelled").await.unwrap();
+    r.relay().await.unwrap();
+    assert_eq!(callbacks(h, "b2").await, ["complete", "death"]);
+    let st = batch.status().await.unwrap();
+    assert_eq!((st.total, st.completed, st.failed, st.other), (3, 0, 1, 2));
+}
+
+// A member whose id is taken on R when its message arrives un-joins: the
+// batch's total drops, and an add retried with the same ids (after a
+// transient error, say) counts each member once.
+#[tokio::test]
+async fn a_taken_id_un_joins_so_a_retried_add_counts_once() {
+    let (_s, _client, qs) = queues("btaken", 2).await;
+    let (h, r) = (&qs[0], &qs[1]);
+    r.enqueue_with(&0, &EnqueueOptions::new().id("taken")).await.unwrap();
+    let batch = h.open_batch(&all_callbacks("b3")).await.unwrap();
+    let on = batch.on(r).unwrap();
+    let jobs = [
+        (json!(1), EnqueueOptions::new().id("taken")),
+        (json!(2), EnqueueOptions::new().id("mine")),
+    ];
+    on.add_with(&jobs).await.unwrap();
+    // the add relayed on to R's answer: "taken" did not join
+    assert_eq!(batch.status().await.unwrap().total, 1);
+    on.add_with(&jobs).await.unwrap();
+    assert_eq!(
+        batch.status().await.unwrap().total,
+        1,
+        "the retry's members did not join"
+    );
+    assert_eq!(
+        r.job("taken").await.unwrap().payload,
+        b"0",
+        "the other job is as it was"
+    );
+    batch.close().await.unwrap();
+    let leases = claim(r).await;
+    let mine = leases.iter().find(|l| l.id() == "mine").unwrap();
+    r.complete(mine).await.unwrap();
+    r.relay().await.unwrap();
+    assert_eq!(callbacks(h, "b3").await, ["success", "complete"]);
+}
+
+// Bad input is refused before anything is sent: a queue of another prefix
+// or client, an option a member of another queue cannot take, a closed or
+// unknown batch.
+#[tokio::test]
+async fn bad_input_is_refused_and_writes_nothing() {
+    let (s, client, qs) = queues("bbad", 2).await;
+    let (h, r) = (&qs[0], &qs[1]);
+    let batch = h.open_batch(&BatchOptions::new().id("b4")).await.unwrap();
+    let prefixed = client
+        .queue_with(r.name(), QueueOptions::new().prefix("other"))
+        .await
+        .unwrap();
+    assert!(matches!(
+        batch.on(&prefixed),
+        Err(Error::InvalidOption { name: "Batch::on", .. })
+    ));
+    let other_client = Client::connect(&s.url()).await.unwrap();
+    let far = other_client.queue(r.name()).await.unwrap();
+    assert!(matches!(
+        batch.on(&far),
+        Err(Error::InvalidOption { name: "Batch::on", .. })
+    ));
+    let before = (snapshot(&s, h.name()).await, snapshot(&s, r.name()).await);
+    let on = batch.on(r).unwrap();
+    for opts in [
+        EnqueueOptions::new().dedup("d"),
+        EnqueueOptions::new().discard_after(Duration::from_secs(5)),
+        EnqueueOptions::new().sequence("k"),
+    ] {
+        let e = on.add_with(&[(1, EnqueueOptions::new()), (2, opts)]).await.unwrap_err();
+        assert!(matches!(e, Error::InvalidOption { name: "Batch::on", .. }), "{e}");
+    }
+    assert!(matches!(
+        on.add_with(&[(1, EnqueueOptions::new().id("123"))]).await,
+        Err(Error::InvalidId { .. })
+    ));
+    assert_eq!((snapshot(&s, h.name()).await, snapshot(&s, r.name()).await), before);
+    batch.close().await.unwrap();
+    assert!(matches!(on.add(&[1]).await, Err(Error::BatchClosed(_))));
+    let unknown = h.batch("nope").unwrap().on(r).unwrap();
+    assert!(matches!(unknown.add(&[1]).await, Err(Error::BatchNotFound(_))));
+    assert_eq!(snapshot(&s, r.name()).await, before.1);
+    // the batch's own queue gives a plain handle: members join as always
+    let b5 = h.open_batch(&BatchOptions::new().id("b5")).await.unwrap();
+    let same = b5.on(h).unwrap().add(&[1]).await.unwrap();
+    assert_eq!(h.job(&same[0]).await.unwrap().state, JobState::Pending);
+}
+
+// Workers on both queues move the batch on with no call by hand: each
+// member's end is relayed by its worker's settlement, and the success
+// callback runs on the batch's queue.
+#[tokio::test]
+async fn workers_move_a_batch_over_queues_on_their_own() {
+    let (_s, _client, qs) = queues("bwork", 2).await;
+    let (h, r) = (&qs[0], &qs[1]);
+    let ran: Arc<Mutex<Vec<String>>> = Arc::default();
+    let mut worker = Worker::new();
+    for q in [h, r] {
+        let ran = ran.clone();
+        worker = worker.queue(q.clone(), move |job: Job<Value>| {
+            let ran = ran.clone();
+            async move {
+                ran.lock().unwrap().push(job.id().to_owned());
+                Ok::<_, HandlerError>(())
+            }
+        });
+    }
+    let handle = worker.spawn().unwrap();
+    let batch = h.open_batch(&all_callbacks("b6")).await.unwrap();
+    batch.on(r).unwrap().add(&[1, 2, 3]).await.unwrap();
+    batch.close().await.unwrap();
+    let done = || async { ran.lock().unwrap().iter().any(|id| id == "b6:complete") };
+    assert!(
+        common::eventually(Duration::from_secs(10), done).await,
+        "{:?}",
+        ran.lock().unwrap()
+    );
+    handle.shutdown().await.unwrap();
+    assert_eq!(batch.status().await.unwrap().completed, 3);
+    let ran = ran.lock().unwrap();
+    for id in ["b6:1", "b6:2", "b6:3", "b6:success", "b6:complete"] {
+        assert_eq!(ran.iter().filter(|r| *r == id).count(), 1, "{id} ran once: {ran:?}");
+    }
+}
