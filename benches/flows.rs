@@ -10,6 +10,9 @@
 //! by a relayed message, and its end comes back by one, so the release
 //! waits for the relay (the worker's maintenance, within
 //! `maintenance::RELAY_HOT_INTERVAL` of a settlement that left a message).
+//! Last, a batch of as many members with a complete callback, its members
+//! on the batch's queue and then on another (`Batch::on`): the add's time,
+//! the last member's return to the callback's start, commands per member.
 //!
 //! Run: `cargo bench --bench flows --features local-server` (server binary
 //! from `ECHOMQ_SERVER_BIN`, `.tools/valkey` or `PATH`). Sizes
@@ -23,6 +26,7 @@ mod support;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use echomq::batch::{BatchOptions, Callback};
 use echomq::flow::{FlowSpec, Step};
 use echomq::server::LocalServer;
 use echomq::{Client, Job, Queue, Worker};
@@ -61,7 +65,8 @@ async fn run_on(queues: &[&Queue], want: usize) -> Times {
         worker = worker.queue((*q).clone(), move |job: Job<serde_json::Value>| {
             let t = t.clone();
             async move {
-                let parent = job.id().ends_with(":parent");
+                // a flow's parent, or a batch's callback
+                let parent = job.id().ends_with(":parent") || job.id().ends_with(":complete");
                 let mut t = t.lock().unwrap();
                 if parent {
                     t.parent_started = Some(Instant::now());
@@ -126,6 +131,48 @@ async fn measure(
     (add_ms, release_ms, cmds)
 }
 
+/// Opens batch `id` on `home` with a complete callback, adds `members`
+/// members (on `there` when given, by message) in one call, closes it, and
+/// runs it with a worker on both queues; answers the add's time, the time
+/// from the last member's return to the callback's start (ms), and the
+/// server commands per member.
+async fn measure_batch(
+    raw: &mut MultiplexedConnection,
+    home: &Queue,
+    there: Option<&Queue>,
+    id: &str,
+    members: usize,
+) -> (f64, f64, f64) {
+    let jobs: Vec<_> = (0..members).map(|i| json!({"i": i})).collect();
+    let before = snap(raw).await;
+    let batch = home
+        .open_batch(
+            &BatchOptions::new()
+                .id(id)
+                .on_complete(Callback::new(&json!("done")).unwrap()),
+        )
+        .await
+        .unwrap();
+    let start = Instant::now();
+    match there {
+        Some(q) => batch.on(q).unwrap().add(&jobs).await.unwrap(),
+        None => batch.add(&jobs).await.unwrap(),
+    };
+    let add_ms = start.elapsed().as_secs_f64() * 1e3;
+    batch.close().await.unwrap();
+    let queues: Vec<&Queue> = std::iter::once(home).chain(there).collect();
+    let t = run_on(&queues, members + 1).await;
+    assert_eq!(t.done, members + 1, "every member and the callback ran");
+    let cmds = snap(raw).await.since(&before).all_calls() as f64 / members as f64;
+    let fired_ms = t
+        .parent_started
+        .unwrap()
+        .duration_since(t.last_child_done.unwrap())
+        .as_secs_f64()
+        * 1e3;
+    (add_ms, fired_ms, cmds)
+}
+
 #[tokio::main]
 async fn main() {
     let children: usize = env_or("CHILDREN", 1000);
@@ -139,6 +186,8 @@ async fn main() {
         .unwrap();
     let (mut adds, mut releases, mut flow_cmds, mut plain_cmds) = (vec![], vec![], vec![], vec![]);
     let (mut x_adds, mut x_releases, mut x_cmds) = (vec![], vec![], vec![]);
+    // batches: [members on the batch's queue, on another queue] x [add, fire, commands]
+    let mut b: [[Vec<f64>; 3]; 2] = Default::default();
     for r in 0..rounds {
         // plain jobs, run the same way: the baseline commands per job
         let q = client.queue(&format!("plain-{r}")).await.unwrap();
@@ -176,6 +225,23 @@ async fn main() {
         x_adds.push(add_ms);
         x_releases.push(release_ms);
         x_cmds.push(cmds);
+
+        // a batch of as many members, on its own queue and on another
+        for (k, elsewhere) in [false, true].into_iter().enumerate() {
+            let home = client.queue(&format!("bhome-{r}-{k}")).await.unwrap();
+            let there = client.queue(&format!("bthere-{r}-{k}")).await.unwrap();
+            let (add_ms, fired_ms, cmds) =
+                measure_batch(&mut raw, &home, elsewhere.then_some(&there), &format!("b{r}"), children).await;
+            println!(
+                "{}",
+                json!({"round": r, "batch_members": children, "on_another_queue": elsewhere,
+                       "add_ms": round(add_ms, 2), "last_member_to_callback_start_ms": round(fired_ms, 2),
+                       "commands_per_member": round(cmds, 2)})
+            );
+            for (v, x) in b[k].iter_mut().zip([add_ms, fired_ms, cmds]) {
+                v.push(x);
+            }
+        }
     }
     println!("\nflow of {children} children and one parent, median of {rounds}:");
     println!("  add_flow (the whole graph, one call)      {:>8.2} ms", median(&adds));
@@ -198,4 +264,19 @@ async fn main() {
         median(&x_releases)
     );
     println!("  server commands per child                 {:>8.2}", median(&x_cmds));
+    for (k, what) in ["on the batch's queue", "on another queue (Batch::on)"]
+        .iter()
+        .enumerate()
+    {
+        println!("\nbatch of {children} members {what}, one add, median of {rounds}:");
+        println!(
+            "  add (one call, and relaying them there)   {:>8.2} ms",
+            median(&b[k][0])
+        );
+        println!(
+            "  last member's return -> callback's start  {:>8.2} ms",
+            median(&b[k][1])
+        );
+        println!("  server commands per member                {:>8.2}", median(&b[k][2]));
+    }
 }
