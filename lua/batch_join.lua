@@ -4,33 +4,35 @@
 -- its end comes back the same way. The caller has checked the jobs.
 --
 -- KEYS[1] batch (hash PREFIX:{Q}:batch:BID)
+-- KEYS[2] seq    mint counter (numbers the members: unique on the queue,
+--                so a batch opened again with an old id mints new ids)
 -- ARGV[1] prefix  key prefix "emq:{Q}:"
 -- ARGV[2] id      the batch's id
 -- ARGV[3] queue   the members' queue (same prefix, another queue)
 -- ARGV[4] jobs    number of jobs N, then 8 fields per job: id ("" for
---                 BID:NUMBER, its number among the batch's members of
---                 other queues), payload (JSON), priority, delay (ms, or
+--                 BID:NUMBER, NUMBER the member's, from the queue's mint
+--                 counter), payload (JSON), priority, delay (ms, or
 --                 "@MS" due at server ms), limits (`lm`, "" for the
 --                 defaults), lane, kind, traceparent ("" for none)
 --
--- REPLY: {now:int, code:code, (id:str)*}
--- OK joined, each job's id in order; CLOSED the batch is closed, NOT_FOUND
--- no such batch: no ids, nothing written.
-local bk = KEYS[1]
+-- REPLY: {now:int, code:code, [ct:int, (id:str, number:int)*]}
+-- OK joined: the batch's `ct`, then each job's id and number in order
+-- (its record on its queue will hold them in `bh`); CLOSED the batch is
+-- closed, NOT_FOUND no such batch: nothing more, nothing written.
+local bk, seq_key = KEYS[1], KEYS[2]
 local prefix, bid, queue = ARGV[1], ARGV[2], ARGV[3]
 local n = tonumber(ARGV[4])
 local now = server_now()
-local b = hfields(bk, 'n', 'cl', 'ct', 'mn')
+local b = hfields(bk, 'n', 'cl', 'ct')
 if not (b and b[1]) then return {now, CODE.NOT_FOUND} end
 if b[2] then return {now, CODE.CLOSED} end
 local home, ct = own_queue(prefix), b[3] or ''
-local out = {now, CODE.OK}
-local num = tonumber(b[4]) or 0
+local out = {now, CODE.OK, ct}
+local mint = minter(seq_key)
 local tracked = {}
 for j = 0, n - 1 do
   local a = 5 + j * 8
-  num = num + 1
-  local k = int_s(num)
+  local k = int_s(mint(n - j))
   local id = ARGV[a]
   if id == '' then id = bid .. ':' .. k end
   local when, due = ARGV[a + 3], ''
@@ -44,9 +46,10 @@ for j = 0, n - 1 do
   tracked[#tracked + 1] = 'm:' .. k
   tracked[#tracked + 1] = queue .. '\31' .. id
   out[#out + 1] = id
+  out[#out + 1] = k
 end
 if n > 0 then
-  rcall('HSET', bk, 'mn', int_s(num), unpack(tracked))
+  rcall('HSET', bk, unpack(tracked))
   rcall('HINCRBY', bk, 'n', n)
 end
 return out

@@ -324,12 +324,15 @@ impl Batch {
     /// Such a member takes an id, a delay or run-at time, a priority, a
     /// lane, a kind, limits and a traceparent; a dedup id, an expiry or a
     /// sequence key are refused (they need the member's queue at the
-    /// add). Without an id it is `BATCH_ID:N`, N its number among the
-    /// batch's members on other queues. The add answers
-    /// [`EnqueueStatus::Sent`] for each: if a
-    /// job holds the id on `queue` when the message arrives, the member
-    /// un-joins (the batch's `total` drops by one), so adding again with
-    /// the same ids after a transient error counts each once.
+    /// add). Without an id it is `BATCH_ID:N`, N a number from the batch's
+    /// queue's mint counter (so a batch opened again with an old id mints
+    /// ids its first life did not use). If a job holds the id on `queue`
+    /// when the message arrives, the member un-joins (the batch's `total`
+    /// drops by one), so adding again with the same ids after a transient
+    /// error counts each once. The add answers, per member, what it reads
+    /// on `queue` after relaying: [`EnqueueStatus::Created`] (made there),
+    /// [`EnqueueStatus::Existing`] (another job holds the id: it did not
+    /// join), or [`EnqueueStatus::Sent`] (its message is still on its way).
     ///
     /// # Errors
     /// [`Error::InvalidOption`] for a queue of another prefix or client.
@@ -409,10 +412,10 @@ impl Batch {
             }
         }
         let durability = self.queue.options().durability;
-        let mut ids = Vec::with_capacity(encoded.len());
+        let mut joined = Vec::with_capacity(encoded.len());
         let mut shortfall = None;
         for chunk in encoded.chunks(crate::queue::ENQUEUE_CHUNK) {
-            let (joined, confirmed) = store::batch_join::run(
+            let (j, confirmed) = store::batch_join::run(
                 &mut self.queue.conn(),
                 self.queue.keys(),
                 &self.id,
@@ -421,7 +424,7 @@ impl Batch {
                 durability,
             )
             .await?;
-            ids.extend(joined);
+            joined.extend(j.members.into_iter().map(|(id, n)| (id, j.ct, n)));
             if let Some(s) = confirmed? {
                 shortfall.get_or_insert(s);
             }
@@ -431,18 +434,39 @@ impl Batch {
         crate::relay::relay_or_log(&self.queue).await;
         if let Some(s) = shortfall {
             return Err(Error::NotDurable {
-                ids,
+                ids: joined.into_iter().map(|(id, _, _)| id).collect(),
                 acked: s.acked,
                 wanted: s.wanted,
             });
         }
-        Ok(ids
+        Ok(self.made_there(there, joined).await)
+    }
+
+    /// What became of members `joined` (id, the batch's `ct`, number) sent
+    /// to `there`, read from their records there: made as members of this
+    /// batch ([`EnqueueStatus::Created`]), refused because another job
+    /// holds the id ([`EnqueueStatus::Existing`]: it un-joins), or not
+    /// known yet ([`EnqueueStatus::Sent`]: its message is still on its
+    /// way, or it ended and retention deleted it).
+    async fn made_there(&self, there: &Queue, joined: Vec<(String, u64, u64)>) -> Vec<Enqueued> {
+        let mut pipe = redis::pipe();
+        for (id, _, _) in &joined {
+            pipe.cmd("HMGET").arg(there.keys().job(id)).arg("st").arg("bh");
+        }
+        let read: Option<Vec<(Option<String>, Option<String>)>> = pipe.query_async(&mut there.conn()).await.ok();
+        let home = self.queue.name();
+        joined
             .into_iter()
-            .map(|id| Enqueued {
-                id,
-                status: EnqueueStatus::Sent,
+            .enumerate()
+            .map(|(i, (id, ct, n))| {
+                let status = match read.as_ref().and_then(|r| r.get(i)) {
+                    Some((_, Some(bh))) if *bh == format!("{home}\x1f{ct}\x1f{n}") => EnqueueStatus::Created,
+                    Some((Some(_), _)) => EnqueueStatus::Existing,
+                    _ => EnqueueStatus::Sent,
+                };
+                Enqueued { id, status }
             })
-            .collect())
+            .collect()
     }
 
     /// Closes the batch: no job joins it afterwards. If every member has

@@ -4,7 +4,9 @@
 //! member counts once (a message delivered twice is applied once), the
 //! callbacks are enqueued once on the batch's queue, a member whose id is
 //! taken on its queue un-joins (so an add retried with the same ids
-//! counts each once), and bad input is refused with nothing written.
+//! counts each once, and answers `Existing`), a batch opened again with
+//! an old id mints new member ids, and bad input is refused with nothing
+//! written.
 
 mod common;
 
@@ -109,10 +111,14 @@ async fn members_on_another_queue_count_once_and_fire_once() {
         .await
         .unwrap();
     let ids: Vec<(&str, EnqueueStatus)> = sent.iter().map(|e| (e.id.as_str(), e.status)).collect();
-    assert_eq!(ids, [("b1:1", EnqueueStatus::Sent), ("four", EnqueueStatus::Sent)]);
-    // numbered among the batch's members on other queues ("four" is 2)
+    // made there by the add's relay; numbered by the batch's queue's mint
+    // counter, after the two local members ("four" is 4)
+    assert_eq!(
+        ids,
+        [("b1:3", EnqueueStatus::Created), ("four", EnqueueStatus::Created)]
+    );
     let more = there.add(&[5]).await.unwrap();
-    assert_eq!(more, ["b1:3"]);
+    assert_eq!(more, ["b1:5"]);
     assert!(outbox(&s, h).await.is_empty(), "the add relayed its messages");
     let st = batch.status().await.unwrap();
     assert_eq!((st.total, st.ended()), (5, 0));
@@ -123,13 +129,13 @@ async fn members_on_another_queue_count_once_and_fire_once() {
     let ct = st.created_at.to_string();
     let again = message(
         r,
-        &["m", "b1", &ct, "1", h.name(), "b1:1", "3", "0", "", "", "", "", ""],
+        &["m", "b1", &ct, "3", h.name(), "b1:3", "3", "0", "", "", "", "", ""],
     );
     push(&s, h, &again).await;
     assert_eq!(h.relay().await.unwrap(), 1);
     let leases = claim(r).await;
     let got: Vec<&str> = leases.iter().map(Lease::id).collect();
-    assert_eq!(got, ["b1:1", "b1:3", "four"]);
+    assert_eq!(got, ["b1:3", "b1:5", "four"]);
     assert_eq!(leases[0].decode::<Value>().unwrap(), json!(3));
 
     for l in &claim(h).await {
@@ -243,6 +249,37 @@ async fn a_taken_id_un_joins_so_a_retried_add_counts_once() {
     assert_eq!(callbacks(h, "b3").await, ["success", "complete"]);
 }
 
+// A batch whose record expired, opened again with its id, mints member
+// ids its first life did not use, so its members join although the old
+// ones' records are still there.
+#[tokio::test]
+async fn a_batch_opened_again_mints_new_member_ids() {
+    let (s, _client, qs) = queues("bagain", 2).await;
+    let (h, r) = (&qs[0], &qs[1]);
+    let mut seen = Vec::new();
+    for life in 0..2 {
+        let batch = h
+            .open_batch(&BatchOptions::new().id("b7").keep(Duration::ZERO))
+            .await
+            .unwrap();
+        let added = batch.on(r).unwrap().add(&[life]).await.unwrap();
+        assert_eq!(r.job(&added[0]).await.unwrap().state, JobState::Pending);
+        assert!(!seen.contains(&added[0]), "{added:?} used again");
+        seen.extend(added);
+        batch.close().await.unwrap();
+        let l = claim(r).await;
+        r.complete(&l[0]).await.unwrap();
+        r.relay().await.unwrap();
+        assert_eq!(batch.status().await.unwrap().completed, 1);
+        // its record gone, as at the end of its keep time
+        let _: () = redis::cmd("DEL")
+            .arg(format!("emq:{{{}}}:batch:b7", h.name()))
+            .query_async(&mut raw(&s).await)
+            .await
+            .unwrap();
+    }
+}
+
 // Bad input is refused before anything is sent: a queue of another prefix
 // or client, an option a member of another queue cannot take, a closed or
 // unknown batch.
@@ -312,7 +349,7 @@ async fn workers_move_a_batch_over_queues_on_their_own() {
     }
     let handle = worker.spawn().unwrap();
     let batch = h.open_batch(&all_callbacks("b6")).await.unwrap();
-    batch.on(r).unwrap().add(&[1, 2, 3]).await.unwrap();
+    let ids = batch.on(r).unwrap().add(&[1, 2, 3]).await.unwrap();
     batch.close().await.unwrap();
     let done = || async { ran.lock().unwrap().iter().any(|id| id == "b6:complete") };
     assert!(
@@ -323,7 +360,7 @@ async fn workers_move_a_batch_over_queues_on_their_own() {
     handle.shutdown().await.unwrap();
     assert_eq!(batch.status().await.unwrap().completed, 3);
     let ran = ran.lock().unwrap();
-    for id in ["b6:1", "b6:2", "b6:3", "b6:success", "b6:complete"] {
+    for id in ids.iter().map(String::as_str).chain(["b6:success", "b6:complete"]) {
         assert_eq!(ran.iter().filter(|r| *r == id).count(), 1, "{id} ran once: {ran:?}");
     }
 }

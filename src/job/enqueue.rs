@@ -575,9 +575,10 @@ pub enum EnqueueStatus {
     /// which now carries this enqueue's payload and due time
     /// ([`EnqueueOptions::replace_waiting`]); no job was created.
     Replaced,
-    /// A batch member for another queue ([`Batch::on`](crate::batch::Batch::on)):
-    /// joined its batch, and sent to its queue by message, where it is made
-    /// with this id unless a job holds that id there (then it un-joins).
+    /// A batch member for another queue ([`Batch::on`](crate::batch::Batch::on))
+    /// whose message had not reached its queue when the add answered: it
+    /// joined its batch, and is made there with this id unless a job holds
+    /// that id there by then (then it un-joins).
     Sent,
 }
 

@@ -12,15 +12,23 @@ use crate::keys::Keys;
 pub(super) static SPEC: Spec = Spec::new(
     "batch_join",
     include_str!("../../lua/batch_join.lua"),
-    &["batch"],
+    &["batch", "seq"],
     false,
     &["prefix", "id", "queue", "jobs"],
 );
 
+/// What a join answered: the batch's creation time, and each member's id
+/// and number, in order; a member's record on its queue holds
+/// `HOME\x1fCT\x1fNUMBER` in `bh`.
+pub(crate) struct Joined {
+    pub ct: u64,
+    pub members: Vec<(String, u64)>,
+}
+
 /// Counts `jobs` (checked by the caller: no dedup, expiry or sequence)
 /// into open batch `id` of the queue of `k` as members on queue `queue`,
-/// and leaves the messages that make them there; answers their ids, in
-/// order, and whether the call is as durable as `durability` asks.
+/// and leaves the messages that make them there; answers what it joined
+/// and whether the call is as durable as `durability` asks.
 ///
 /// # Errors
 /// [`Error::BatchNotFound`] or [`Error::BatchClosed`] (nothing written),
@@ -32,9 +40,9 @@ pub(crate) async fn run(
     queue: &str,
     jobs: &[NewJob],
     durability: Durability,
-) -> Result<(Vec<String>, Confirmed)> {
+) -> Result<(Joined, Confirmed)> {
     let mut call = SPEC.call();
-    call.key(k.batch(id));
+    call.key(k.batch(id)).key(&k.seq);
     call.arg(&k.base).arg(id).arg(queue).arg(jobs.len());
     for j in jobs {
         call.arg(j.id.as_deref().unwrap_or_default())
@@ -54,9 +62,10 @@ pub(crate) async fn run(
         Code::NotFound => return Err(Error::BatchNotFound(id.to_owned())),
         other => return Err(unexpected("batch_join", other)),
     }
-    let mut ids = Vec::with_capacity(jobs.len());
+    let ct = r.uint()?;
+    let mut members = Vec::with_capacity(jobs.len());
     while r.remaining() > 0 {
-        ids.push(r.string()?);
+        members.push((r.string()?, r.uint()?));
     }
-    Ok((ids, confirmed))
+    Ok((Joined { ct, members }, confirmed))
 }
