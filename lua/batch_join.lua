@@ -10,8 +10,9 @@
 -- ARGV[2] id      the batch's id
 -- ARGV[3] queue   the members' queue (same prefix, another queue)
 -- ARGV[4] jobs    number of jobs N, then 8 fields per job: id ("" for
---                 BID:NUMBER, NUMBER the member's, from the queue's mint
---                 counter), payload (JSON), priority, delay (ms, or
+--                 BID:NUMBER@QUEUE, NUMBER the member's from this queue's
+--                 mint counter, QUEUE this queue's name: unique whichever
+--                 queue opened a batch of that id), payload (JSON), priority, delay (ms, or
 --                 "@MS" due at server ms), limits (`lm`, "" for the
 --                 defaults), lane, kind, traceparent ("" for none)
 --
@@ -34,7 +35,7 @@ for j = 0, n - 1 do
   local a = 5 + j * 8
   local k = int_s(mint(n - j))
   local id = ARGV[a]
-  if id == '' then id = bid .. ':' .. k end
+  if id == '' then id = bid .. ':' .. k .. '@' .. home end
   local when, due = ARGV[a + 3], ''
   if string.sub(when, 1, 1) == '@' then
     due = string.sub(when, 2)

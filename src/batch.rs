@@ -324,15 +324,21 @@ impl Batch {
     /// Such a member takes an id, a delay or run-at time, a priority, a
     /// lane, a kind, limits and a traceparent; a dedup id, an expiry or a
     /// sequence key are refused (they need the member's queue at the
-    /// add). Without an id it is `BATCH_ID:N`, N a number from the batch's
-    /// queue's mint counter (so a batch opened again with an old id mints
-    /// ids its first life did not use). If a job holds the id on `queue`
-    /// when the message arrives, the member un-joins (the batch's `total`
-    /// drops by one), so adding again with the same ids after a transient
-    /// error counts each once. The add answers, per member, what it reads
-    /// on `queue` after relaying: [`EnqueueStatus::Created`] (made there),
-    /// [`EnqueueStatus::Existing`] (another job holds the id: it did not
-    /// join), or [`EnqueueStatus::Sent`] (its message is still on its way).
+    /// add). Without an id it is `BATCH_ID:N@QUEUE`: N a number from the
+    /// mint counter of the batch's queue, QUEUE that queue's name, so no
+    /// other batch, of this queue or another, mints it. If, when its
+    /// message arrives, the id is held on `queue` by the same member added
+    /// before (an add retried with the same ids after a transient error),
+    /// the second one un-joins (the batch's `total` drops by one); if
+    /// another job holds it, the member cannot run and counts as failed
+    /// (firing the death callback). So a retried add counts each member
+    /// once while the first one's record is on `queue` (retention may
+    /// delete it after its end); an add whose members have minted ids is
+    /// not safe to retry. The add answers, per member, what it reads on
+    /// `queue` after relaying: [`EnqueueStatus::Created`] (made there),
+    /// [`EnqueueStatus::Existing`] (another job, or this member added
+    /// before, holds the id), or [`EnqueueStatus::Sent`] (its message is
+    /// still on its way).
     ///
     /// # Errors
     /// [`Error::InvalidOption`] for a queue of another prefix or client.
@@ -356,8 +362,11 @@ impl Batch {
     /// # Errors
     /// [`Error::BatchNotFound`] or [`Error::BatchClosed`] (nothing written
     /// by that call), [`Error::InvalidOption`] for an option a member on
-    /// another queue cannot take ([`Batch::on`]), or as
-    /// [`Queue::enqueue_bulk`].
+    /// another queue cannot take ([`Batch::on`]), [`Error::InvalidId`] for
+    /// a minted member id there that would pass 256 bytes, or as
+    /// [`Queue::enqueue_bulk`] (for members on another queue, the calls of
+    /// more than [`ENQUEUE_CHUNK`](crate::queue::ENQUEUE_CHUNK) jobs that
+    /// succeeded before a failure stay joined, and are relayed).
     pub async fn add<T: Serialize>(&self, payloads: &[T]) -> Result<Vec<String>> {
         let opts = EnqueueOptions::default();
         let done = self.join(payloads.iter().map(|p| (p, &opts)), None).await?;
@@ -411,11 +420,22 @@ impl Batch {
                 });
             }
         }
+        // a minted id is BATCH_ID:NUMBER@QUEUE (NUMBER at most 20 digits)
+        if encoded.iter().any(|j| j.id.is_none())
+            && self.id.len() + self.queue.name().len() + 22 > validate::MAX_ID_BYTES
+        {
+            return Err(Error::InvalidId {
+                what: "batch id",
+                value: self.id.chars().take(64).collect(),
+                reason: "with the batch's queue name, too long for the ids minted for members on another queue \
+                         (BATCH_ID:NUMBER@QUEUE, at most 256 bytes): give those members ids",
+            });
+        }
         let durability = self.queue.options().durability;
         let mut joined = Vec::with_capacity(encoded.len());
-        let mut shortfall = None;
+        let mut failed = None;
         for chunk in encoded.chunks(crate::queue::ENQUEUE_CHUNK) {
-            let (j, confirmed) = store::batch_join::run(
+            let call = store::batch_join::run(
                 &mut self.queue.conn(),
                 self.queue.keys(),
                 &self.id,
@@ -423,31 +443,52 @@ impl Batch {
                 chunk,
                 durability,
             )
-            .await?;
+            .await;
+            let (j, confirmed) = match call {
+                Ok(done) => done,
+                Err(e) => {
+                    failed = Some(e);
+                    break;
+                }
+            };
             joined.extend(j.members.into_iter().map(|(id, n)| (id, j.ct, n)));
-            if let Some(s) = confirmed? {
-                shortfall.get_or_insert(s);
+            // (a later chunk's writes go on: each chunk is confirmed alone)
+            match confirmed {
+                Ok(None) => {}
+                Ok(Some(s)) => {
+                    failed.get_or_insert(Error::NotDurable {
+                        ids: Vec::new(),
+                        acked: s.acked,
+                        wanted: s.wanted,
+                    });
+                }
+                Err(e) => {
+                    failed.get_or_insert(e);
+                }
             }
         }
-        // The members made on their queue now (or, when that fails, by a
-        // later relay of this queue).
-        crate::relay::relay_or_log(&self.queue).await;
-        if let Some(s) = shortfall {
-            return Err(Error::NotDurable {
-                ids: joined.into_iter().map(|(id, _, _)| id).collect(),
-                acked: s.acked,
-                wanted: s.wanted,
-            });
+        if !joined.is_empty() {
+            // The members made on their queue now (or, when that fails, by
+            // a later relay of this queue), whatever happens to the rest.
+            crate::relay::relay_or_log(&self.queue).await;
         }
-        Ok(self.made_there(there, joined).await)
+        match failed {
+            Some(Error::NotDurable { acked, wanted, .. }) => Err(Error::NotDurable {
+                ids: joined.into_iter().map(|(id, _, _)| id).collect(),
+                acked,
+                wanted,
+            }),
+            Some(e) => Err(e),
+            None => Ok(self.made_there(there, joined).await),
+        }
     }
 
     /// What became of members `joined` (id, the batch's `ct`, number) sent
-    /// to `there`, read from their records there: made as members of this
-    /// batch ([`EnqueueStatus::Created`]), refused because another job
-    /// holds the id ([`EnqueueStatus::Existing`]: it un-joins), or not
-    /// known yet ([`EnqueueStatus::Sent`]: its message is still on its
-    /// way, or it ended and retention deleted it).
+    /// to `there`, read from their records there: made as these members
+    /// ([`EnqueueStatus::Created`]), refused because another job or an
+    /// earlier add of the member holds the id ([`EnqueueStatus::Existing`]),
+    /// or not known yet ([`EnqueueStatus::Sent`]: its message is still on
+    /// its way, or it ended and retention deleted it).
     async fn made_there(&self, there: &Queue, joined: Vec<(String, u64, u64)>) -> Vec<Enqueued> {
         let mut pipe = redis::pipe();
         for (id, _, _) in &joined {

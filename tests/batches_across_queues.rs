@@ -2,11 +2,11 @@
 //! real server: the add counts them in on the batch's queue and sends each
 //! to its queue by message; each member's end comes back by message. A
 //! member counts once (a message delivered twice is applied once), the
-//! callbacks are enqueued once on the batch's queue, a member whose id is
-//! taken on its queue un-joins (so an add retried with the same ids
-//! counts each once, and answers `Existing`), a batch opened again with
-//! an old id mints new member ids, and bad input is refused with nothing
-//! written.
+//! callbacks are enqueued once on the batch's queue, an add retried with
+//! the same ids counts each once (the second finds the first and
+//! un-joins), a member whose id another job holds counts failed, minted
+//! member ids are unique across batches and queues, and bad input is
+//! refused with nothing written.
 
 mod common;
 
@@ -112,13 +112,15 @@ async fn members_on_another_queue_count_once_and_fire_once() {
         .unwrap();
     let ids: Vec<(&str, EnqueueStatus)> = sent.iter().map(|e| (e.id.as_str(), e.status)).collect();
     // made there by the add's relay; numbered by the batch's queue's mint
-    // counter, after the two local members ("four" is 4)
+    // counter, after the two local members ("four" is 4), and named after
+    // that queue
+    let (m3, m5) = (format!("b1:3@{}", h.name()), format!("b1:5@{}", h.name()));
     assert_eq!(
         ids,
-        [("b1:3", EnqueueStatus::Created), ("four", EnqueueStatus::Created)]
+        [(m3.as_str(), EnqueueStatus::Created), ("four", EnqueueStatus::Created)]
     );
     let more = there.add(&[5]).await.unwrap();
-    assert_eq!(more, ["b1:5"]);
+    assert_eq!(more, [m5.as_str()]);
     assert!(outbox(&s, h).await.is_empty(), "the add relayed its messages");
     let st = batch.status().await.unwrap();
     assert_eq!((st.total, st.ended()), (5, 0));
@@ -127,15 +129,23 @@ async fn members_on_another_queue_count_once_and_fire_once() {
 
     // the first make-member message again: its receipt makes it a no-op
     let ct = st.created_at.to_string();
-    let again = message(
-        r,
-        &["m", "b1", &ct, "3", h.name(), "b1:3", "3", "0", "", "", "", "", ""],
-    );
+    let again = message(r, &["m", "b1", &ct, "3", h.name(), &m3, "3", "0", "", "", "", "", ""]);
     push(&s, h, &again).await;
     assert_eq!(h.relay().await.unwrap(), 1);
+    // and once more with its receipt gone (a delivery more than a day
+    // late): the member's record says it was made, so nothing changes
+    let _: () = redis::cmd("DEL")
+        .arg(format!("emq:{{{}}}:inbox", r.name()))
+        .query_async(&mut raw(&s).await)
+        .await
+        .unwrap();
+    push(&s, h, &again).await;
+    assert_eq!(h.relay().await.unwrap(), 1);
+    assert!(outbox(&s, r).await.is_empty(), "no answer sent back");
+    assert_eq!(batch.status().await.unwrap().total, 5);
     let leases = claim(r).await;
     let got: Vec<&str> = leases.iter().map(Lease::id).collect();
-    assert_eq!(got, ["b1:3", "b1:5", "four"]);
+    assert_eq!(got, [m3.as_str(), m5.as_str(), "four"]);
     assert_eq!(leases[0].decode::<Value>().unwrap(), json!(3));
 
     for l in &claim(h).await {
@@ -213,29 +223,31 @@ async fn ends_of_every_kind_come_back() {
     assert_eq!((st.total, st.completed, st.failed, st.other), (3, 0, 1, 2));
 }
 
-// A member whose id is taken on R when its message arrives un-joins: the
-// batch's total drops, and an add retried with the same ids (after a
-// transient error, say) counts each member once.
+// An add retried with the same ids (after a transient error, say) counts
+// each member once: the second one finds the first holding its id and
+// un-joins; a member whose id another job holds on R cannot run and counts
+// failed, firing death. Either way the add answers Existing.
 #[tokio::test]
-async fn a_taken_id_un_joins_so_a_retried_add_counts_once() {
+async fn a_retried_add_counts_once_and_a_foreign_id_counts_failed() {
     let (_s, _client, qs) = queues("btaken", 2).await;
     let (h, r) = (&qs[0], &qs[1]);
     r.enqueue_with(&0, &EnqueueOptions::new().id("taken")).await.unwrap();
     let batch = h.open_batch(&all_callbacks("b3")).await.unwrap();
     let on = batch.on(r).unwrap();
-    let jobs = [
-        (json!(1), EnqueueOptions::new().id("taken")),
-        (json!(2), EnqueueOptions::new().id("mine")),
-    ];
-    on.add_with(&jobs).await.unwrap();
-    // the add relayed on to R's answer: "taken" did not join
-    assert_eq!(batch.status().await.unwrap().total, 1);
-    on.add_with(&jobs).await.unwrap();
+    let status = |added: Vec<echomq::Enqueued>| added.into_iter().map(|e| e.status).collect::<Vec<_>>();
+    let mine = [(json!(2), EnqueueOptions::new().id("mine"))];
+    assert_eq!(status(on.add_with(&mine).await.unwrap()), [EnqueueStatus::Created]);
+    assert_eq!(status(on.add_with(&mine).await.unwrap()), [EnqueueStatus::Existing]);
     assert_eq!(
         batch.status().await.unwrap().total,
         1,
-        "the retry's members did not join"
+        "the retry's member did not join"
     );
+    let foreign = [(json!(1), EnqueueOptions::new().id("taken"))];
+    assert_eq!(status(on.add_with(&foreign).await.unwrap()), [EnqueueStatus::Existing]);
+    let st = batch.status().await.unwrap();
+    assert_eq!((st.total, st.failed), (2, 1));
+    assert_eq!(callbacks(h, "b3").await, ["death"]);
     assert_eq!(
         r.job("taken").await.unwrap().payload,
         b"0",
@@ -243,10 +255,39 @@ async fn a_taken_id_un_joins_so_a_retried_add_counts_once() {
     );
     batch.close().await.unwrap();
     let leases = claim(r).await;
-    let mine = leases.iter().find(|l| l.id() == "mine").unwrap();
-    r.complete(mine).await.unwrap();
+    let l = leases.iter().find(|l| l.id() == "mine").unwrap();
+    r.complete(l).await.unwrap();
     r.relay().await.unwrap();
-    assert_eq!(callbacks(h, "b3").await, ["success", "complete"]);
+    assert_eq!(callbacks(h, "b3").await, ["complete", "death"]);
+    let st = batch.status().await.unwrap();
+    assert_eq!((st.total, st.completed, st.failed), (2, 1, 1));
+}
+
+// Batches of one id on two queues (each mints batch "1") with members on
+// a third: their minted member ids name their batch's queue, so neither
+// takes the other's.
+#[tokio::test]
+async fn minted_member_ids_of_two_queues_do_not_collide() {
+    let (_s, _client, qs) = queues("bmint", 3).await;
+    let r = &qs[2];
+    let mut ids = Vec::new();
+    for h in &qs[..2] {
+        let batch = h.open_batch(&BatchOptions::new()).await.unwrap();
+        assert_eq!(batch.id(), "1");
+        let added = batch
+            .on(r)
+            .unwrap()
+            .add_with(&[(json!(h.name()), EnqueueOptions::new())])
+            .await
+            .unwrap();
+        assert_eq!(added[0].status, EnqueueStatus::Created);
+        assert_eq!(added[0].id, format!("1:2@{}", h.name()));
+        let job = r.job(&added[0].id).await.unwrap();
+        assert_eq!(job.payload, serde_json::to_vec(&json!(h.name())).unwrap());
+        assert_eq!(batch.status().await.unwrap().total, 1);
+        ids.push(added[0].id.clone());
+    }
+    assert_ne!(ids[0], ids[1]);
 }
 
 // A batch whose record expired, opened again with its id, mints member
@@ -317,6 +358,21 @@ async fn bad_input_is_refused_and_writes_nothing() {
         Err(Error::InvalidId { .. })
     ));
     assert_eq!((snapshot(&s, h.name()).await, snapshot(&s, r.name()).await), before);
+    // a batch id that leaves no room for minted member ids there
+    let long = h.open_batch(&BatchOptions::new().id("l".repeat(240))).await.unwrap();
+    let before = (snapshot(&s, h.name()).await, snapshot(&s, r.name()).await);
+    assert!(matches!(
+        long.on(r).unwrap().add(&[1]).await,
+        Err(Error::InvalidId { what: "batch id", .. })
+    ));
+    assert_eq!((snapshot(&s, h.name()).await, snapshot(&s, r.name()).await), before);
+    long.on(r)
+        .unwrap()
+        .add_with(&[(1, EnqueueOptions::new().id("given"))])
+        .await
+        .expect("members with ids need no minted id");
+    assert_eq!(r.job("given").await.unwrap().state, JobState::Pending);
+    let before = (snapshot(&s, h.name()).await, snapshot(&s, r.name()).await);
     batch.close().await.unwrap();
     assert!(matches!(on.add(&[1]).await, Err(Error::BatchClosed(_))));
     let unknown = h.batch("nope").unwrap().on(r).unwrap();

@@ -12,7 +12,8 @@
 -- that makes it on R (`m`, once, by its receipt in R's inbox) and keeps
 -- `m:NUMBER` in the batch hash until its end comes back by message (`e`,
 -- counted once: the call that takes `m:NUMBER` away counts it). A member
--- whose id R finds taken un-joins (`u`). Its record names its home in
+-- added again under the id of one already made (a retried add) un-joins
+-- (`u`); one whose id another job holds on R counts failed. Its record names its home in
 -- `bh`: the home queue, the batch's `ct` and its number, so a message of
 -- an older batch of the same id changes nothing.
 --
@@ -97,9 +98,10 @@ end
 
 -- Applies message `m` (lib/outbox.lua message_fields) of a batch that
 -- spans queues: "m" makes a member here for the batch of another queue
--- (once, by its receipt; an id taken here answers "u"), "e" counts the
--- end of a member of another queue toward its batch here, "u" un-joins
--- one whose id was taken there. Returns false for a message it does not
+-- (once, by its receipt and its record's `bh`; an id the batch's own
+-- member holds answers "u", one another job holds "e" failed), "e"
+-- counts the end of a member of another queue toward its batch here, "u"
+-- un-joins one added twice under its id. Returns false for a message it does not
 -- know. Members made pending are counted in `moves.woken`.
 local function batch_deliver(moves, prefix, m, now)
   local kind, bid, ct, num = m[1], m[2], m[3], m[4]
@@ -125,8 +127,19 @@ local function batch_deliver(moves, prefix, m, now)
     moves.batches_marked = true
     rcall('HSET', prefix .. 'meta', 'bt', '1')
   end
-  if rcall('EXISTS', prefix .. 'job:' .. id) == 1 then
-    outbox_push(prefix, home, {'u', bid, ct, num})
+  local held = hfields(prefix .. 'job:' .. id, 'st', 'bt', 'bh')
+  if held and held[1] then
+    local mine = home .. '\31' .. ct .. '\31'
+    if held[3] == mine .. num then
+      -- this very member, its receipt gone (a delivery more than a day
+      -- late): nothing to do
+    elseif held[2] == bid and held[3] and string.sub(held[3], 1, #mine) == mine then
+      -- the batch's own member added again under its id (a retried add)
+      outbox_push(prefix, home, {'u', bid, ct, num})
+    else
+      -- another job holds the id: the member cannot run, and counts failed
+      outbox_push(prefix, home, {'e', bid, ct, num, 'failed'})
+    end
     return true
   end
   local due = tonumber(m[13])
