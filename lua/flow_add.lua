@@ -9,7 +9,7 @@
 -- KEYS[2] pending  (zset)   KEYS[3] delayed (zset)   KEYS[4] wake (list)
 -- KEYS[5] meta     (hash: `fl` marks the queue as one that has flows)
 -- ARGV[1] prefix  key prefix "emq:{Q}:"
--- ARGV[2] id      "" to mint one
+-- ARGV[2] id      "" to mint one (N, or N@Q for a flow with nodes on other queues)
 -- ARGV[3] keep    ms the hash stays after every node ended (0: until
 --                 deleted with the queue)
 -- ARGV[4] nodes   number of nodes N, then 10 fields per node:
@@ -38,7 +38,18 @@ local seq_key, pending_key, delayed_key, wake_key, meta_key = KEYS[1], KEYS[2], 
 local prefix, id, keep = ARGV[1], ARGV[2], ARGV[3]
 local n = tonumber(ARGV[4])
 local now = server_now()
-if id == '' then id = int_s(rcall('INCR', seq_key)) end
+if id == '' then
+  id = int_s(rcall('INCR', seq_key))
+  -- a flow with nodes on other queues: its id names this queue too, so
+  -- flows of two queues that mint the same number do not take each
+  -- other's job ids there
+  for j = 0, n - 1 do
+    if ARGV[5 + j * 10 + 9] ~= '' then
+      id = id .. '@' .. own_queue(prefix)
+      break
+    end
+  end
+end
 local fk = prefix .. 'flow:' .. id
 if rcall('EXISTS', fk) == 1 then return {now, CODE.EXISTS, id, 0} end
 local names = {}

@@ -482,3 +482,31 @@ async fn remove_reaches_steps_on_other_queues() {
     assert!(claim(a).await.is_empty());
     assert!(matches!(flow.status().await, Err(Error::FlowNotFound(_))));
 }
+
+// Flows of two queues that mint the same number, each with a step on a
+// third queue: a minted id of a flow with steps elsewhere names its queue
+// ("N@QUEUE"), so neither flow takes the other's job id there.
+#[tokio::test]
+async fn minted_flow_ids_of_two_queues_do_not_collide_elsewhere() {
+    let (_s, _client, qs) = queues("fmint", 3).await;
+    let r = &qs[2];
+    let mut ids = Vec::new();
+    for h in &qs[..2] {
+        let spec = FlowSpec::new()
+            .step(Step::new("there", &json!(h.name())).unwrap().on(r))
+            .step(Step::new("here", &1).unwrap().after("there"));
+        let flow = h.add_flow(&spec).await.unwrap();
+        assert_eq!(flow.id(), format!("1@{}", h.name()));
+        let job = r.job(&flow.job_id("there")).await.unwrap();
+        assert_eq!(job.state, JobState::Pending);
+        assert_eq!(job.payload, serde_json::to_vec(&json!(h.name())).unwrap());
+        ids.push(flow.job_id("there"));
+    }
+    assert_ne!(ids[0], ids[1]);
+    // a flow on one queue keeps its plain number
+    let plain = qs[0]
+        .add_flow(&FlowSpec::new().step(Step::new("a", &1).unwrap()))
+        .await
+        .unwrap();
+    assert_eq!(plain.id(), "2");
+}

@@ -49,7 +49,16 @@ impl Queue {
             check_id(id)?;
         }
         let keep = validate::duration("FlowSpec::keep", spec.keep, Duration::ZERO, MAX_KEEP)?;
-        let edges = check_graph(spec.id.as_deref(), &spec.steps)?;
+        // A minted id is a number (at most 20 digits), and for a flow with
+        // steps on other queues "N@QUEUE", so that flows of two queues
+        // that mint the same number do not take each other's job ids
+        // there.
+        let spans = spec
+            .steps
+            .iter()
+            .any(|s| s.queue.as_ref().is_some_and(|q| q.name() != self.name()));
+        let minted_len = 20 + if spans { 1 + self.name().len() } else { 0 };
+        let edges = check_graph(spec.id.as_ref().map_or(minted_len, String::len), &spec.steps)?;
         for step in &spec.steps {
             check_options(step)?;
         }

@@ -9,7 +9,9 @@ use crate::validate;
 /// Checks a flow's graph: step names valid and unique, every edge to a
 /// step of the flow and at most once per pair, no cycle. Answers, per step
 /// in order, its children's and its parents' edges as the script takes them.
-pub(super) fn check_graph(id: Option<&str>, steps: &[Step]) -> Result<Vec<(String, String)>> {
+/// `id_len` is the length of the flow's id (for a minted one, the longest
+/// it can be).
+pub(super) fn check_graph(id_len: usize, steps: &[Step]) -> Result<Vec<(String, String)>> {
     let bad = |s: String| Err(Error::InvalidFlow(s));
     if steps.is_empty() {
         return bad("a flow needs at least one step".into());
@@ -20,8 +22,6 @@ pub(super) fn check_graph(id: Option<&str>, steps: &[Step]) -> Result<Vec<(Strin
             steps.len()
         ));
     }
-    // A minted flow id is a number: leave room for a long one.
-    let id_len = id.map_or(20, str::len);
     let mut at: HashMap<&str, usize> = HashMap::with_capacity(steps.len());
     for (i, s) in steps.iter().enumerate() {
         validate::id("flow step name", &s.name)?;

@@ -210,7 +210,9 @@ impl Default for FlowSpec {
 }
 
 impl FlowSpec {
-    /// No id (the queue mints one), kept a day after its end, no steps.
+    /// No id (the queue mints one: a number, or `N@QUEUE` for a flow with
+    /// steps on other queues, so that flows of two queues never mint the
+    /// same job ids on a third), kept a day after its end, no steps.
     pub fn new() -> FlowSpec {
         FlowSpec::default()
     }
