@@ -407,7 +407,12 @@ async fn workers_move_a_batch_over_queues_on_their_own() {
     let batch = h.open_batch(&all_callbacks("b6")).await.unwrap();
     let ids = batch.on(r).unwrap().add(&[1, 2, 3]).await.unwrap();
     batch.close().await.unwrap();
-    let done = || async { ran.lock().unwrap().iter().any(|id| id == "b6:complete") };
+    let done = || async {
+        let ran = ran.lock().unwrap();
+        ["b6:success", "b6:complete"]
+            .iter()
+            .all(|cb| ran.iter().any(|id| id == cb))
+    };
     assert!(
         common::eventually(Duration::from_secs(10), done).await,
         "{:?}",

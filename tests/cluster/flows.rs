@@ -297,12 +297,16 @@ async fn flows_over_masters_survive_a_failover_of_their_home() {
                 return false;
             }
         }
+        // every batch's callback enqueued, and its handler run
         for b in &batches {
             if !b.status().await.is_ok_and(|s| s.success_at.is_some()) {
                 return false;
             }
         }
-        true
+        batches.iter().all(|b| {
+            let id = format!("{}:success", b.id());
+            runs.lock().unwrap().iter().any(|r| r.0 == id)
+        })
     };
     assert!(
         common::eventually(Duration::from_secs(60), all_ended).await,
