@@ -45,7 +45,8 @@ if id == '' then
   -- other's job ids there
   for j = 0, n - 1 do
     if ARGV[5 + j * 10 + 9] ~= '' then
-      id = id .. '@' .. own_queue(prefix)
+      -- (':' escaped, as a flow id holds none; '%' too, to stay unique)
+      id = id .. '@' .. string.gsub(own_queue(prefix), '[%%:]', {['%'] = '%25', [':'] = '%3A'})
       break
     end
   end

@@ -467,9 +467,10 @@ impl Batch {
                 }
             }
         }
-        if !joined.is_empty() {
+        if !encoded.is_empty() {
             // The members made on their queue now (or, when that fails, by
-            // a later relay of this queue), whatever happens to the rest.
+            // a later relay of this queue), whatever happens to the rest
+            // (a call whose reply was lost may have joined some too).
             crate::relay::relay_or_log(&self.queue).await;
         }
         match failed {

@@ -503,10 +503,59 @@ async fn minted_flow_ids_of_two_queues_do_not_collide_elsewhere() {
         ids.push(flow.job_id("there"));
     }
     assert_ne!(ids[0], ids[1]);
-    // a flow on one queue keeps its plain number
+    // a flow on one queue keeps its plain number, and takes no step on
+    // another queue later (its id names no queue)
     let plain = qs[0]
-        .add_flow(&FlowSpec::new().step(Step::new("a", &1).unwrap()))
+        .add_flow(
+            &FlowSpec::new()
+                .step(Step::new("a", &1).unwrap())
+                .step(Step::new("top", &1).unwrap().after("a")),
+        )
         .await
         .unwrap();
     assert_eq!(plain.id(), "2");
+    let later = plain
+        .add_children("top", &[Step::new("b", &1).unwrap().on(r)])
+        .await
+        .unwrap_err();
+    assert!(matches!(later, Error::InvalidFlow(_)), "{later}");
+}
+
+// A queue whose name holds ':' (which no flow id may) mints "N@NAME" with
+// it escaped, and a parent's handler reads its children's results by the
+// job's flow field, not by cutting its id.
+#[tokio::test]
+async fn a_minted_id_escapes_the_queue_name_and_results_still_reach_the_parent() {
+    let (_s, client, qs) = queues("fcolon", 1).await;
+    let r = &qs[0];
+    let h = client.queue(&unique("emails:high%")).await.unwrap();
+    let spec = FlowSpec::new()
+        .step(Step::new("there", &1).unwrap().on(r))
+        .step(Step::new("here", &2).unwrap().after("there"));
+    let flow = h.add_flow(&spec).await.unwrap();
+    let escaped = h.name().replace('%', "%25").replace(':', "%3A");
+    assert_eq!(flow.id(), format!("1@{escaped}"));
+    assert!(h.flow(flow.id()).is_ok(), "the minted id is a valid flow id");
+    let got: std::sync::Arc<std::sync::Mutex<Vec<String>>> = Default::default();
+    let seen = got.clone();
+    let worker = Worker::new()
+        .queue(r.clone(), |_job: Job<Value>| async { Ok::<_, HandlerError>("done") })
+        .queue(h.clone(), move |job: Job<Value>| {
+            let seen = seen.clone();
+            async move {
+                for c in job.child_results::<String>().await? {
+                    seen.lock().unwrap().push(format!("{}={:?}", c.name, c.outcome));
+                }
+                Ok::<_, HandlerError>(())
+            }
+        })
+        .spawn()
+        .unwrap();
+    let ended = || async { flow.status().await.is_ok_and(|s| s.is_ended()) };
+    assert!(common::eventually(Duration::from_secs(10), ended).await);
+    worker.shutdown().await.unwrap();
+    assert_eq!(
+        *got.lock().unwrap(),
+        [format!("there={:?}", ChildOutcome::Completed("done".to_owned()))]
+    );
 }

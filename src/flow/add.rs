@@ -50,14 +50,14 @@ impl Queue {
         }
         let keep = validate::duration("FlowSpec::keep", spec.keep, Duration::ZERO, MAX_KEEP)?;
         // A minted id is a number (at most 20 digits), and for a flow with
-        // steps on other queues "N@QUEUE", so that flows of two queues
-        // that mint the same number do not take each other's job ids
-        // there.
+        // steps on other queues "N@QUEUE" (':' and '%' escaped as %3A and
+        // %25: a flow id holds no ':'), so that flows of two queues that
+        // mint the same number do not take each other's job ids there.
         let spans = spec
             .steps
             .iter()
             .any(|s| s.queue.as_ref().is_some_and(|q| q.name() != self.name()));
-        let minted_len = 20 + if spans { 1 + self.name().len() } else { 0 };
+        let minted_len = 20 + if spans { 1 + escaped_len(self.name()) } else { 0 };
         let edges = check_graph(spec.id.as_ref().map_or(minted_len, String::len), &spec.steps)?;
         for step in &spec.steps {
             check_options(step)?;
@@ -137,4 +137,10 @@ impl Queue {
             id: id.to_owned(),
         })
     }
+}
+
+/// The length of queue name `name` as a minted flow id holds it, with
+/// `:` and `%` escaped (`lua/flow_add.lua`).
+fn escaped_len(name: &str) -> usize {
+    name.len() + 2 * name.bytes().filter(|b| matches!(b, b':' | b'%')).count()
 }

@@ -106,7 +106,10 @@ impl Flow {
     /// As [`Queue::add_flow`] for the new steps (an edge to a step not
     /// among them is [`Error::InvalidFlow`]); [`Error::FlowNotFound`];
     /// [`Error::InvalidFlow`] when the flow has no step `parent`, or it no
-    /// longer waits (its job was made, or it ended); [`Error::FlowExists`]
+    /// longer waits (its job was made, or it ended), or for a step on
+    /// another queue when the flow's id is a number its queue minted (such
+    /// an id names no queue, so its steps' job ids there could be another
+    /// flow's: give such a flow an id); [`Error::FlowExists`]
     /// when a new step's name is the flow's already or its job id is
     /// taken. Nothing is written for any of those.
     pub async fn add_children(&self, parent: &str, steps: &[Step]) -> Result<()> {
@@ -132,6 +135,15 @@ impl Flow {
             }
         }
         let nodes = self.queue.flow_nodes(steps, edges)?;
+        // A plain minted id (a number) names no queue: its steps on another
+        // queue could take the job ids of a flow another queue minted.
+        if self.id.bytes().all(|b| b.is_ascii_digit()) && nodes.iter().any(|n| n.queue.is_some()) {
+            return Err(Error::InvalidFlow(format!(
+                "flow {} has an id its queue minted, which names no queue, so it takes no step on another \
+                 queue (give it an id of its own, or a step on another queue when it is added)",
+                self.id
+            )));
+        }
         let sent = store::flow_extend::run(
             &mut self.queue.conn(),
             self.queue.keys(),

@@ -428,8 +428,3 @@ fn check_id(id: &str) -> Result<()> {
     }
     Ok(())
 }
-
-/// The flow id and step name of a flow step's job id.
-pub(crate) fn split_job_id(job_id: &str) -> Option<(&str, &str)> {
-    job_id.split_once(':').filter(|(f, n)| !f.is_empty() && !n.is_empty())
-}

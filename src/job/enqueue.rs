@@ -578,7 +578,8 @@ pub enum EnqueueStatus {
     /// A batch member for another queue ([`Batch::on`](crate::batch::Batch::on))
     /// whose message had not reached its queue when the add answered: it
     /// joined its batch, and is made there with this id unless a job holds
-    /// that id there by then (then it un-joins).
+    /// that id there by then (then it un-joins if that job is this member
+    /// added before, and counts failed otherwise).
     Sent,
 }
 

@@ -258,20 +258,23 @@ impl<T> Job<T> {
     /// [`Error::Decode`] when a result does not decode into `R`, or a
     /// server error.
     pub async fn child_results<R: serde::de::DeserializeOwned>(&self) -> Result<Vec<crate::flow::ChildResult<R>>> {
-        let Some((flow, name)) = crate::flow::split_job_id(self.id()) else {
-            return Ok(Vec::new());
-        };
-        if self.handle.flow(flow).is_err() {
-            return Ok(Vec::new());
-        }
-        // A step on another queue than its flow's names the flow's queue
-        // (`fh`: the queue, "\x1f", the flow's creation time).
-        let home: Option<String> = redis::cmd("HGET")
+        // The job's flow (`fl`; a step's id is FLOW_ID:NAME), and for a step
+        // on another queue than its flow's, the flow's queue (`fh`: the
+        // queue, "\x1f", the flow's creation time).
+        let (flow, home): (Option<String>, Option<String>) = redis::cmd("HMGET")
             .arg(self.handle.keys().job(self.id()))
+            .arg("fl")
             .arg("fh")
             .query_async(&mut self.handle.conn())
             .await
             .map_err(Error::from_redis)?;
+        let Some(flow) = flow else {
+            return Ok(Vec::new());
+        };
+        let Some(name) = self.id().strip_prefix(flow.as_str()).and_then(|n| n.strip_prefix(':')) else {
+            return Ok(Vec::new());
+        };
+        let flow = flow.as_str();
         let home = home.as_deref().and_then(|h| h.split('\x1f').next());
         let q = &self.handle;
         let read = crate::flow::child_results_at(q, &q.options().prefix, home.unwrap_or(q.name()), flow, name).await;
