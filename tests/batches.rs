@@ -7,7 +7,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{past, raw, setup, setup_with, snapshot};
+use common::{callbacks, past, raw, setup, setup_with, snapshot};
 use echomq::batch::{BatchOptions, Callback, MAX_KEEP};
 use echomq::{EnqueueOptions, Error, JobState, Lease, Queue, QueueOptions, Retention};
 use serde_json::json;
@@ -17,19 +17,6 @@ const LEASE: Duration = Duration::from_secs(30);
 /// Claims up to `n` pending jobs.
 async fn claim(q: &Queue, n: usize) -> Vec<Lease> {
     q.claim(n, LEASE).await.unwrap()
-}
-
-/// The ids of the callback jobs of batch `bid` that exist.
-async fn callbacks(q: &Queue, bid: &str) -> Vec<&'static str> {
-    let mut out = Vec::new();
-    for which in ["success", "complete", "death"] {
-        match q.job(&format!("{bid}:{which}")).await {
-            Ok(_) => out.push(which),
-            Err(Error::JobNotFound(_)) => {}
-            Err(e) => panic!("{e}"),
-        }
-    }
-    out
 }
 
 fn all_callbacks() -> BatchOptions {

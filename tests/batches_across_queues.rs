@@ -13,7 +13,7 @@ mod common;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use common::{raw, snapshot, unique};
+use common::{callbacks, queues, raw, snapshot};
 use echomq::batch::{BatchOptions, Callback};
 use echomq::server::LocalServer;
 use echomq::{
@@ -22,17 +22,6 @@ use echomq::{
 use serde_json::{Value, json};
 
 const LEASE: Duration = Duration::from_secs(30);
-
-/// A server, a client on it, and queues of that client named after `name`.
-async fn queues(name: &str, n: usize) -> (LocalServer, Client, Vec<Queue>) {
-    let s = LocalServer::start().expect("start a local server (run scripts/test to install one)");
-    let client = Client::connect(&s.url()).await.unwrap();
-    let mut qs = Vec::new();
-    for i in 0..n {
-        qs.push(client.queue(&unique(&format!("{name}{i}"))).await.unwrap());
-    }
-    (s, client, qs)
-}
 
 async fn claim(q: &Queue) -> Vec<Lease> {
     let mut l = q.claim(10, LEASE).await.unwrap();
@@ -46,19 +35,6 @@ fn all_callbacks(id: &str) -> BatchOptions {
         .on_success(Callback::new(&json!("ok")).unwrap())
         .on_complete(Callback::new(&json!("done")).unwrap())
         .on_death(Callback::new(&json!("dead")).unwrap())
-}
-
-/// The callbacks of batch `bid` that exist as jobs of `q`.
-async fn callbacks(q: &Queue, bid: &str) -> Vec<&'static str> {
-    let mut out = Vec::new();
-    for which in ["success", "complete", "death"] {
-        match q.job(&format!("{bid}:{which}")).await {
-            Ok(_) => out.push(which),
-            Err(Error::JobNotFound(_)) => {}
-            Err(e) => panic!("{e}"),
-        }
-    }
-    out
 }
 
 async fn outbox(s: &LocalServer, q: &Queue) -> Vec<Vec<u8>> {

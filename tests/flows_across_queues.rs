@@ -11,24 +11,13 @@ mod common;
 
 use std::time::Duration;
 
-use common::{raw, unique};
+use common::{queues, raw, unique};
 use echomq::flow::{ChildOutcome, FlowSpec, OnChildFailure, Step, StepState};
 use echomq::server::LocalServer;
 use echomq::{Client, ClientOptions, EnqueueOptions, Error, HandlerError, Job, JobState, Lease, Queue, Worker};
 use serde_json::{Value, json};
 
 const LEASE: Duration = Duration::from_secs(30);
-
-/// A server, a client on it, and queues of that client named after `name`.
-async fn queues(name: &str, n: usize) -> (LocalServer, Client, Vec<Queue>) {
-    let s = LocalServer::start().expect("start a local server (run scripts/test to install one)");
-    let client = Client::connect(&s.url()).await.unwrap();
-    let mut qs = Vec::new();
-    for i in 0..n {
-        qs.push(client.queue(&unique(&format!("{name}{i}"))).await.unwrap());
-    }
-    (s, client, qs)
-}
 
 async fn claim(q: &Queue) -> Vec<Lease> {
     let mut l = q.claim(10, LEASE).await.unwrap();

@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use echomq::server::LocalServer;
-use echomq::{Queue, QueueOptions};
+use echomq::{Client, Error, Queue, QueueOptions};
 
 static NEXT: AtomicU64 = AtomicU64::new(0);
 
@@ -203,4 +203,30 @@ pub fn faketime_lib() -> &'static str {
     .into_iter()
     .find(|p| std::path::Path::new(p).exists())
     .expect("libfaketime is missing (libfaketimeMT.so.1): apt-get install libfaketime (scripts/test installs it)")
+}
+
+/// A server, a client on it, and `n` queues of that client named after
+/// `name` (the groups that span queues: flows, batches).
+pub async fn queues(name: &str, n: usize) -> (LocalServer, Client, Vec<Queue>) {
+    let s = LocalServer::start().expect("start a local server (run scripts/test to install one)");
+    let client = Client::connect(&s.url()).await.unwrap();
+    let mut qs = Vec::new();
+    for i in 0..n {
+        qs.push(client.queue(&unique(&format!("{name}{i}"))).await.unwrap());
+    }
+    (s, client, qs)
+}
+
+/// Which callbacks of batch `bid` exist as jobs of `q`, of success,
+/// complete and death.
+pub async fn callbacks(q: &Queue, bid: &str) -> Vec<&'static str> {
+    let mut out = Vec::new();
+    for which in ["success", "complete", "death"] {
+        match q.job(&format!("{bid}:{which}")).await {
+            Ok(_) => out.push(which),
+            Err(Error::JobNotFound(_)) => {}
+            Err(e) => panic!("{e}"),
+        }
+    }
+    out
 }
