@@ -13,7 +13,7 @@ mod common;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use common::{callbacks, queues, raw, snapshot};
+use common::{callbacks, outbox, queues, raw, snapshot};
 use echomq::batch::{BatchOptions, Callback};
 use echomq::server::LocalServer;
 use echomq::{
@@ -35,16 +35,6 @@ fn all_callbacks(id: &str) -> BatchOptions {
         .on_success(Callback::new(&json!("ok")).unwrap())
         .on_complete(Callback::new(&json!("done")).unwrap())
         .on_death(Callback::new(&json!("dead")).unwrap())
-}
-
-async fn outbox(s: &LocalServer, q: &Queue) -> Vec<Vec<u8>> {
-    redis::cmd("LRANGE")
-        .arg(format!("emq:{{{}}}:outbox", q.name()))
-        .arg(0)
-        .arg(-1)
-        .query_async(&mut raw(s).await)
-        .await
-        .unwrap()
 }
 
 async fn push(s: &LocalServer, q: &Queue, message: &[u8]) {

@@ -11,9 +11,8 @@ mod common;
 
 use std::time::Duration;
 
-use common::{queues, raw, unique};
+use common::{outbox, queues, raw, unique};
 use echomq::flow::{ChildOutcome, FlowSpec, OnChildFailure, Step, StepState};
-use echomq::server::LocalServer;
 use echomq::{Client, ClientOptions, EnqueueOptions, Error, HandlerError, Job, JobState, Lease, Queue, Worker};
 use serde_json::{Value, json};
 
@@ -27,16 +26,6 @@ async fn claim(q: &Queue) -> Vec<Lease> {
 
 fn ids(leases: &[Lease]) -> Vec<&str> {
     leases.iter().map(Lease::id).collect()
-}
-
-async fn outbox(s: &LocalServer, q: &Queue) -> Vec<Vec<u8>> {
-    redis::cmd("LRANGE")
-        .arg(format!("emq:{{{}}}:outbox", q.name()))
-        .arg(0)
-        .arg(-1)
-        .query_async(&mut raw(s).await)
-        .await
-        .unwrap()
 }
 
 // The worked order over three queues: charge on A and reserve on B run

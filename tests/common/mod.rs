@@ -230,3 +230,14 @@ pub async fn callbacks(q: &Queue, bid: &str) -> Vec<&'static str> {
     }
     out
 }
+
+/// The messages on queue `q`'s outbox, oldest first (lua/README.md, `outbox`).
+pub async fn outbox(s: &LocalServer, q: &Queue) -> Vec<Vec<u8>> {
+    redis::cmd("LRANGE")
+        .arg(format!("emq:{{{}}}:outbox", q.name()))
+        .arg(0)
+        .arg(-1)
+        .query_async(&mut raw(s).await)
+        .await
+        .unwrap()
+}
