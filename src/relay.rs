@@ -30,8 +30,10 @@
 //! relay has been busy with the queue in the last
 //! [`RELAY_HOT_FOR`](crate::maintenance::RELAY_HOT_FOR); otherwise within
 //! the reap interval (an end written by a reap, by atomic completion, or
-//! by a settlement from a process with no worker on the queue). A delivery that leaves messages on its target's
-//! outbox goes on with that outbox.
+//! by a settlement from a process with no worker on the queue); and every
+//! pass of a [`Reaper`](crate::Reaper) of the queue (the upkeep of a queue
+//! whose consumers run without the client's maintenance). A delivery that
+//! leaves messages on its target's outbox goes on with that outbox.
 
 use std::collections::VecDeque;
 
@@ -91,6 +93,11 @@ pub(crate) async fn relay(queue: &Queue) -> Result<u64> {
                 let keys = Keys::new(prefix, &target)?;
                 let mut to = queue.link().conn().homed(&keys.base);
                 let (done, confirmed) = store::deliver::run(&mut to, &keys, &keep_failed, &group, durability).await?;
+                #[cfg(echomq_faults)]
+                if crate::faults::active("remote-end-twice") {
+                    // as a relay that died before taking them off, and the next
+                    store::deliver::run(&mut to, &keys, &keep_failed, &group, durability).await?;
+                }
                 if let Some(s) = confirmed? {
                     return Err(Error::NotDurable {
                         ids: Vec::new(),

@@ -5,8 +5,9 @@
 //! callbacks are enqueued once on the batch's queue, an add retried with
 //! the same ids counts each once (the second finds the first and
 //! un-joins), a member whose id another job holds counts failed, minted
-//! member ids are unique across batches and queues, and bad input is
-//! refused with nothing written.
+//! member ids are unique across batches and queues, bad input is
+//! refused with nothing written, and a `Reaper` carries the ends home for
+//! workers that run without the client's maintenance.
 
 mod common;
 
@@ -390,4 +391,44 @@ async fn workers_move_a_batch_over_queues_on_their_own() {
     for id in ids.iter().map(String::as_str).chain(["b6:success", "b6:complete"]) {
         assert_eq!(ran.iter().filter(|r| *r == id).count(), 1, "{id} ran once: {ran:?}");
     }
+}
+
+// Workers that turn the client's maintenance off (`.reaper(false)`, a
+// `Reaper` process beside them) still move a batch over queues: the
+// `Reaper` of the members' queue relays their ends home at its passes.
+#[tokio::test]
+async fn a_reaper_relays_for_workers_without_maintenance() {
+    let (s, _client, qs) = queues("breap", 2).await;
+    let (h, r) = (&qs[0], &qs[1]);
+    let ran: Arc<Mutex<Vec<String>>> = Arc::default();
+    let mut worker = Worker::new().reaper(false);
+    for q in [h, r] {
+        let ran = ran.clone();
+        worker = worker.queue(q.clone(), move |job: Job<Value>| {
+            let ran = ran.clone();
+            async move {
+                ran.lock().unwrap().push(job.id().to_owned());
+                Ok::<_, HandlerError>(())
+            }
+        });
+    }
+    let handle = worker.spawn().unwrap();
+    let reaper = echomq::Reaper::new(r.clone())
+        .interval(Duration::from_millis(50))
+        .spawn()
+        .unwrap();
+    let batch = h.open_batch(&all_callbacks("b7")).await.unwrap();
+    batch.on(r).unwrap().add(&[1, 2, 3]).await.unwrap();
+    batch.close().await.unwrap();
+    let fired = || async { callbacks(h, "b7").await == ["success", "complete"] };
+    let moved = common::eventually(Duration::from_secs(10), fired).await;
+    let left = outbox(&s, r).await.len();
+    assert!(
+        moved,
+        "ran {:?}, {left} messages left on the members' queue's outbox",
+        ran.lock().unwrap()
+    );
+    reaper.shutdown().await;
+    handle.shutdown().await.unwrap();
+    assert_eq!(batch.status().await.unwrap().completed, 3);
 }

@@ -9,8 +9,11 @@
 //!
 //! Consumers do not need one: the maintenance task of their
 //! [`Client`](crate::Client) reaps every queue they serve. Run a `Reaper`
-//! yourself for a queue that no consumer of yours serves, or drive
-//! [`run_once`](Reaper::run_once) from your own scheduler.
+//! yourself for a queue that no consumer of yours serves (or whose
+//! consumers turned the maintenance off), or drive
+//! [`run_once`](Reaper::run_once) from your own scheduler. Each pass also
+//! relays the queue's outbox (see `src/relay.rs`), as the maintenance
+//! task does.
 
 use std::time::Duration;
 
@@ -236,14 +239,21 @@ impl Reaper {
         Ok(())
     }
 
-    /// One pass: one script call.
+    /// One pass: the reap script's call, then the relay of the messages
+    /// the queue's scripts left for other queues (a flow step's or batch
+    /// member's end for its home queue, written by a reap or by a
+    /// settlement of a consumer without the client's maintenance): one
+    /// read of the outbox when it holds none. A relay that fails is logged
+    /// and tried again at the next pass; the messages stay meanwhile.
     ///
     /// # Errors
     /// [`Error::InvalidOption`](crate::Error::InvalidOption) for a bad
-    /// setting; server errors.
+    /// setting; server errors of the reap.
     pub async fn run_once(&self) -> Result<ReapReport> {
         self.check()?;
-        reap_pass(&self.queue, self.batch).await
+        let report = reap_pass(&self.queue, self.batch).await?;
+        crate::relay::relay_or_log(&self.queue).await;
+        Ok(report)
     }
 
     /// Runs passes until `shutdown` resolves. A full batch is followed by

@@ -157,8 +157,13 @@ impl Worker {
         self.settings.poll_interval = d;
         self
     }
-    /// Whether the client's maintenance task reaps this queue while the
-    /// consumer runs (default true; see [`crate::maintenance`]).
+    /// Whether the client's maintenance task looks after this queue while
+    /// the consumer runs (default true; see [`crate::maintenance`]): reaps
+    /// its lapsed leases, runs its schedules and its consistency sweep, and
+    /// relays the messages its settlements leave for other queues (ends of
+    /// flow steps and batch members whose home is another queue). Off, a
+    /// [`Reaper`](crate::Reaper) must run for the queue somewhere: it reaps
+    /// and relays.
     pub fn reaper(mut self, on: bool) -> Self {
         self.settings.reaper = on;
         self
