@@ -104,7 +104,14 @@ impl Args {
     /// retrying for up to a minute while the server is down (a restart may
     /// be under way).
     pub async fn connect(&self, url: &str) -> echomq::Queue {
-        let name = self.req("queue");
+        let mut queues = self.connect_all(url, &[self.req("queue")]).await;
+        queues.remove(0)
+    }
+
+    /// Handles of the queues `names`, all of one client (as a flow's steps
+    /// or a batch's members on another queue need), connected as
+    /// [`connect`](Self::connect) connects one.
+    pub async fn connect_all(&self, url: &str, names: &[String]) -> Vec<echomq::Queue> {
         let until = std::time::Instant::now() + std::time::Duration::from_secs(60);
         loop {
             let seeds = crate::state::seeds(url);
@@ -113,10 +120,15 @@ impl Args {
             } else {
                 echomq::Client::connect_with(url, self.client_options()).await
             };
-            let res = match client {
-                Ok(c) => c.queue_with(&name, self.queue_options()).await,
-                Err(e) => Err(e),
-            };
+            let res: echomq::Result<Vec<echomq::Queue>> = async {
+                let c = client?;
+                let mut queues = Vec::new();
+                for name in names {
+                    queues.push(c.queue_with(name, self.queue_options()).await?);
+                }
+                Ok(queues)
+            }
+            .await;
             match res {
                 Ok(q) => return q,
                 Err(e) if std::time::Instant::now() < until => {

@@ -9,11 +9,16 @@
 //! `members` members `b{k}m{j}` and a success and a complete callback.
 //! Every step, member and callback carries a payload of
 //! [`crate::state::payload_for`], which the workers check.
+//!
+//! Given a second queue (`--far-queue`), the groups span both: steps `b`
+//! and `c` of every flow are made there ([`FAR_STEPS`]), and a batch's
+//! odd members are added there (`Batch::on`), so their making and their
+//! ends cross between the queues by the outboxes' messages.
 
 use std::future::Future;
 use std::time::{Duration, Instant};
 
-use echomq::batch::{BatchOptions, Callback};
+use echomq::batch::{Batch, BatchOptions, Callback};
 use echomq::flow::{FlowSpec, Step};
 use echomq::{EnqueueOptions, EnqueueStatus, Error, Queue};
 
@@ -32,6 +37,10 @@ pub const FLOW_STEPS: [(&str, &[&str]); 6] = [
     ("mid", &["ab", "c"]),
     ("top", &["mid", "c"]),
 ];
+
+/// The steps of every flow put on the second queue, when there is one:
+/// a leaf, and the leaf that two steps wait on.
+pub const FAR_STEPS: [&str; 2] = ["b", "c"];
 
 /// Payload numbers of flows and batches, apart from the plain jobs'.
 const FLOW_N: u64 = 1 << 40;
@@ -66,10 +75,10 @@ where
     }
 }
 
-/// Adds flow `f{k}` and records it: `FlowInvoke` before the first call,
-/// then `FlowOk` (a retry that finds it answers "existing") or
-/// `FlowFail`.
-pub async fn add_flow(q: &Queue, h: &History, k: u64) {
+/// Adds flow `f{k}` (its [`FAR_STEPS`] on `far`, if given) and records
+/// it: `FlowInvoke` before the first call, then `FlowOk` (a retry that
+/// finds it answers "existing") or `FlowFail`.
+pub async fn add_flow(q: &Queue, far: Option<&Queue>, h: &History, k: u64) {
     let flow = format!("f{k}");
     let job = |name: &str| format!("{flow}:{name}");
     let mut spec = FlowSpec::new().id(&flow);
@@ -77,6 +86,9 @@ pub async fn add_flow(q: &Queue, h: &History, k: u64) {
         let mut step = Step::new(*name, &payload_for(FLOW_N + k * 8 + i as u64)).expect("a step");
         for a in after.iter() {
             step = step.after(*a);
+        }
+        if let Some(far) = far.filter(|_| FAR_STEPS.contains(name)) {
+            step = step.on(far);
         }
         spec = spec.step(step);
     }
@@ -120,10 +132,11 @@ pub async fn add_flow(q: &Queue, h: &History, k: u64) {
 }
 
 /// Opens batch `b{k}` with a success and a complete callback, adds its
-/// `members` in one call, and closes it, each call retried as
+/// `members` in one call (given `far`, its even members in one call and
+/// its odd ones on `far` in another), and closes it, each call retried as
 /// [`add_flow`]'s; records `BatchInvoke`, each member's enqueue, and
 /// `BatchClosed`.
-pub async fn add_batch(q: &Queue, h: &History, k: u64, members: u64) {
+pub async fn add_batch(q: &Queue, far: Option<&Queue>, h: &History, k: u64, members: u64) {
     let batch = format!("b{k}");
     let n = |j: u64| BATCH_N + k * (members + 2) + j;
     let opts = BatchOptions::new()
@@ -160,41 +173,56 @@ pub async fn add_batch(q: &Queue, h: &History, k: u64, members: u64) {
         return;
     };
     let ids: Vec<String> = (0..members).map(|j| format!("{batch}m{j}")).collect();
-    let jobs: Vec<_> = ids
-        .iter()
-        .enumerate()
-        .map(|(j, id)| (payload_for(n(j as u64)), EnqueueOptions::new().id(id)))
-        .collect();
     for id in &ids {
         h.write(Ev::EnqueueInvoke {
             id: id.clone(),
             dedup: None,
         });
     }
-    let (added, ms) = retrying(
-        |_| {
-            let (b, jobs) = (b.clone(), jobs.clone());
-            async move { b.add_with(&jobs).await }
-        },
-        |e, d, ms| fail("add", e, d, ms),
-    )
-    .await;
-    let Ok(added) = added else {
-        eprintln!("batch {batch}: could not add its members");
-        return;
-    };
-    for e in added {
-        let status = match e.status {
-            EnqueueStatus::Created => "created",
-            EnqueueStatus::Existing => "existing",
-            _ => "other",
+    // (the handle to add through, the member numbers it adds)
+    let mut adds: Vec<(Batch, Vec<u64>)> = Vec::new();
+    match far {
+        None => adds.push((b.clone(), (0..members).collect())),
+        Some(far) => {
+            adds.push((b.clone(), (0..members).step_by(2).collect()));
+            adds.push((
+                b.on(far).expect("a queue of the same client"),
+                (1..members).step_by(2).collect(),
+            ));
+        }
+    }
+    for (handle, js) in adds {
+        let jobs: Vec<_> = js
+            .iter()
+            .map(|&j| (payload_for(n(j)), EnqueueOptions::new().id(&ids[j as usize])))
+            .collect();
+        let (added, ms) = retrying(
+            |_| {
+                let (handle, jobs) = (handle.clone(), jobs.clone());
+                async move { handle.add_with(&jobs).await }
+            },
+            |e, d, ms| fail("add", e, d, ms),
+        )
+        .await;
+        let Ok(added) = added else {
+            eprintln!("batch {batch}: could not add its members");
+            return;
         };
-        h.write(Ev::EnqueueOk {
-            id: e.id.clone(),
-            status: status.into(),
-            job: e.id,
-            ms,
-        });
+        for e in added {
+            let status = match e.status {
+                EnqueueStatus::Created => "created",
+                EnqueueStatus::Existing => "existing",
+                // made on its queue when the message the add left there is delivered
+                EnqueueStatus::Sent => "sent",
+                _ => "other",
+            };
+            h.write(Ev::EnqueueOk {
+                id: e.id.clone(),
+                status: status.into(),
+                job: e.id,
+                ms,
+            });
+        }
     }
     let (closed, ms) = retrying(
         |retry| {

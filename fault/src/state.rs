@@ -1,5 +1,6 @@
-//! The server's final state of one queue, as the checker reads it: every
-//! job hash, the five state sets, the effect counters and dedup markers.
+//! The server's final state of one queue (or of two, merged:
+//! [`read_all`]), as the checker reads it: every job hash, the five state
+//! sets, the effect counters and dedup markers.
 
 use std::collections::BTreeMap;
 
@@ -283,6 +284,51 @@ pub async fn read(url: &str, queue: &str) -> redis::RedisResult<ServerState> {
     st.outbox = c.llen(format!("{base}outbox")).await?;
     st.enqueued = enqueued(&url, queue).await.ok();
     Ok(st)
+}
+
+/// Reads the state of every queue of `queues` (see [`read`]) and merges
+/// them into one: a run whose flows and batches span two queues has its
+/// job ids unique across both, so the checker reads the union as one
+/// queue's (each set the union of the queues' sets, the outboxes summed).
+pub async fn read_all(url: &str, queues: &[String]) -> redis::RedisResult<ServerState> {
+    let mut st = ServerState::default();
+    for (i, queue) in queues.iter().enumerate() {
+        let one = read(url, queue).await?;
+        if i == 0 {
+            st = one;
+        } else {
+            st.merge(one);
+        }
+    }
+    Ok(st)
+}
+
+impl ServerState {
+    /// Adds another queue's state to this one (see [`read_all`]).
+    pub fn merge(&mut self, o: ServerState) {
+        self.jobs.extend(o.jobs);
+        for (set, members) in o.sets {
+            self.sets.entry(set).or_default().extend(members);
+        }
+        self.effects.extend(o.effects);
+        self.guarded.extend(o.guarded);
+        self.dedup_markers.extend(o.dedup_markers);
+        self.lane_slots.extend(o.lane_slots);
+        self.lane_ring.extend(o.lane_ring);
+        self.lane_pending.extend(o.lane_pending);
+        self.flows.extend(o.flows);
+        self.batches.extend(o.batches);
+        self.outbox += o.outbox;
+        self.enqueued = match (self.enqueued.take(), o.enqueued) {
+            (Some(mut a), Some(b)) => {
+                for (id, n) in b {
+                    *a.entry(id).or_default() += n;
+                }
+                Some(a)
+            }
+            _ => None,
+        };
+    }
 }
 
 /// Counts each job's `enqueued` events in `queue`'s event stream on `url`

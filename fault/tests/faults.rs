@@ -354,6 +354,17 @@ fn torn_aof_tails_under_load() {
 #[test]
 fn flows_and_batches_under_kills_and_torn_restarts() {
     let _g = serial();
+    groups_under_kills_and_torn_restarts(false);
+}
+
+// The same with two steps of every flow and half of every batch's members on a second queue, worked by its own workers: the makings and ends that cross between the queues (the outboxes' messages and their relays) hold F1-F3, B1 and B2 through the kills and torn restarts too, and no batch is left waiting on a member of the other queue.
+#[test]
+fn flows_and_batches_across_queues_under_kills_and_torn_restarts() {
+    let _g = serial();
+    groups_under_kills_and_torn_restarts(true);
+}
+
+fn groups_under_kills_and_torn_restarts(spread: bool) {
     let plan = if long() {
         scenarios::GroupsPlan {
             flows: 400,
@@ -363,6 +374,7 @@ fn flows_and_batches_under_kills_and_torn_restarts() {
             restarts: 8,
             torn: true,
             limit: Duration::from_secs(600),
+            spread,
         }
     } else {
         scenarios::GroupsPlan {
@@ -373,10 +385,18 @@ fn flows_and_batches_under_kills_and_torn_restarts() {
             restarts: 2,
             torn: true,
             limit: Duration::from_secs(180),
+            spread,
         }
     };
     let out = scenarios::flows_and_batches(&ctx(), &plan);
-    passed("flows_and_batches", &out);
+    passed(
+        if spread {
+            "flows_and_batches_across_queues"
+        } else {
+            "flows_and_batches"
+        },
+        &out,
+    );
     assert_eq!(out.check.n("flows"), plan.flows);
     assert_eq!(out.check.n("batches"), plan.batches);
     assert_eq!(
@@ -398,6 +418,12 @@ fn flows_and_batches_under_kills_and_torn_restarts() {
     assert!(
         out.notes["restarts_while_producing"].as_u64() >= Some(1),
         "no restart while flows were being added"
+    );
+    let far = if spread { 2 * plan.flows + 4 * plan.batches } else { 0 };
+    assert_eq!(
+        out.notes["far_jobs"].as_u64(),
+        Some(far),
+        "jobs made on the second queue: two steps a flow, four members a batch"
     );
 }
 

@@ -5,7 +5,7 @@
 //! `no-token-check`, `client-clock`, `two-step-reaper`,
 //! `no-stall-increment`, `per-job-token`, `no-lane-cap`, `no-global-cap`,
 //! `no-rate-limit`, `tick-twice`, `cancel-keeps-waiting`, `flow-release-early`,
-//! `batch-end-early`. This test builds the fault
+//! `batch-end-early`, `remote-end-twice`. This test builds the fault
 //! binaries and the library's core and lane tests (this crate's
 //! `guarantees` target) once each with that cfg (into `target/faults`, so
 //! the normal build is untouched; about a minute and a half on 2 cores),
@@ -222,7 +222,8 @@ fn without_a_control_the_faults_build_passes() {
         lanes_test("caps::a_cap_bounds_active_jobs", None),
         "the lane test fails without any control"
     );
-    passed("none/groups", &scenarios::flows_and_batches(&c, &groups_plan()));
+    passed("none/groups", &scenarios::flows_and_batches(&c, &groups_plan(false)));
+    passed("none/spread", &scenarios::flows_and_batches(&c, &groups_plan(true)));
     passed(
         "none/limits",
         &scenarios::limits(&c, scenarios::LimitsRun::short(), std::time::Duration::from_secs(90)),
@@ -371,8 +372,9 @@ fn tick_twice_is_caught() {
     assert!(out.check.violates("K1"));
 }
 
-/// A short run of flows and batches under worker kills (no restarts).
-fn groups_plan() -> scenarios::GroupsPlan {
+/// A short run of flows and batches under worker kills (no restarts),
+/// spread over a second queue or not.
+fn groups_plan(spread: bool) -> scenarios::GroupsPlan {
     scenarios::GroupsPlan {
         flows: 30,
         batches: 8,
@@ -381,6 +383,7 @@ fn groups_plan() -> scenarios::GroupsPlan {
         restarts: 0,
         torn: false,
         limit: std::time::Duration::from_secs(120),
+        spread,
     }
 }
 
@@ -391,7 +394,7 @@ fn groups_plan() -> scenarios::GroupsPlan {
 #[test]
 fn flow_release_early_is_caught() {
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let out = scenarios::flows_and_batches(&ctx(Some("flow-release-early")), &groups_plan());
+    let out = scenarios::flows_and_batches(&ctx(Some("flow-release-early")), &groups_plan(false));
     failed("flow-release-early", &out);
     assert!(out.check.violates("F1"));
     let t = "flows::flows_and_batches_survive_crashes_and_a_restart";
@@ -408,9 +411,22 @@ fn flow_release_early_is_caught() {
 #[test]
 fn batch_end_early_is_caught() {
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let out = scenarios::flows_and_batches(&ctx(Some("batch-end-early")), &groups_plan());
+    let out = scenarios::flows_and_batches(&ctx(Some("batch-end-early")), &groups_plan(false));
     failed("batch-end-early", &out);
     assert!(out.check.violates("B1"));
+}
+
+// remote-end-twice: the relay delivers every message twice (as relays that
+// died before taking their messages off) and a batch counts each end of a
+// member on another queue as often as it arrives; the checker fails (B1: a
+// callback enqueued while a member was still running, or B2: a batch
+// counting more ends than members), where the same run passes without it.
+#[test]
+fn remote_end_twice_is_caught() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let out = scenarios::flows_and_batches(&ctx(Some("remote-end-twice")), &groups_plan(true));
+    failed("remote-end-twice", &out);
+    assert!(out.check.violates("B1") || out.check.violates("B2"));
 }
 
 // cancel-keeps-waiting: a cancel answers "cancelled" and leaves the job to

@@ -1,13 +1,17 @@
 //! The checker: reads every history (`DIR/*.jsonl`) of a run and the final
-//! state of its queue, checks the invariants I1–I11 (see
+//! state of its queue (or two), checks the invariants I1–I11 (see
 //! `echomq_fault::check`), prints a report and, as its last line, the
 //! report as one JSON object. Exits 1 on any violation, 2 on bad input.
 //!
 //! ```text
 //! fault-check --dir=DIR --url=redis://127.0.0.1:PORT/ --queue=Q [--not-drained] [--call-bound-ms=15000]
 //!     [--lane-cap=C] [--global-cap=C] [--rate=N:W_MS] [--lane-rate=N:W_MS]
-//!     [--loss-window-ms=MS]
+//!     [--loss-window-ms=MS] [--far-queue=Q2]
 //! ```
+//!
+//! `--far-queue` names a second queue of the run (the flows' steps and
+//! batches' members put there): the two queues' states are read and
+//! checked as one.
 //!
 //! `--url` may be a cluster's seeds, comma-separated: the queue's state is
 //! read from the master that serves its slot. `--loss-window-ms` is for a
@@ -40,7 +44,9 @@ async fn main() {
             std::process::exit(2);
         }
     };
-    let st = match state::read(&a.req("url"), &a.req("queue")).await {
+    // A run whose flows and batches span a second queue checks both as one.
+    let queues: Vec<String> = std::iter::once(a.req("queue")).chain(a.opt("far-queue")).collect();
+    let st = match state::read_all(&a.req("url"), &queues).await {
         Ok(s) => s,
         Err(e) => {
             eprintln!("fault-check: cannot read the server state: {e}");

@@ -18,7 +18,9 @@
 //! adds flows `f{from}`.. and batches `b{from}`.. beside the plain jobs
 //! (`echomq_fault::groups`: their shapes and records), from as many tasks,
 //! and first makes room in the queue's event stream for every event of
-//! the run (the checker counts each job's enqueues there).
+//! the run (the checker counts each job's enqueues there). With
+//! `--far-queue=Q2` the groups span that second queue too (some steps and
+//! members are made there: `echomq_fault::groups`).
 //!
 //! Limits belong to the job and are fixed here, at enqueue: the handle's
 //! defaults (`Args::queue_options`) give every job 1,000 attempts, 1,000
@@ -32,7 +34,7 @@
 //!     [--max-active=C] [--rate=N:W_MS] [--lane-rate=N:W_MS]
 //!     [--max-attempts=1000] [--max-stalls=1000] [--backoff-ms=20]
 //!     [--cancel-every=0] [--cancel-within-ms=50]
-//!     [--flows=0] [--batches=0] [--members=8]
+//!     [--flows=0] [--batches=0] [--members=8] [--far-queue=Q2]
 //! ```
 
 use std::sync::Arc;
@@ -72,12 +74,16 @@ async fn main() {
     let flows: u64 = a.get("flows", 0);
     let batches: u64 = a.get("batches", 0);
     let members: u64 = a.get("members", 8);
-    let queue = a.connect(&url).await;
+    let names: Vec<String> = std::iter::once(a.req("queue")).chain(a.opt("far-queue")).collect();
+    let mut queues = a.connect_all(&url, &names).await;
+    let far = (queues.len() > 1).then(|| queues.remove(1));
+    let queue = queues.remove(0);
     if flows + batches > 0 {
-        queue
-            .set_events(&echomq::EventSettings::default().max_len(1_000_000))
-            .await
-            .expect("make room in the event stream");
+        for q in std::iter::once(&queue).chain(&far) {
+            q.set_events(&echomq::EventSettings::default().max_len(1_000_000))
+                .await
+                .expect("make room in the event stream");
+        }
     }
     if let Some(cap) = a.opt("lane-cap") {
         let cap: u32 = cap.parse().expect("--lane-cap");
@@ -138,14 +144,14 @@ async fn main() {
     }
     let next_group = Arc::new(AtomicU64::new(0));
     for _ in 0..a.get("concurrency", 8usize) {
-        let (q, h, next) = (queue.clone(), hist.clone(), next_group.clone());
+        let (q, far, h, next) = (queue.clone(), far.clone(), hist.clone(), next_group.clone());
         tasks.push(tokio::spawn(async move {
             loop {
                 let k = next.fetch_add(1, Ordering::SeqCst);
                 if k < flows {
-                    groups::add_flow(&q, &h, from + k).await;
+                    groups::add_flow(&q, far.as_ref(), &h, from + k).await;
                 } else if k < flows + batches {
-                    groups::add_batch(&q, &h, from + k - flows, members).await;
+                    groups::add_batch(&q, far.as_ref(), &h, from + k - flows, members).await;
                 } else {
                     return;
                 }

@@ -143,7 +143,8 @@ fn flow_record(flow: &str, state: &ServerState, v: &mut Vec<String>) {
 /// every one completed; complete once all ended); no callback of a batch
 /// that was not closed. B2: after a drain its record counts every
 /// member once (`n` members; `c`, `f`, `x` summing to `n`, `c` the
-/// completed) and says it ended (`fin`).
+/// completed), says it ended (`fin`), and waits on no member of another
+/// queue (no `m:NUMBER` left).
 fn batches(
     h: &Histories,
     state: &ServerState,
@@ -235,5 +236,9 @@ fn batch_record(
     }
     if !rec.contains_key("fin") {
         v.push(format!("B2 batch {batch} never ended"));
+    }
+    // a member on another queue whose end was never counted home
+    for f in rec.keys().filter(|f| f.starts_with("m:")) {
+        v.push(format!("B2 batch {batch} still waits on {f}: {:?}", rec[f]));
     }
 }

@@ -57,6 +57,9 @@ pub struct Run {
     pub client_url: String,
     /// The queue name (unique per run).
     pub queue: String,
+    /// A second queue that the run's flows and batches span (see
+    /// [`Run::spread`]); `None`: one queue.
+    pub far: Option<String>,
     driver: History,
     bins: Bins,
     procs: BTreeMap<String, Proc>,
@@ -97,12 +100,29 @@ impl Run {
             url: url.to_owned(),
             client_url: url.to_owned(),
             queue,
+            far: None,
             driver,
             bins: bins.clone(),
             procs: BTreeMap::new(),
             next: 1,
             keep: false,
         }
+    }
+
+    /// Gives the run a second queue, `QUEUE-far`: the producers put some
+    /// steps of their flows and members of their batches there, and the
+    /// run drains, and is read and checked, over both queues. Its workers
+    /// and reapers are started with [`WorkerOpts::queue`] and
+    /// [`reaper_on`](Self::reaper_on). Answers its name.
+    pub fn spread(&mut self) -> String {
+        let far = format!("{}-far", self.queue);
+        self.far = Some(far.clone());
+        far
+    }
+
+    /// The run's queues: its own, then [`far`](Self::far) if it has one.
+    pub fn queues(&self) -> Vec<String> {
+        std::iter::once(self.queue.clone()).chain(self.far.clone()).collect()
     }
 
     /// Whether the processes run a negative control (`ECHOMQ_FAULT` set).

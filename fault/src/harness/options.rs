@@ -30,6 +30,8 @@ pub struct WorkerOpts {
     pub pause_job: Option<String>,
     /// Connect here instead of the run's URL (a proxy, say).
     pub url: Option<String>,
+    /// Work this queue instead of the run's (its second queue, `Run::far`).
+    pub queue: Option<String>,
     /// Run one raw attempt instead of a consumer (`fault-worker
     /// --role=raw`): claim, effect, stop at `after_effect_before_ack`
     /// until released, then send this call ("extend" or "complete") with
@@ -54,6 +56,7 @@ impl Default for WorkerOpts {
             pause: None,
             pause_job: None,
             url: None,
+            queue: None,
             stale_op: None,
             wait_replicas: 0,
         }

@@ -64,6 +64,10 @@ impl Run {
         if o.wait_replicas > 0 {
             args.push(format!("--wait-replicas={}", o.wait_replicas));
         }
+        if let Some(q) = &o.queue {
+            // after the run's own `--queue`, so this one counts
+            args.push(format!("--queue={q}"));
+        }
         if let Some(op) = o.stale_op {
             args.push(format!("--stale-op={op}"));
         }
@@ -93,6 +97,11 @@ impl Run {
 
     /// Starts a reaper process; with `until_empty` it exits after a pass that reaps nothing.
     pub fn reaper(&mut self, interval_ms: u64, batch: usize, until_empty: bool) -> String {
+        self.reaper_on(None, interval_ms, batch, until_empty)
+    }
+
+    /// [`reaper`](Self::reaper) of `queue` (`None`: the run's queue).
+    pub fn reaper_on(&mut self, queue: Option<&str>, interval_ms: u64, batch: usize, until_empty: bool) -> String {
         let mut args = vec![
             format!("--url={}", self.client_url),
             "--role=reaper".into(),
@@ -101,6 +110,9 @@ impl Run {
         ];
         if until_empty {
             args.push("--until-empty".into());
+        }
+        if let Some(q) = queue {
+            args.push(format!("--queue={q}"));
         }
         let bin = self.bins.worker.clone();
         self.spawn("reaper", "r", bin, args)
@@ -153,6 +165,9 @@ impl Run {
             args.push(format!("--flows={}", o.flows));
             args.push(format!("--batches={}", o.batches));
             args.push(format!("--members={}", o.members));
+            if let Some(far) = &self.far {
+                args.push(format!("--far-queue={far}"));
+            }
         }
         let bin = self.bins.producer.clone();
         self.spawn("producer", "p", bin, args)

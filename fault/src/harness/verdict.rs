@@ -37,9 +37,14 @@ impl Run {
     /// A blocking connection to the run's server (on a cluster, to the
     /// master that serves the queue's slot now).
     pub fn conn(&self) -> redis::RedisResult<redis::Connection> {
+        self.conn_of(&self.queue)
+    }
+
+    /// [`conn`](Self::conn) for `queue` (on a cluster, the master of its slot).
+    pub fn conn_of(&self, queue: &str) -> redis::RedisResult<redis::Connection> {
         let url = if state::seeds(&self.url).len() > 1 {
             let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
-            rt.block_on(state::queue_url(&self.url, &self.queue))?
+            rt.block_on(state::queue_url(&self.url, queue))?
         } else {
             self.url.clone()
         };
@@ -49,34 +54,56 @@ impl Run {
         Ok(c)
     }
 
-    /// Jobs per state set: pending, active, delayed, completed, failed, cancelled.
+    /// Jobs per state set: pending, active, delayed, completed, failed,
+    /// cancelled (over both queues of a [spread](Run::spread) run).
     pub fn counts(&self) -> Option<[u64; 6]> {
-        let mut c = self.conn().ok()?;
         let mut out = [0; 6];
-        for (i, s) in state::SETS.iter().enumerate() {
-            out[i] = redis::cmd("ZCARD")
-                .arg(format!("emq:{{{}}}:{s}", self.queue))
-                .query(&mut c)
-                .ok()?;
+        for queue in self.queues() {
+            let mut c = self.conn_of(&queue).ok()?;
+            for (i, s) in state::SETS.iter().enumerate() {
+                let n: u64 = redis::cmd("ZCARD")
+                    .arg(format!("emq:{{{queue}}}:{s}"))
+                    .query(&mut c)
+                    .ok()?;
+                out[i] += n;
+            }
         }
         Some(out)
     }
 
-    /// True once the producers have exited and no job is pending, active or delayed.
+    /// Messages waiting on the outboxes of the run's queues.
+    fn outboxes(&self) -> Option<u64> {
+        let mut n = 0;
+        for queue in self.queues() {
+            let mut c = self.conn_of(&queue).ok()?;
+            let len: u64 = redis::cmd("LLEN")
+                .arg(format!("emq:{{{queue}}}:outbox"))
+                .query(&mut c)
+                .ok()?;
+            n += len;
+        }
+        Some(n)
+    }
+
+    /// True once the producers have exited, no job is pending, active or
+    /// delayed, and no message waits on an outbox (a step's or member's
+    /// end on its way home may still make a parent or a callback).
     pub fn drained(&mut self) -> bool {
         if !self.live("producer").is_empty() {
             return false;
         }
         matches!(self.counts(), Some([0, 0, 0, done, failed, cancelled]) if done + failed + cancelled > 0)
+            && self.outboxes() == Some(0)
     }
 
-    /// The server's final state of the run's queue.
+    /// The server's final state of the run's queue (of both, merged, for a
+    /// [spread](Run::spread) run).
     pub fn state(&self) -> ServerState {
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
             .expect("runtime");
-        rt.block_on(state::read(&self.url, &self.queue))
+        rt.block_on(state::read_all(&self.url, &self.queues()))
             .expect("read the server state")
     }
 
@@ -86,6 +113,7 @@ impl Run {
             .arg(format!("--dir={}", self.dir.display()))
             .arg(format!("--url={}", self.url))
             .arg(format!("--queue={}", self.queue))
+            .args(self.far.iter().map(|f| format!("--far-queue={f}")))
             .args(extra)
             .output()
             .expect("run fault-check");

@@ -2,6 +2,10 @@
 //! at random while they hold steps and members, and the server SIGKILLed
 //! and restarted from its append-only file, with torn tails if asked.
 //! The checker's F1–F3 and B1–B2 decide, beside every other invariant.
+//! With [`GroupsPlan::spread`] the flows and batches span a second queue
+//! of the same server, worked by its own workers: steps and members made
+//! there, and their ends told home, go through the outboxes' messages,
+//! which the relays carry through the kills and restarts.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -29,24 +33,38 @@ pub struct GroupsPlan {
     pub torn: bool,
     /// How long the run may take.
     pub limit: Duration,
+    /// Put two steps of every flow and half the members of every batch on
+    /// a second queue (`Run::spread`), with two workers and a reaper of
+    /// its own.
+    pub spread: bool,
 }
 
 /// One producer adds the plan's flows, batches and jobs while three
-/// workers (1 s leases, handlers up to 40 ms) run them; one worker is
+/// workers (1 s leases, handlers up to 40 ms) run them (and two more the
+/// second queue's, when spread); one worker is
 /// SIGKILLed at random about every `kill_every_ms` and replaced, and the
 /// server is SIGKILLed and restarted `restarts` times, 0.7–1.5 s apart,
 /// from the first while the producer is still adding. Notes:
-/// `worker_kills`, `restarts`, `restarts_while_producing`, and the
-/// restarter's (`restart_error`, and with torn tails `cut`, `tears`,
+/// `worker_kills`, `restarts`, `restarts_while_producing`, `far_jobs`
+/// (job records on the second queue), and the restarter's (`restart_error`, and with torn tails `cut`, `tears`,
 /// `tails_dropped`).
 pub fn flows_and_batches(ctx: &Ctx, plan: &GroupsPlan) -> Outcome {
     let mut server = ctx.server(true);
     let mut run = Run::new(
         &ctx.bins,
         &server.url(),
-        if plan.torn { "groups-torn" } else { "groups" },
+        match (plan.torn, plan.spread) {
+            (false, false) => "groups",
+            (true, false) => "groups-torn",
+            (false, true) => "spread",
+            (true, true) => "spread-torn",
+        },
     );
+    let far = plan.spread.then(|| run.spread());
     run.reaper(100, 1000, false);
+    if let Some(far) = &far {
+        run.reaper_on(Some(far), 100, 1000, false);
+    }
     run.producer(&ProducerOpts {
         count: plan.jobs,
         concurrency: 4,
@@ -62,8 +80,19 @@ pub fn flows_and_batches(ctx: &Ctx, plan: &GroupsPlan) -> Outcome {
         work_ms: 40,
         ..WorkerOpts::default()
     };
-    for _ in 0..3 {
-        run.worker(&opts);
+    let far_opts = WorkerOpts {
+        queue: far.clone(),
+        ..opts.clone()
+    };
+    // worker → the options it was started with, to start its like after a kill
+    let mut workers = BTreeMap::new();
+    for o in [&opts, &opts, &opts] {
+        workers.insert(run.worker(o), o.clone());
+    }
+    if far.is_some() {
+        for o in [&far_opts, &far_opts] {
+            workers.insert(run.worker(o), o.clone());
+        }
     }
     let mut restarter = Restarter::new(&mut run, plan.torn);
     let (mut kills, mut restarts, mut under_load) = (0u64, 0usize, 0usize);
@@ -73,8 +102,10 @@ pub fn flows_and_batches(ctx: &Ctx, plan: &GroupsPlan) -> Outcome {
         if Instant::now() >= next_kill {
             let live = run.live("worker");
             if !live.is_empty() {
-                run.kill(&live[fastrand::usize(0..live.len())]);
-                run.worker(&opts);
+                let victim = &live[fastrand::usize(0..live.len())];
+                run.kill(victim);
+                let o = workers[victim].clone();
+                workers.insert(run.worker(&o), o);
                 kills += 1;
             }
             next_kill = Instant::now()
@@ -100,5 +131,19 @@ pub fn flows_and_batches(ctx: &Ctx, plan: &GroupsPlan) -> Outcome {
     notes.insert("restarts".into(), json!(restarts));
     notes.insert("restarts_while_producing".into(), json!(under_load));
     restarter.notes(&server, &mut notes);
+    notes.insert(
+        "far_jobs".into(),
+        json!(far.as_deref().map_or(Some(0), |f| job_records(&run, f))),
+    );
     finish(run, drained, notes)
+}
+
+/// How many job records `queue` holds (`None`: it could not be read).
+fn job_records(run: &Run, queue: &str) -> Option<u64> {
+    let mut c = run.conn_of(queue).ok()?;
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg(format!("emq:{{{queue}}}:job:*"))
+        .query(&mut c)
+        .ok()?;
+    Some(keys.len() as u64)
 }
