@@ -672,10 +672,11 @@ fn env_u64(name: &str, default: u64) -> u64 {
     std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
 }
 
-// The cluster scenario's CI-tier smoke (about 15 s on 2 cores): 1,800 jobs
-// over 6 queues on 3 masters, workers SIGKILLed at random, one master
-// SIGKILLed and failed over, one slot moved under load; every queue passes,
-// the WAIT ones with lost 0.
+// The cluster scenario's CI-tier smoke: 1,800 jobs over 6 queues on 3
+// masters, the WAIT queues' flows and batches spread over a second queue on
+// the next master, workers SIGKILLed at random, one master SIGKILLed and
+// failed over, one slot moved under load; every queue passes, the WAIT ones
+// with lost 0.
 #[test]
 fn cluster_smoke() {
     let _g = serial();
@@ -690,6 +691,7 @@ fn cluster_smoke() {
         clock_steps: 1,
         flows_per_queue: 20,
         batches_per_queue: 5,
+        spread: true,
         from: 0,
         limit: Duration::from_secs(90),
         jobs_per_s: 300.0,
@@ -718,6 +720,13 @@ fn cluster_smoke() {
             for inv in ["F1", "F2", "F3", "B1", "B2"] {
                 assert_eq!(o.check.report["invariants"][inv], "full", "[cluster {q}] {inv}");
             }
+            // Two steps of every flow and four members of every batch
+            // were made on the far queue, another master's.
+            assert_eq!(
+                o.notes["far_jobs"].as_u64(),
+                Some(2 * plan.flows_per_queue + 4 * plan.batches_per_queue),
+                "[cluster {q}] far_jobs"
+            );
         }
     }
     assert_eq!(out.figures["failovers"], 1, "{}", out.figures);
@@ -760,6 +769,7 @@ fn cluster_failovers_and_migrations() {
             clock_steps: env_u64("ECHOMQ_FAULT_CLUSTER_CLOCK_STEPS", 3) as usize,
             flows_per_queue: env_u64("ECHOMQ_FAULT_CLUSTER_FLOWS", jobs / 60),
             batches_per_queue: env_u64("ECHOMQ_FAULT_CLUSTER_BATCHES", jobs / 300),
+            spread: env_u64("ECHOMQ_FAULT_CLUSTER_SPREAD", 1) == 1,
             from: from + seg * jobs,
             limit: Duration::from_secs(60 + jobs / 100),
             jobs_per_s: env_u64("ECHOMQ_FAULT_CLUSTER_JOBS_PER_S", 500) as f64,

@@ -19,7 +19,7 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::history::{Ev, History};
-pub use options::{ProducerOpts, WorkerOpts};
+pub use options::{ProducerOpts, ReaperOpts, WorkerOpts};
 use processes::Proc;
 pub use verdict::Checked;
 
@@ -113,11 +113,17 @@ impl Run {
     /// steps of their flows and members of their batches there, and the
     /// run drains, and is read and checked, over both queues. Its workers
     /// and reapers are started with [`WorkerOpts::queue`] and
-    /// [`reaper_on`](Self::reaper_on). Answers its name.
+    /// [`ReaperOpts::queue`]. Answers its name.
     pub fn spread(&mut self) -> String {
         let far = format!("{}-far", self.queue);
-        self.far = Some(far.clone());
+        self.spread_to(&far);
         far
+    }
+
+    /// [`spread`](Self::spread) to the queue named `far` (on a cluster,
+    /// one whose slot another master serves).
+    pub fn spread_to(&mut self, far: &str) {
+        self.far = Some(far.to_owned());
     }
 
     /// The run's queues: its own, then [`far`](Self::far) if it has one.

@@ -1,4 +1,4 @@
-//! The settings of the worker and producer processes a run spawns.
+//! The settings of the worker, reaper and producer processes a run spawns.
 
 /// Settings of one worker process (see `fault-worker`).
 #[derive(Debug, Clone)]
@@ -58,6 +58,35 @@ impl Default for WorkerOpts {
             url: None,
             queue: None,
             stale_op: None,
+            wait_replicas: 0,
+        }
+    }
+}
+
+/// Settings of one reaper process (`fault-worker --role=reaper`).
+#[derive(Debug, Clone)]
+pub struct ReaperOpts {
+    /// Reap this queue instead of the run's (its second queue, `Run::far`).
+    pub queue: Option<String>,
+    /// Pause between two passes that found less than a batch.
+    pub interval_ms: u64,
+    /// Most leases reaped per pass.
+    pub batch: usize,
+    /// Exit after a pass that reaps nothing.
+    pub until_empty: bool,
+    /// Reaps, and the deliveries of the relay each pass runs, wait for
+    /// this many replicas (`--wait-replicas`; 0: no `WAIT`): a delivery
+    /// is taken off the outbox only once its target's replicas hold it.
+    pub wait_replicas: u32,
+}
+
+impl Default for ReaperOpts {
+    fn default() -> Self {
+        ReaperOpts {
+            queue: None,
+            interval_ms: 100,
+            batch: 1000,
+            until_empty: false,
             wait_replicas: 0,
         }
     }

@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
-use super::{ProducerOpts, Run, WorkerOpts};
+use super::{ProducerOpts, ReaperOpts, Run, WorkerOpts};
 use crate::history::{Ev, Record, read_file};
 
 /// A process of the run, and its exit status once seen.
@@ -95,23 +95,34 @@ impl Run {
         self.spawn("worker", "w", bin, args)
     }
 
-    /// Starts a reaper process; with `until_empty` it exits after a pass that reaps nothing.
+    /// Starts a reaper process of the run's queue, passes `interval_ms`
+    /// apart reaping up to `batch` leases; with `until_empty` it exits
+    /// after a pass that reaps nothing.
     pub fn reaper(&mut self, interval_ms: u64, batch: usize, until_empty: bool) -> String {
-        self.reaper_on(None, interval_ms, batch, until_empty)
+        self.reaper_with(&ReaperOpts {
+            interval_ms,
+            batch,
+            until_empty,
+            ..ReaperOpts::default()
+        })
     }
 
-    /// [`reaper`](Self::reaper) of `queue` (`None`: the run's queue).
-    pub fn reaper_on(&mut self, queue: Option<&str>, interval_ms: u64, batch: usize, until_empty: bool) -> String {
+    /// Starts a reaper process with settings `o`; returns its name.
+    pub fn reaper_with(&mut self, o: &ReaperOpts) -> String {
         let mut args = vec![
             format!("--url={}", self.client_url),
             "--role=reaper".into(),
-            format!("--interval-ms={interval_ms}"),
-            format!("--batch={batch}"),
+            format!("--interval-ms={}", o.interval_ms),
+            format!("--batch={}", o.batch),
         ];
-        if until_empty {
+        if o.until_empty {
             args.push("--until-empty".into());
         }
-        if let Some(q) = queue {
+        if o.wait_replicas > 0 {
+            args.push(format!("--wait-replicas={}", o.wait_replicas));
+        }
+        if let Some(q) = &o.queue {
+            // after the run's own `--queue`, so this one counts
             args.push(format!("--queue={q}"));
         }
         let bin = self.bins.worker.clone();

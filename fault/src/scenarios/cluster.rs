@@ -6,7 +6,10 @@
 //! (SIGSTOP) for twice their lease and let back, queues' slots moved to
 //! another master under load, every 50th job asked to be cancelled, and a
 //! schedule ticking every second in each queue, raced by two schedulers,
-//! flows and batches on the `WAIT` queues, and every node's clock stepped
+//! flows and batches on the `WAIT` queues (spread, with
+//! [`ClusterPlan::spread`], over a second queue on the next master, so
+//! their steps, members and ends cross masters through the relays under
+//! the failovers), and every node's clock stepped
 //! forward at once (libfaketime). Each queue is its own run (its own
 //! producer, reaper and workers, all connected to the cluster's seeds) and
 //! is checked on its own: the checker reads it from the master that serves
@@ -24,7 +27,7 @@ use echomq::server::{LocalCluster, LocalServer};
 use serde_json::{Value, json};
 
 use super::{Ctx, Outcome, finish_with};
-use crate::harness::{ProducerOpts, Run, WorkerOpts};
+use crate::harness::{ProducerOpts, ReaperOpts, Run, WorkerOpts};
 
 /// The loss window of queues without `WAIT`, ms: an acknowledged enqueue
 /// lost to a failover must have been acknowledged at most this long before
@@ -63,6 +66,11 @@ pub struct ClusterPlan {
     pub flows_per_queue: u64,
     /// Batches of eight members each `WAIT` queue's producer adds (B1, B2).
     pub batches_per_queue: u64,
+    /// Spread each `WAIT` queue's flows and batches over a second queue
+    /// on the next master (`Run::spread_to`; steps `b` and `c` of every
+    /// flow, the odd members of every batch), with workers and a reaper
+    /// of its own, checked with its home queue.
+    pub spread: bool,
     /// First job number (segments of one long run use disjoint ranges;
     /// flows and batches are numbered from it too).
     pub from: u64,
@@ -198,21 +206,42 @@ pub fn cluster_faults_on(
             let waits = i % 2 == 0;
             let stem = format!("cl{m}{}", if waits { "w" } else { "n" });
             let name = name_on(cluster, *port, &stem);
-            runs.push((Run::named(&ctx.bins, &seeds, &name, under), waits));
+            let mut run = Run::named(&ctx.bins, &seeds, &name, under);
+            // A WAIT queue's flows and batches span a second queue on the
+            // next master: steps and members made there, and their ends
+            // told home, cross masters through the outboxes' relays.
+            if waits && plan.spread {
+                let other = masters[(m + 1) % masters.len()];
+                run.spread_to(&name_on(cluster, other, &format!("{stem}f")));
+            }
+            runs.push((run, waits));
         }
     }
     let per_queue = plan.jobs / runs.len() as u64;
-    let worker = |waits: bool| WorkerOpts {
+    let worker = |waits: bool, queue: Option<&String>| WorkerOpts {
         concurrency: 8,
         lease_ms: 1000,
         work_ms: 2,
         response_timeout_ms: 2000,
         prefetch: [None, Some(4), Some(0)][fastrand::usize(0..3)],
         wait_replicas: u32::from(waits),
+        queue: queue.cloned(),
         ..WorkerOpts::default()
     };
+    // Per run: worker → the queue it works (`None`: the run's own), so a
+    // killed worker is replaced by one on the same queue.
+    let mut works: Vec<BTreeMap<String, Option<String>>> = Vec::new();
     for (k, (run, waits)) in runs.iter_mut().enumerate() {
-        run.reaper(100, 1000, false);
+        // Reaps and relays wait for a replica on a WAIT queue: a message
+        // delivered to a master that fails over before its replica has
+        // it must not have been taken off its outbox.
+        for queue in run.queues() {
+            run.reaper_with(&ReaperOpts {
+                queue: Some(queue),
+                wait_replicas: u32::from(*waits),
+                ..ReaperOpts::default()
+            });
+        }
         // Every other queue spreads its jobs over three lanes capped at 3
         // (L1, L2); of the others, one has a global cap of 6 (G1) and one
         // a rate limit of 50 claims per 200 ms (R1).
@@ -252,9 +281,13 @@ pub fn cluster_faults_on(
         run.scheduler("tick", "* * * * * *");
         run.scheduler("tick", "* * * * * *");
         limits.push(check);
-        for _ in 0..plan.workers_per_queue {
-            run.worker(&worker(*waits));
+        let mut of_run = BTreeMap::new();
+        for queue in std::iter::once(None).chain(run.far.clone().map(Some)) {
+            for _ in 0..plan.workers_per_queue {
+                of_run.insert(run.worker(&worker(*waits, queue.as_ref())), queue.clone());
+            }
         }
+        works.push(of_run);
     }
 
     // Master kills and migrations are spread over the time the jobs are
@@ -349,7 +382,9 @@ pub fn cluster_faults_on(
             if !live.is_empty() {
                 let w = &live[fastrand::usize(0..live.len())];
                 run.kill(w);
-                run.worker(&worker(*waits));
+                let queue = works[k].get(w).cloned().flatten();
+                let new = run.worker(&worker(*waits, queue.as_ref()));
+                works[k].insert(new, queue);
                 worker_kills += 1;
             }
             next_kill = Instant::now()
@@ -378,15 +413,22 @@ pub fn cluster_faults_on(
     let window = format!("--loss-window-ms={LOSS_WINDOW_MS}");
     for ((run, waits), check) in runs.into_iter().zip(&limits) {
         let name = run.queue.clone();
+        let all = run.queues();
         let mut extra: Vec<&str> = check.iter().map(String::as_str).collect();
         if !waits {
             extra.push(window.as_str());
         }
-        let out = finish_with(run, drained, BTreeMap::new(), &extra);
+        let mut notes = BTreeMap::new();
+        if let Some(far) = &run.far {
+            notes.insert("far_jobs".into(), json!(super::groups::job_records(&run, far)));
+        }
+        let out = finish_with(run, drained, notes, &extra);
         // Checked: free the cluster's memory for the next segment (the
         // verdict keeps the final state).
         if out.check.ok && out.drained {
-            drop_queue(&seeds, &name);
+            for queue in &all {
+                drop_queue(&seeds, queue);
+            }
         }
         queues.push((name, waits, out));
     }
@@ -424,6 +466,8 @@ pub fn cluster_faults_on(
         "ok": queues.iter().all(|(_, _, o)| o.check.ok && o.drained),
         "drained": drained,
         "queues": queues.len(),
+        "far_queues": queues.iter().filter(|(_, _, o)| o.notes.contains_key("far_jobs")).count(),
+        "far_jobs": queues.iter().filter_map(|(_, _, o)| o.notes.get("far_jobs").and_then(Value::as_u64)).sum::<u64>(),
         "jobs": jobs,
         "completed": sum("completed", None),
         "worker_kills": worker_kills,
@@ -483,12 +527,14 @@ fn kill_a_master(cluster: &mut LocalCluster, runs: &mut [(Run, bool)]) -> u64 {
     let k = fastrand::usize(0..runs.len());
     let slot = LocalCluster::slot_of(&format!("{{{}}}", runs[k].0.queue));
     let old = cluster.master_of_slot(slot).expect("the master of a queue's slot");
+    // The runs with a queue on that master (their own or their far one).
     let on_it: Vec<usize> = (0..runs.len())
         .filter(|&i| {
-            cluster
-                .master_of_slot(LocalCluster::slot_of(&format!("{{{}}}", runs[i].0.queue)))
-                .ok()
-                == Some(old)
+            runs[i]
+                .0
+                .queues()
+                .iter()
+                .any(|q| cluster.master_of_slot(LocalCluster::slot_of(&format!("{{{q}}}"))).ok() == Some(old))
         })
         .collect();
     let killed = Instant::now();
@@ -520,11 +566,12 @@ fn kill_a_master(cluster: &mut LocalCluster, runs: &mut [(Run, bool)]) -> u64 {
     ms
 }
 
-/// Moves a random queue's slot to another master under load. Returns
-/// (slot, from port, to port, ms).
+/// Moves a random queue's slot (a run's own or far one) to another master
+/// under load. Returns (slot, from port, to port, ms).
 fn migrate_a_slot(cluster: &mut LocalCluster, runs: &mut [(Run, bool)]) -> (u16, u16, u16, u64) {
     let k = fastrand::usize(0..runs.len());
-    let slot = LocalCluster::slot_of(&format!("{{{}}}", runs[k].0.queue));
+    let queues = runs[k].0.queues();
+    let slot = LocalCluster::slot_of(&format!("{{{}}}", queues[fastrand::usize(0..queues.len())]));
     let from = cluster.master_of_slot(slot).expect("the slot's master");
     let masters = cluster.master_ports().expect("the masters");
     let others: Vec<u16> = masters.into_iter().filter(|p| *p != from).collect();

@@ -14,7 +14,7 @@ use serde_json::json;
 
 use super::server::Restarter;
 use super::{Ctx, Outcome, finish};
-use crate::harness::{ProducerOpts, Run, WorkerOpts};
+use crate::harness::{ProducerOpts, ReaperOpts, Run, WorkerOpts};
 
 /// What a run of [`flows_and_batches`] does.
 #[derive(Debug, Clone)]
@@ -63,7 +63,10 @@ pub fn flows_and_batches(ctx: &Ctx, plan: &GroupsPlan) -> Outcome {
     let far = plan.spread.then(|| run.spread());
     run.reaper(100, 1000, false);
     if let Some(far) = &far {
-        run.reaper_on(Some(far), 100, 1000, false);
+        run.reaper_with(&ReaperOpts {
+            queue: Some(far.clone()),
+            ..ReaperOpts::default()
+        });
     }
     run.producer(&ProducerOpts {
         count: plan.jobs,
@@ -139,7 +142,7 @@ pub fn flows_and_batches(ctx: &Ctx, plan: &GroupsPlan) -> Outcome {
 }
 
 /// How many job records `queue` holds (`None`: it could not be read).
-fn job_records(run: &Run, queue: &str) -> Option<u64> {
+pub(super) fn job_records(run: &Run, queue: &str) -> Option<u64> {
     let mut c = run.conn_of(queue).ok()?;
     let keys: Vec<String> = redis::cmd("KEYS")
         .arg(format!("emq:{{{queue}}}:job:*"))
