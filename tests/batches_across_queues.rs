@@ -19,6 +19,7 @@ use echomq::batch::{BatchOptions, Callback};
 use echomq::server::LocalServer;
 use echomq::{
     Client, EnqueueOptions, EnqueueStatus, Error, HandlerError, Job, JobState, Lease, Queue, QueueOptions, Worker,
+    WorkerHandle,
 };
 use serde_json::{Value, json};
 
@@ -358,19 +359,7 @@ async fn bad_input_is_refused_and_writes_nothing() {
 async fn workers_move_a_batch_over_queues_on_their_own() {
     let (_s, _client, qs) = queues("bwork", 2).await;
     let (h, r) = (&qs[0], &qs[1]);
-    let ran: Arc<Mutex<Vec<String>>> = Arc::default();
-    let mut worker = Worker::new();
-    for q in [h, r] {
-        let ran = ran.clone();
-        worker = worker.queue(q.clone(), move |job: Job<Value>| {
-            let ran = ran.clone();
-            async move {
-                ran.lock().unwrap().push(job.id().to_owned());
-                Ok::<_, HandlerError>(())
-            }
-        });
-    }
-    let handle = worker.spawn().unwrap();
+    let (handle, ran) = recording_worker(Worker::new(), &[h, r]);
     let batch = h.open_batch(&all_callbacks("b6")).await.unwrap();
     let ids = batch.on(r).unwrap().add(&[1, 2, 3]).await.unwrap();
     batch.close().await.unwrap();
@@ -393,18 +382,13 @@ async fn workers_move_a_batch_over_queues_on_their_own() {
     }
 }
 
-// Workers that turn the client's maintenance off (`.reaper(false)`, a
-// `Reaper` process beside them) still move a batch over queues: the
-// `Reaper` of the members' queue relays their ends home at its passes.
-#[tokio::test]
-async fn a_reaper_relays_for_workers_without_maintenance() {
-    let (s, _client, qs) = queues("breap", 2).await;
-    let (h, r) = (&qs[0], &qs[1]);
+/// Spawns `worker` with a handler on each of `queues` that records the ids
+/// of the jobs it ran.
+fn recording_worker(mut worker: Worker, queues: &[&Queue]) -> (WorkerHandle, Arc<Mutex<Vec<String>>>) {
     let ran: Arc<Mutex<Vec<String>>> = Arc::default();
-    let mut worker = Worker::new().reaper(false);
-    for q in [h, r] {
+    for q in queues {
         let ran = ran.clone();
-        worker = worker.queue(q.clone(), move |job: Job<Value>| {
+        worker = worker.queue((*q).clone(), move |job: Job<Value>| {
             let ran = ran.clone();
             async move {
                 ran.lock().unwrap().push(job.id().to_owned());
@@ -412,7 +396,17 @@ async fn a_reaper_relays_for_workers_without_maintenance() {
             }
         });
     }
-    let handle = worker.spawn().unwrap();
+    (worker.spawn().unwrap(), ran)
+}
+
+// Workers that turn the client's maintenance off (`.reaper(false)`, a
+// `Reaper` process beside them) still move a batch over queues: the
+// `Reaper` of the members' queue relays their ends home at its passes.
+#[tokio::test]
+async fn a_reaper_relays_for_workers_without_maintenance() {
+    let (s, _client, qs) = queues("breap", 2).await;
+    let (h, r) = (&qs[0], &qs[1]);
+    let (handle, ran) = recording_worker(Worker::new().reaper(false), &[h, r]);
     let reaper = echomq::Reaper::new(r.clone())
         .interval(Duration::from_millis(50))
         .spawn()
