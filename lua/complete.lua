@@ -22,7 +22,11 @@
 -- writes: there is no rollback): a target of another type, or a counter
 -- that is not an integer or would leave +-(2^53 - 1), refuses the call.
 --
--- REPLY: {code:code, now:int, [effect:int, reason:str]}
+-- REPLY: {code:code, now:int, [outbox:int, [effect:int, reason:str]]}
+-- `outbox` (absent from NOT_FOUND, LEASE_LOST and ALREADY) is 1 when the
+-- call pushed a message onto the queue's outbox (the job is a step or
+-- member of another queue's flow or batch: its end goes home by the
+-- relay), else 0.
 -- code OK completed (effects applied); ALREADY completed with this token
 -- (a retried settle whose first reply was lost; nothing applied again);
 -- NOT_FOUND; LEASE_LOST (not active, or a newer token owns it): nothing
@@ -98,7 +102,7 @@ end
 
 if n_effects > 0 then
   local bad, why = check_effects()
-  if bad then return {CODE.REFUSED, now, bad, why} end
+  if bad then return {CODE.REFUSED, now, 0, bad, why} end
   for i = 1, n_effects do
     local op, ki, a, b = effect(i)
     local key = KEYS[ki]
@@ -114,4 +118,4 @@ end
 local moves = new_moves()
 local code = settle_complete(moves, prefix, jk, id, token, now, keep, nil, cur)
 apply_moves(moves, {active = active_key, completed = completed_key}, prefix, keep, KEEP_ALL, now)
-return {code, now}
+return {code, now, call_did.outbox and 1 or 0}

@@ -29,11 +29,15 @@
 //! settlement whose reply says it left one (a step's or member's end), and while the
 //! relay has been busy with the queue in the last
 //! [`RELAY_HOT_FOR`](crate::maintenance::RELAY_HOT_FOR); otherwise within
-//! the reap interval (an end written by a reap, by atomic completion, or
-//! by a settlement from a process with no worker on the queue); and every
-//! pass of a [`Reaper`](crate::Reaper) of the queue (the upkeep of a queue
-//! whose consumers run without the client's maintenance). A delivery that
-//! leaves messages on its target's outbox goes on with that outbox.
+//! the reap interval (an end written by a settlement from a process with
+//! no worker on the queue); right after a reap pass that ended jobs (a
+//! job failed as stalled, cancelled or expired by the reap may be another
+//! queue's step or member); and every pass of a
+//! [`Reaper`](crate::Reaper) of the queue (the upkeep of a queue whose
+//! consumers run without the client's maintenance). An atomic completion
+//! ([`Queue::complete_with`](crate::Queue::complete_with)) that left an
+//! end heats the queue as a settlement does. A delivery that leaves
+//! messages on its target's outbox goes on with that outbox.
 
 use std::collections::VecDeque;
 

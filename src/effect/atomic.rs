@@ -199,9 +199,14 @@ impl Queue {
                 let effect = effects.ops.get(index.wrapping_sub(1)).map(describe).unwrap_or_default();
                 Err(Error::EffectRefused { index, effect, reason })
             }
-            Completed::Settled(settled) => {
+            Completed::Settled(settled, outbox) => {
                 if settled.outcome == Outcome::Completed {
                     self.report_settled(1, confirmed);
+                }
+                if outbox {
+                    // the end of another queue's step or member: relayed
+                    // within RELAY_HOT_INTERVAL, as a settlement's
+                    self.upkeep().heat(self.base());
                 }
                 Ok(settled)
             }

@@ -63,6 +63,12 @@ pub struct ReapReport {
 }
 
 impl ReapReport {
+    /// Jobs the pass ended: failed as stalled, cancelled, or expired
+    /// (leased or waiting).
+    pub fn ended(&self) -> u64 {
+        (self.failed.len() + self.cancelled.len() + self.expired.len()) as u64 + self.expired_waiting
+    }
+
     /// True when the pass hit its limit: another pass should follow at once.
     pub fn is_full(&self, batch: usize) -> bool {
         self.requeued.len() + self.failed.len() + self.cancelled.len() + self.expired.len() >= batch

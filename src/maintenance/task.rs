@@ -371,10 +371,18 @@ fn schedules_after_look(_look: &look::Look) -> Instant {
 async fn pass(queue: &Queue, interval: Duration) -> Instant {
     let started = Instant::now();
     match reaper::reap_pass(queue, DEFAULT_REAP_BATCH).await {
-        Ok(r) => match r.due_again(DEFAULT_REAP_BATCH, interval, IDLE_INTERVAL) {
-            None => Instant::now(),
-            Some(wait) => started + wait,
-        },
+        Ok(r) => {
+            // A job the pass ended may be a step or member of another
+            // queue's flow or batch, whose end the reap left on the
+            // outbox: carried home now, not at the next look.
+            if r.ended() > 0 {
+                crate::relay::relay_or_log(queue).await;
+            }
+            match r.due_again(DEFAULT_REAP_BATCH, interval, IDLE_INTERVAL) {
+                None => Instant::now(),
+                Some(wait) => started + wait,
+            }
+        }
         Err(e) => {
             warn!(queue = queue.name(), error = %e, "maintenance pass failed; retrying");
             started + interval

@@ -52,8 +52,10 @@ impl Effect {
 
 /// What a completion did.
 pub(crate) enum Completed {
-    /// Completed (effects applied), or already completed with this token.
-    Settled(Settled),
+    /// Completed (effects applied), or already completed with this
+    /// token; and whether the completion left a message on the queue's
+    /// outbox (the job's end, for another queue's flow or batch).
+    Settled(Settled, bool),
     /// Effect `index` (1-based) was refused for `reason`: nothing changed,
     /// the job is still leased.
     Refused { index: usize, reason: String },
@@ -95,6 +97,8 @@ pub(crate) async fn run(
     }
     let (mut r, confirmed) = call.run_confirmed(conn, durability).await?;
     let (code, server_ms) = (r.code()?, r.uint()?);
+    // absent from the replies of a caller that does not hold the lease
+    let outbox = r.remaining() > 0 && r.uint()? == 1;
     if code == Code::Refused {
         let index = r.uint()? as usize;
         let reason = r.string()?;
@@ -104,12 +108,45 @@ pub(crate) async fn run(
         Code::Already => Outcome::AlreadySettled,
         _ => Outcome::Completed,
     };
-    Ok((Completed::Settled(Settled { outcome, server_ms }), confirmed))
+    Ok((Completed::Settled(Settled { outcome, server_ms }, outbox), confirmed))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::batch::BatchOptions;
+    use crate::server::LocalServer;
+    use crate::{Client, Error};
+
+    // The reply says when the completion left a message on the outbox: the
+    // end of a member of another queue's batch does, a plain job's does
+    // not, and a caller without the lease gets no flag (nothing written).
+    #[tokio::test]
+    async fn the_reply_says_when_an_end_went_to_the_outbox() {
+        let server = LocalServer::start().unwrap();
+        let client = Client::connect(&server.url()).await.unwrap();
+        let (home, far) = (client.queue("c-home").await.unwrap(), client.queue("c-far").await.unwrap());
+        let batch = home.open_batch(&BatchOptions::new().id("b")).await.unwrap();
+        batch.on(&far).unwrap().add(&[1u32]).await.unwrap();
+        let member = far.claim(1, std::time::Duration::from_secs(60)).await.unwrap().remove(0);
+        far.enqueue(&2u32).await.unwrap();
+        let plain = far.claim(1, std::time::Duration::from_secs(60)).await.unwrap().remove(0);
+        let complete = |lease: &Lease| {
+            let (far, lease) = (far.clone(), lease.clone());
+            async move {
+                let keep = far.options().keep_completed.arg();
+                run(&mut far.conn(), far.keys(), &lease, &keep, &[], Durability::Primary)
+                    .await
+                    .map(|(c, _)| c)
+            }
+        };
+        assert!(matches!(complete(&member).await, Ok(Completed::Settled(s, true)) if s.outcome == Outcome::Completed));
+        assert!(matches!(complete(&member).await, Ok(Completed::Settled(s, false)) if s.outcome == Outcome::AlreadySettled));
+        assert!(matches!(complete(&plain).await, Ok(Completed::Settled(_, false))));
+        let mut stale = plain.clone();
+        stale.token += 1;
+        assert!(matches!(complete(&stale).await, Err(Error::LeaseLost { .. })));
+    }
 
     // An effect's operation and arguments are as complete.lua takes them.
     #[test]
