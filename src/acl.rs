@@ -94,6 +94,7 @@ pub const SCRIPT_COMMANDS: &[&str] = &[
     "hsetnx",
     "lindex",
     "llen",
+    "lrange",
     "lpop",
     "lpush",
     "lrem",

@@ -426,3 +426,28 @@ async fn a_reaper_relays_for_workers_without_maintenance() {
     handle.shutdown().await.unwrap();
     assert_eq!(batch.status().await.unwrap().completed, 3);
 }
+
+// Obliterating the members' queue ends every member that had not ended
+// "removed" at home, the leased one too, with the end of one that completed
+// before (still on the outbox) counted as completed: the batch ends and its
+// complete callback fires once, instead of its batch waiting for good.
+#[tokio::test]
+async fn obliterating_the_members_queue_ends_the_batch() {
+    let (s, _client, qs) = queues("boblit", 2).await;
+    let (h, r) = (&qs[0], &qs[1]);
+    let batch = h.open_batch(&all_callbacks("b8")).await.unwrap();
+    batch.on(r).unwrap().add(&[1, 2, 3]).await.unwrap();
+    batch.close().await.unwrap();
+    let leased = r.claim(2, Duration::from_secs(60)).await.unwrap();
+    assert_eq!(leased.len(), 2);
+    r.complete(&leased[0]).await.unwrap();
+    assert_eq!(outbox(&s, r).await.len(), 1);
+    r.obliterate(true).await.unwrap();
+    let st = batch.status().await.unwrap();
+    assert_eq!((st.total, st.completed, st.failed, st.other), (3, 1, 0, 2), "{st:?}");
+    assert!(st.ended_at.is_some(), "{st:?}");
+    assert_eq!(callbacks(h, "b8").await, ["complete"]);
+    // Obliterating again tells nothing twice.
+    r.obliterate(true).await.unwrap();
+    assert_eq!(batch.status().await.unwrap().other, 2);
+}

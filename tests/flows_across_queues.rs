@@ -537,3 +537,45 @@ async fn a_minted_id_escapes_the_queue_name_and_results_still_reach_the_parent()
         [format!("there={:?}", ChildOutcome::Completed("done".to_owned()))]
     );
 }
+
+// Obliterating the queue of a flow's steps ends them "removed" at home, the
+// leased one as the waiting one, so the step after them fails (the default
+// policy) instead of waiting for good; obliterating a flow's own queue makes
+// none of its steps that were still to be made on another queue.
+#[tokio::test]
+async fn obliterating_a_queue_of_a_flow_tells_its_home_and_makes_nothing() {
+    let (s, _client, qs) = queues("oblit", 3).await;
+    let (h, a, b) = (&qs[0], &qs[1], &qs[2]);
+    let spec = FlowSpec::new()
+        .id("o")
+        .step(Step::new("charge", &1).unwrap().on(a))
+        .step(Step::new("reserve", &2).unwrap().on(a))
+        .step(Step::new("email", &3).unwrap().after("charge").after("reserve"));
+    let flow = h.add_flow(&spec).await.unwrap();
+    let leased = a.claim(1, LEASE).await.unwrap();
+    assert_eq!(leased.len(), 1);
+    a.obliterate(true).await.unwrap();
+    assert!(outbox(&s, a).await.is_empty());
+    let st = flow.status().await.unwrap();
+    assert_eq!(st.state("charge"), Some(StepState::Removed));
+    assert_eq!(st.state("reserve"), Some(StepState::Removed));
+    assert_eq!(st.state("email"), Some(StepState::Failed));
+    // the stale worker's completion writes nothing
+    assert!(matches!(a.complete(&leased[0]).await, Err(Error::JobNotFound(_))));
+
+    // A flow whose step on B waits for one on H: H's completion leaves the
+    // message that makes it on H's outbox (no process relays here), and
+    // obliterating H drops it rather than make a job whose flow is gone.
+    let spec = FlowSpec::new()
+        .id("p")
+        .step(Step::new("pack", &1).unwrap())
+        .step(Step::new("ship", &2).unwrap().on(b).after("pack"));
+    h.add_flow(&spec).await.unwrap();
+    let pack = claim(h).await;
+    assert_eq!(ids(&pack), ["p:pack"]);
+    h.complete(&pack[0]).await.unwrap();
+    assert_eq!(outbox(&s, h).await.len(), 1);
+    h.obliterate(false).await.unwrap();
+    assert!(matches!(b.job("p:ship").await, Err(Error::JobNotFound(_))));
+    assert!(claim(b).await.is_empty());
+}

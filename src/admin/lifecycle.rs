@@ -190,9 +190,18 @@ impl Queue {
     /// this runs may survive it. Returns how many keys were deleted. The
     /// queue can be used again afterwards, as new.
     ///
+    /// The queue's jobs that are steps or members of another queue's
+    /// flows and batches and have not ended end "removed" at their homes
+    /// (as [`remove`](Self::remove) would end them): their ends are
+    /// relayed home before the queue's outbox goes, so no parent or batch
+    /// there waits for good. Steps and members of the queue's own flows and
+    /// batches not yet made on other queues are not made.
+    ///
     /// # Errors
-    /// [`Error::QueueActive`] (nothing deleted); server errors (run it
-    /// again to finish).
+    /// [`Error::QueueActive`] (nothing deleted); server errors, or
+    /// [`Error::NotDurable`] when the ends relayed home are not confirmed
+    /// as the queue's durability asks (run it again to finish: ends told
+    /// twice count once).
     pub async fn obliterate(&self, force: bool) -> Result<u64> {
         let mut cursor = "0".to_owned();
         let mut deleted = 0;
@@ -201,6 +210,11 @@ impl Queue {
             deleted += n;
             if next == "0" {
                 return Ok(deleted);
+            }
+            if next == "s0" {
+                // The ends the fence and the homes phase told are on the
+                // outbox, which the scan's last step deletes.
+                crate::relay::relay(self).await?;
             }
             cursor = next;
         }
