@@ -55,7 +55,8 @@
 --
 -- In phase "jobs" a finished batch member not counted yet (an older
 -- process finished it) is counted toward its batch (lib/batch.lua), which
--- may end the batch and enqueue its callbacks.
+-- may end the batch and enqueue its callbacks; a finished step of another
+-- queue's flow whose end was not sent home (`fd`) has it sent now.
 --
 -- Phase "sequences" SCANs the sequence lines (lib/sequence.lua): a head
 -- that ended or is gone without moving its line on (a process without
@@ -205,6 +206,15 @@ local function check_job(jk, usable)
     local b = hfields(jk, 'bt', 'bf')
     if b and b[1] and not b[2] then
       batch_member_done(prefix, jk, st, now)
+      repaired = repaired + 1
+    end
+  end
+  -- a step of another queue's flow an older process ended without
+  -- telling its home: told now (its home writes an end once)
+  if done_states[st] and flows_on(prefix) then
+    local s = hfields(jk, 'fh', 'fd', 'rs', 'err')
+    if s and s[1] and not s[2] then
+      flow_job_done(nil, prefix, KEEP_ALL, jk, id, st, st == 'completed' and s[3] or s[4], now)
       repaired = repaired + 1
     end
   end

@@ -579,3 +579,51 @@ async fn obliterating_a_queue_of_a_flow_tells_its_home_and_makes_nothing() {
     assert!(matches!(b.job("p:ship").await, Err(Error::JobNotFound(_))));
     assert!(claim(b).await.is_empty());
 }
+
+// A step on another queue that an older process ended without sending its
+// end home (its record moved, no message, no `fd`): the sweep of the
+// step's queue sends it, and the relay brings it home, where the parent
+// becomes pending with the child's result. A second sweep sends nothing.
+#[tokio::test]
+async fn the_sweep_sends_home_the_end_of_a_remote_step_an_old_process_missed() {
+    let (s, _client, qs) = queues("rsweep", 2).await;
+    let (h, a) = (&qs[0], &qs[1]);
+    let spec = FlowSpec::new()
+        .id("o")
+        .step(Step::new("charge", &1).unwrap().on(a))
+        .step(Step::new("email", &2).unwrap().after("charge"));
+    let flow = h.add_flow(&spec).await.unwrap();
+    let base = format!("emq:{{{}}}:", a.name());
+    // o:charge completed by an old process: record and sets moved, nothing told
+    let _: () = redis::pipe()
+        .cmd("HSET")
+        .arg(format!("{base}job:o:charge"))
+        .arg("st")
+        .arg("completed")
+        .arg("ft")
+        .arg("1")
+        .arg("rs")
+        .arg("\"paid\"")
+        .ignore()
+        .cmd("ZREM")
+        .arg(format!("{base}pending"))
+        .arg("o:charge")
+        .ignore()
+        .cmd("ZADD")
+        .arg(format!("{base}completed"))
+        .arg(1)
+        .arg("o:charge")
+        .ignore()
+        .query_async(&mut raw(&s).await)
+        .await
+        .unwrap();
+    assert!(outbox(&s, a).await.is_empty());
+    assert!(a.sweep(100).await.unwrap().repaired >= 1);
+    assert_eq!(outbox(&s, a).await.len(), 1);
+    assert_eq!(a.relay().await.unwrap(), 1);
+    assert_eq!(flow.status().await.unwrap().state("email"), Some(StepState::Pending));
+    let email = claim(h).await;
+    assert_eq!(ids(&email), ["o:email"]);
+    a.sweep(100).await.unwrap();
+    assert!(outbox(&s, a).await.is_empty(), "told once");
+}

@@ -219,6 +219,9 @@ local function flow_job_done(moves, prefix, keep, jk, id, state, detail, now)
   if f[3] then
     local home = cut(f[3], '\31')
     outbox_push(prefix, home[1], {'d', fid, home[2] or '', name, state, detail or ''})
+    -- told: the sweep tells the end of one ended without it (an older
+    -- process's settlement)
+    rcall('HSET', jk, 'fd', '1')
     return
   end
   flow_node_done(moves, prefix, keep, fid, name, state, detail, f[2] or '', now)
