@@ -52,6 +52,8 @@ local ENDED = {completed = true, failed = true, cancelled = true, expired = true
 -- Tells the home of job record `jk` (a step or member of another queue's
 -- flow or batch that has not ended) that it ended "removed".
 local function tell_home(jk)
+  -- no record, or a key of another type under the job pattern: nothing to tell
+  if rcall('TYPE', jk)['ok'] ~= 'hash' then return end
   local r = rcall('HMGET', jk, 'st', 'bh', 'fh')
   if not r[1] or ENDED[r[1]] then return end
   if r[2] then batch_member_done(prefix, jk, 'removed', now) end
@@ -94,7 +96,7 @@ end
 if string.sub(cursor, 1, 1) == 'h' then
   local r = rcall('SCAN', string.sub(cursor, 2), 'MATCH', match_prefix(prefix .. 'job:'), 'COUNT', count)
   for _, jk in ipairs(r[2]) do
-    if string.sub(jk, 1, #prefix + 4) == prefix .. 'job:' and rcall('TYPE', jk)['ok'] == 'hash' then tell_home(jk) end
+    if string.sub(jk, 1, #prefix + 4) == prefix .. 'job:' then tell_home(jk) end
   end
   if r[1] ~= '0' then return {CODE.OK, 'h' .. r[1], 0, 0} end
   return {CODE.OK, 's0', 0, 0}
