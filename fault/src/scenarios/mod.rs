@@ -137,11 +137,32 @@ fn finish_with(mut run: Run, drained: bool, notes: BTreeMap<String, Value>, extr
     let state = run.state();
     // Keep a failed run for reading, unless a negative control made it fail on purpose.
     run.keep |= (!check.ok || !drained) && !run.negative_control();
+    if run.keep {
+        keep_groups(&run, &state);
+    }
     Outcome {
         check,
         drained,
         state,
         notes,
+    }
+}
+
+/// Writes the final records of a kept run's flows and batches, and of
+/// their jobs (an id with a `:`), to `groups-state.txt` in its directory:
+/// the server (a cluster, say) may be gone when the run is read.
+fn keep_groups(run: &Run, state: &ServerState) {
+    if state.flows.is_empty() && state.batches.is_empty() {
+        return;
+    }
+    let jobs: BTreeMap<&String, &crate::state::JobRecord> =
+        state.jobs.iter().filter(|(id, _)| id.contains(':')).collect();
+    let text = format!(
+        "flows: {:#?}\nbatches: {:#?}\noutbox: {}\njobs: {:#?}\n",
+        state.flows, state.batches, state.outbox, jobs
+    );
+    if let Err(e) = std::fs::write(run.dir.join("groups-state.txt"), text) {
+        eprintln!("could not keep the groups' state: {e}");
     }
 }
 
