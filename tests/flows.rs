@@ -9,7 +9,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{past, raw, setup, setup_with, snapshot};
+use common::{complete_as_old_process, past, raw, setup, setup_with, snapshot};
 use echomq::flow::{ChildOutcome, FlowSpec, MAX_STEPS, OnChildFailure, Step, StepState};
 use echomq::{Consumer, EnqueueOptions, Error, HandlerError, Job, JobState, Lease, Queue, QueueOptions, Retention};
 use serde_json::{Value, json};
@@ -570,25 +570,8 @@ async fn the_sweep_delivers_ends_a_flow_missed() {
     let mut c = raw(&s).await;
     let base = format!("emq:{{{}}}:", q.name());
     // d:child completed by an old process: record and sets moved, the flow not
+    complete_as_old_process(&s, &q, "d:child", Some("\"old\"")).await;
     let _: () = redis::pipe()
-        .cmd("HSET")
-        .arg(format!("{base}job:d:child"))
-        .arg("st")
-        .arg("completed")
-        .arg("ft")
-        .arg("1")
-        .arg("rs")
-        .arg("\"old\"")
-        .ignore()
-        .cmd("ZREM")
-        .arg(format!("{base}pending"))
-        .arg("d:child")
-        .ignore()
-        .cmd("ZADD")
-        .arg(format!("{base}completed"))
-        .arg(1)
-        .arg("d:child")
-        .ignore()
         // x:child's record lost altogether
         .cmd("DEL")
         .arg(format!("{base}job:x:child"))

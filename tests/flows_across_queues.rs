@@ -11,7 +11,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{outbox, queues, raw, unique};
+use common::{complete_as_old_process, outbox, queues, raw, unique};
 use echomq::flow::{ChildOutcome, FlowSpec, OnChildFailure, Step, StepState};
 use echomq::{Client, ClientOptions, EnqueueOptions, Error, HandlerError, Job, JobState, Lease, Queue, Worker};
 use serde_json::{Value, json};
@@ -593,30 +593,8 @@ async fn the_sweep_sends_home_the_end_of_a_remote_step_an_old_process_missed() {
         .step(Step::new("charge", &1).unwrap().on(a))
         .step(Step::new("email", &2).unwrap().after("charge"));
     let flow = h.add_flow(&spec).await.unwrap();
-    let base = format!("emq:{{{}}}:", a.name());
     // o:charge completed by an old process: record and sets moved, nothing told
-    let _: () = redis::pipe()
-        .cmd("HSET")
-        .arg(format!("{base}job:o:charge"))
-        .arg("st")
-        .arg("completed")
-        .arg("ft")
-        .arg("1")
-        .arg("rs")
-        .arg("\"paid\"")
-        .ignore()
-        .cmd("ZREM")
-        .arg(format!("{base}pending"))
-        .arg("o:charge")
-        .ignore()
-        .cmd("ZADD")
-        .arg(format!("{base}completed"))
-        .arg(1)
-        .arg("o:charge")
-        .ignore()
-        .query_async(&mut raw(&s).await)
-        .await
-        .unwrap();
+    complete_as_old_process(&s, a, "o:charge", Some("\"paid\"")).await;
     assert!(outbox(&s, a).await.is_empty());
     assert!(a.sweep(100).await.unwrap().repaired >= 1);
     assert_eq!(outbox(&s, a).await.len(), 1);

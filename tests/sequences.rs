@@ -9,7 +9,7 @@ mod common;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use common::{past, raw, setup};
+use common::{complete_as_old_process, past, raw, setup};
 use echomq::admin::Moved;
 use echomq::flow::{FlowSpec, Step};
 use echomq::{Consumer, EnqueueOptions, Error, HandlerError, Job, JobState, Lease, Queue};
@@ -272,26 +272,7 @@ async fn the_sweep_moves_a_stuck_line_on() {
     let mut c = raw(&s).await;
     let base = format!("emq:{{{}}}:", q.name());
     // s1 completed by an old process: its record and sets moved, the line not
-    let _: () = redis::pipe()
-        .cmd("HSET")
-        .arg(format!("{base}job:s1"))
-        .arg("st")
-        .arg("completed")
-        .arg("ft")
-        .arg("1")
-        .ignore()
-        .cmd("ZREM")
-        .arg(format!("{base}pending"))
-        .arg("s1")
-        .ignore()
-        .cmd("ZADD")
-        .arg(format!("{base}completed"))
-        .arg(1)
-        .arg("s1")
-        .ignore()
-        .query_async(&mut c)
-        .await
-        .unwrap();
+    complete_as_old_process(&s, &q, "s1", None).await;
     assert!(claim(&q).await.is_empty(), "s2 is stuck behind the ended s1");
     let report = q.sweep(100).await.unwrap();
     assert!(report.repaired >= 1, "{report:?}");

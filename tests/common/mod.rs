@@ -241,3 +241,24 @@ pub async fn outbox(s: &LocalServer, q: &Queue) -> Vec<Vec<u8>> {
         .await
         .unwrap()
 }
+
+/// Moves pending job `id` of `q` to completed as a process that knows
+/// none of echomq's groups would (record and sets only: no flow, batch or
+/// sequence told), with `result` as its result if given.
+pub async fn complete_as_old_process(s: &LocalServer, q: &Queue, id: &str, result: Option<&str>) {
+    let base = format!("emq:{{{}}}:", q.name());
+    let mut fields = vec![("st", "completed"), ("ft", "1")];
+    if let Some(r) = result {
+        fields.push(("rs", r));
+    }
+    let _: () = redis::pipe()
+        .hset_multiple(format!("{base}job:{id}"), &fields)
+        .ignore()
+        .zrem(format!("{base}pending"), id)
+        .ignore()
+        .zadd(format!("{base}completed"), id, 1)
+        .ignore()
+        .query_async(&mut raw(s).await)
+        .await
+        .unwrap();
+}
