@@ -36,9 +36,10 @@
 //! close lost in a failover would leave the batch open, its callbacks
 //! never enqueued): short, they answer [`Error::NotDurable`] with the
 //! flow's or batch's id, and doing it again with that id answers
-//! [`Error::FlowExists`], [`Error::BatchExists`] or
-//! [`Error::BatchClosed`] while the primary holds the first write (after
-//! a failover that lost it, doing it again writes it anew). Other operator writes (retry, remove, promote) and the
+//! [`Error::NotDurable`] again while the first write is on the primary
+//! alone, then [`Error::FlowExists`], [`Error::BatchExists`] or
+//! [`Error::BatchClosed`] once it is confirmed (after a failover that
+//! lost it, doing it again writes it anew). Other operator writes (retry, remove, promote) and the
 //! schedules' ticks are not confirmed; a tick whose job a failover lost is
 //! taken again by the next pass on the new master, which lost the record
 //! of the tick with it.
@@ -53,6 +54,18 @@
 //! A connection lost during the pair fails the call as a whole with a
 //! transient error: its outcome is unknown, as for any call whose answer
 //! was lost (enqueue again with the same ids).
+//!
+//! A confirmation covers everything the call found, not only what it
+//! wrote. The server counts the replicas that hold the writes of the
+//! confirming connection, so a call that found its work done (an enqueue
+//! of an id that exists, a relay's delivery of an end already written, a
+//! remembered settlement) would be confirmed at once while what it found,
+//! another connection's write, may be on the primary alone. Every call
+//! that is confirmed therefore writes (and deletes) a mark key as it ends,
+//! so its confirmation waits for the replicas to hold everything the
+//! primary held when it ran. Doing a write again from another process
+//! after [`Error::NotDurable`] answers `NotDurable` until the first write
+//! is on the replicas.
 //!
 //! It costs no round trip of its own, but its answer waits for the
 //! slowest confirming replica. Concurrent enqueues and a worker's

@@ -170,7 +170,9 @@ async fn unconfirmed_enqueues_say_so_with_their_ids() {
 
 // Adding a flow, opening a batch and closing it are confirmed as an
 // enqueue is: short of replicas each answers NotDurable with the flow's or
-// batch's id, and doing it again answers that the first write stands.
+// batch's id, and so does doing it again while the first write is on the
+// primary alone; without confirmation, doing it again answers that the
+// first write stands.
 #[tokio::test]
 async fn unconfirmed_flows_and_batches_say_so() {
     use echomq::batch::{BatchOptions, Callback};
@@ -195,16 +197,25 @@ async fn unconfirmed_flows_and_batches_say_so() {
         } => assert_eq!(ids, [id]),
         other => panic!("expected NotDurable for {id}, got {other:?}"),
     };
+    // A handle that asks only the primary sees what the primary holds.
+    let plain = Queue::connect(&primary.url(), q.name()).await.unwrap();
     short_of(q.add_flow(&spec).await.unwrap_err(), "order-7");
-    assert!(matches!(q.add_flow(&spec).await, Err(Error::FlowExists(_))));
+    // again: the flow found is still on the primary alone, so still short
+    short_of(q.add_flow(&spec).await.unwrap_err(), "order-7");
+    assert!(matches!(plain.add_flow(&spec).await, Err(Error::FlowExists(_))));
     let opts = BatchOptions::new()
         .id("b-7")
         .on_complete(Callback::new(&"done").unwrap());
     short_of(q.open_batch(&opts).await.unwrap_err(), "b-7");
-    assert!(matches!(q.open_batch(&opts).await, Err(Error::BatchExists(_))));
+    short_of(q.open_batch(&opts).await.unwrap_err(), "b-7");
+    assert!(matches!(plain.open_batch(&opts).await, Err(Error::BatchExists(_))));
     let b = q.batch("b-7").unwrap();
     short_of(b.close().await.unwrap_err(), "b-7");
-    assert!(matches!(b.close().await, Err(Error::BatchClosed(_))));
+    short_of(b.close().await.unwrap_err(), "b-7");
+    assert!(matches!(
+        plain.batch("b-7").unwrap().close().await,
+        Err(Error::BatchClosed(_))
+    ));
     // The close stood: the empty batch ended, its callback enqueued once.
     let st = b.status().await.unwrap();
     assert!(st.complete_at.is_some(), "{st:?}");
@@ -277,4 +288,68 @@ async fn bad_settings_are_refused() {
             "{d:?}"
         );
     }
+}
+
+// WAIT counts the replicas that have this connection's own writes. A call
+// that finds its work already done writes nothing, so its WAIT would pass
+// at once even though the replica lacks the write it found (another
+// connection's, still unconfirmed). Every confirmed call writes, so its
+// confirmation covers all it read: with the only replica stopped, a retry
+// from a second connection answers NotDurable as the first did.
+#[tokio::test]
+async fn a_retry_on_another_connection_is_not_confirmed_by_a_replica_that_lacks_the_first_write() {
+    use echomq::batch::BatchOptions;
+    use echomq::flow::{FlowSpec, Step};
+    let (primary, replica) = pair().await;
+    let short = Durability::Replicas {
+        count: 1,
+        timeout: Duration::from_millis(200),
+    };
+    let name = unique("dur");
+    let first = Queue::connect_with(&primary.url(), &name, QueueOptions::new().durability(short))
+        .await
+        .unwrap();
+    let second = Queue::connect_with(&primary.url(), &name, QueueOptions::new().durability(short))
+        .await
+        .unwrap();
+    // both handles have written and been confirmed once, so each one's
+    // connection has an offset the replica acknowledged
+    first.enqueue(&0u32).await.unwrap();
+    second.enqueue(&0u32).await.unwrap();
+    replica.pause();
+    let not_durable = |r: echomq::Result<()>, what: &str| match r {
+        Err(Error::NotDurable { .. }) => {}
+        other => panic!("{what}: expected NotDurable while the replica is stopped, got {other:?}"),
+    };
+    let enqueue = |q: &Queue| {
+        let q = q.clone();
+        async move {
+            q.enqueue_with(&1u32, &EnqueueOptions::new().id("order-1"))
+                .await
+                .map(|_| ())
+        }
+    };
+    not_durable(enqueue(&first).await, "the first enqueue");
+    not_durable(enqueue(&second).await, "the same enqueue again from another connection");
+    let spec = FlowSpec::new().id("flow-1").step(Step::new("a", &1u32).unwrap());
+    not_durable(first.add_flow(&spec).await.map(|_| ()), "the first add_flow");
+    not_durable(
+        second.add_flow(&spec).await.map(|_| ()),
+        "the same flow again from another connection",
+    );
+    let opts = BatchOptions::new().id("batch-1");
+    not_durable(first.open_batch(&opts).await.map(|_| ()), "the first open_batch");
+    not_durable(
+        second.open_batch(&opts).await.map(|_| ()),
+        "the same batch again from another connection",
+    );
+    replica.resume();
+    // once the replica has them, the retries are confirmed and say what stands
+    let r = second
+        .enqueue_with(&1u32, &EnqueueOptions::new().id("order-1"))
+        .await
+        .unwrap();
+    assert_eq!(r.status, EnqueueStatus::Existing);
+    assert!(matches!(second.add_flow(&spec).await, Err(Error::FlowExists(_))));
+    assert!(matches!(second.open_batch(&opts).await, Err(Error::BatchExists(_))));
 }

@@ -26,7 +26,8 @@ pub(crate) async fn run(conn: &mut Conn, k: &Keys, id: &str, durability: Durabil
     let _now = r.uint()?;
     match r.code()? {
         Code::Ok => confirm(confirmed, id),
-        Code::Closed => Err(Error::BatchClosed(id.to_owned())),
+        // (the close found may not be on the replicas yet: a shortfall says so first)
+        Code::Closed => confirm(confirmed, id).and(Err(Error::BatchClosed(id.to_owned()))),
         Code::NotFound => Err(Error::BatchNotFound(id.to_owned())),
         other => Err(unexpected("batch_close", other)),
     }

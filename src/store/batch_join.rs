@@ -58,7 +58,8 @@ pub(crate) async fn run(
     let _now = r.uint()?;
     match r.code()? {
         Code::Ok => {}
-        Code::Closed => return Err(Error::BatchClosed(id.to_owned())),
+        // (the close found may not be on the replicas yet: a shortfall says so first)
+        Code::Closed => return crate::durability::confirm(confirmed, id).and(Err(Error::BatchClosed(id.to_owned()))),
         Code::NotFound => return Err(Error::BatchNotFound(id.to_owned())),
         other => return Err(unexpected("batch_join", other)),
     }

@@ -63,7 +63,8 @@ pub(crate) async fn run(
     let id = r.string()?;
     match code {
         Code::Ok => confirm(confirmed, &id).map(|()| id),
-        Code::Exists => Err(Error::BatchExists(id)),
+        // (the batch found may not be on the replicas yet: a shortfall says so first)
+        Code::Exists => confirm(confirmed, &id).and(Err(Error::BatchExists(id))),
         other => Err(unexpected("batch_open", other)),
     }
 }

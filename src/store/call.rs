@@ -55,7 +55,7 @@ impl Call {
             return Ok((self.run(conn).await?, Ok(None)));
         };
         let mut pipe = redis::pipe();
-        pipe.add_command(self.command(conn)).add_command(confirmation);
+        pipe.add_command(self.command(conn, true)).add_command(confirmation);
         let mut reloaded = false;
         loop {
             let answers = conn.req_packed_commands(&pipe, 0, 2).await.map_err(Error::from_redis)?;
@@ -78,7 +78,7 @@ impl Call {
 
     /// Runs the call and returns its reply as it is.
     pub(super) async fn run_raw(&self, conn: &mut Conn) -> Result<Value> {
-        let cmd = self.command(conn);
+        let cmd = self.command(conn, false);
         match cmd.query_async(conn).await {
             Err(e) if missing_function(&e) => {
                 load_library(conn).await?;
@@ -88,8 +88,10 @@ impl Call {
         }
     }
 
-    /// The `FCALL` of this call, with the resharding guard on a cluster.
-    fn command(&self, conn: &Conn) -> redis::Cmd {
+    /// The `FCALL` of this call, with the resharding guard on a cluster;
+    /// `confirmed`: a confirmation follows it, so the call declares its
+    /// confirmation mark (see [`confirm_mark`]).
+    fn command(&self, conn: &Conn, confirmed: bool) -> redis::Cmd {
         let spec = self.spec;
         debug_assert!(
             self.keys.len() == spec.keys.len() || (spec.more_keys && self.keys.len() > spec.keys.len()),
@@ -106,11 +108,15 @@ impl Call {
             spec.args
         );
         let guard = reshard_guard(conn, &self.keys);
+        let mark = if confirmed { confirm_mark(&self.keys) } else { None };
         let mut cmd = redis::cmd("FCALL");
         cmd.arg(spec.function())
-            .arg(self.keys.len() + usize::from(guard.is_some()));
+            .arg(self.keys.len() + usize::from(mark.is_some()) + usize::from(guard.is_some()));
         for k in &self.keys {
             cmd.arg(k.as_slice());
+        }
+        if let Some(m) = &mark {
+            cmd.arg(m.as_slice());
         }
         if let Some(g) = &guard {
             cmd.arg(g.as_bytes());
@@ -143,6 +149,27 @@ fn reshard_guard(conn: &Conn, keys: &[Vec<u8>]) -> Option<String> {
         .find('{')
         .and_then(|open| first[open..].find('}').map(|c| open + c))?;
     Some(format!("{}:{}", &first[..=close], crate::keys::RESHARD_GUARD))
+}
+
+/// The confirmation mark of a call that a `WAIT` or `WAITAOF` follows:
+/// its first key with `\0confirm` appended (the same hash slot; no key of
+/// echomq's has a control character), declared after the call's own keys
+/// (the function wrapper drops it from `KEYS` again, `lua/lib/call.lua`
+/// `new_call`).
+///
+/// A confirmation counts the replicas that hold the writes *of its
+/// connection*. A call that finds its work done already (an enqueue of an
+/// id that exists, a delivery applied before, a settlement remembered)
+/// writes nothing of its own, so its confirmation would pass at once while
+/// the write it found, another connection's, may still be on the primary
+/// alone: a relay would take a message off its outbox, a retried enqueue
+/// would answer for a job, that a failover then loses. A call with the
+/// mark writes and deletes that key as it ends, so it always writes, and
+/// its confirmation covers all the primary held when it ran.
+fn confirm_mark(keys: &[Vec<u8>]) -> Option<Vec<u8>> {
+    let mut mark = keys.first()?.clone();
+    mark.extend_from_slice(b"\0confirm");
+    Some(mark)
 }
 
 /// What a decoder read from a reply, item by item.

@@ -74,7 +74,8 @@ pub(crate) async fn run(
     let sent = r.uint()?;
     match code {
         Code::Ok => Ok((id, sent, confirmed)),
-        Code::Exists => Err(Error::FlowExists(id)),
+        // (the flow found may not be on the replicas yet: a shortfall says so first)
+        Code::Exists => crate::durability::confirm(confirmed, &id).and(Err(Error::FlowExists(id))),
         other => Err(unexpected("flow_add", other)),
     }
 }

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use echomq::batch::{BatchOptions, Callback};
 use echomq::flow::{ChildOutcome, FlowSpec, Step, StepState};
 use echomq::server::LocalCluster;
-use echomq::{Client, Durability, Job, Queue, QueueOptions, Worker};
+use echomq::{Client, Durability, Error, Job, Queue, QueueOptions, Worker};
 use serde_json::{Value, json};
 
 use super::common;
@@ -341,4 +341,84 @@ async fn flows_over_masters_survive_a_failover_of_their_home() {
          {BATCHES} batches ended, {} handler runs",
         runs.lock().unwrap().len()
     );
+}
+
+// A step's end on its own master's outbox, its home's only replica
+// stopped: the relay that delivers it is short, and so is a second relay
+// (another client) that finds the end already written at home. Neither
+// may take the message off, or a failover of the home before its replica
+// had the end would lose it for good (the flow would wait forever).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_relay_that_finds_an_end_delivered_takes_it_off_only_once_the_home_replica_has_it() {
+    let cluster = LocalCluster::builder()
+        .masters(2)
+        .replicas_per_master(1)
+        .start()
+        .unwrap();
+    let masters = cluster.master_ports().unwrap();
+    let durability = Durability::Replicas {
+        count: 1,
+        timeout: Duration::from_millis(200),
+    };
+    let (home, far) = (
+        name_on(&cluster, masters[0], "rh-"),
+        name_on(&cluster, masters[1], "rf-"),
+    );
+    let mut handles = Vec::new();
+    for _ in 0..2 {
+        let client = Client::connect_cluster(&[&cluster.url()], opts()).await.unwrap();
+        let o = QueueOptions::new().durability(durability);
+        let h = client.queue_with(&home, o.clone()).await.unwrap();
+        let f = client.queue_with(&far, o).await.unwrap();
+        handles.push((h, f));
+    }
+    let (h1, f1) = &handles[0];
+    let (_, f2) = &handles[1];
+    let flow = h1
+        .add_flow(
+            &FlowSpec::new()
+                .id("o")
+                .step(Step::new("charge", &1).unwrap().on(f1))
+                .step(Step::new("ship", &2).unwrap().after("charge")),
+        )
+        .await
+        .unwrap();
+    // the step reached its queue (the add relayed it at once)
+    let lease = f1
+        .claim(1, Duration::from_secs(30))
+        .await
+        .unwrap()
+        .pop()
+        .expect("the step on its queue");
+    f1.complete(&lease).await.unwrap();
+    let far_master = masters[1];
+    let outbox = |f: &Queue| {
+        let key = format!("emq:{{{}}}:outbox", f.name());
+        async move {
+            let mut c = redis::Client::open(format!("redis://127.0.0.1:{far_master}/"))
+                .unwrap()
+                .get_multiplexed_async_connection()
+                .await
+                .unwrap();
+            redis::cmd("LLEN").arg(&key).query_async::<u64>(&mut c).await.unwrap()
+        }
+    };
+    assert_eq!(outbox(f1).await, 1, "the step's end waits on its queue's outbox");
+    let replica = cluster.replica_of(masters[0]).unwrap();
+    let node = cluster.nodes().iter().find(|n| n.port() == replica).unwrap();
+    node.pause();
+    for (who, f) in [("the relay that delivers it", f1), ("a second relay", f2)] {
+        match f.relay().await {
+            Err(Error::NotDurable {
+                acked: 0, wanted: 1, ..
+            }) => {}
+            other => panic!("{who}: expected NotDurable while the home's replica is stopped, got {other:?}"),
+        }
+        assert_eq!(outbox(f).await, 1, "{who} took the end off its outbox");
+    }
+    node.resume();
+    assert_eq!(f2.relay().await.unwrap(), 1);
+    assert_eq!(outbox(f2).await, 0);
+    let st = flow.status().await.unwrap();
+    assert_eq!(st.count(StepState::Completed), 1, "{st:?}");
 }
