@@ -44,6 +44,17 @@
 //! taken again by the next pass on the new master, which lost the record
 //! of the tick with it.
 //!
+//! Claims and heartbeats are not confirmed either (a claim waiting for
+//! replicas would hold up every worker of the client). A failover within
+//! the replication lag of a claim can promote a replica that never had
+//! it: the job is pending there and is claimed again, with the same
+//! attempt number, while the first holder may still be running it. That
+//! holder's settlement and heartbeats are refused
+//! ([`Error::LeaseLost`]): the job runs once more (at-least-once), and
+//! for that moment a lane's cap or the queue's
+//! ([`Throttles`](crate::throttle::Throttles)) counts one job fewer than
+//! are running, since the new master holds no lease of the lost claim.
+//!
 //! The confirmation travels in one pipeline right behind the script call
 //! it confirms, so it reaches the node that ran the script, on the same
 //! connection: `WAIT` counts only the replicas of the node that took the

@@ -6,7 +6,7 @@
 //! ```text
 //! fault-check --dir=DIR --url=redis://127.0.0.1:PORT/ --queue=Q [--not-drained] [--call-bound-ms=15000]
 //!     [--lane-cap=C] [--global-cap=C] [--rate=N:W_MS] [--lane-rate=N:W_MS]
-//!     [--loss-window-ms=MS] [--far-queue=Q2]
+//!     [--loss-window-ms=MS] [--claim-loss-window-ms=MS] [--far-queue=Q2]
 //! ```
 //!
 //! `--far-queue` names a second queue of the run (the flows' steps and
@@ -16,7 +16,9 @@
 //! `--url` may be a cluster's seeds, comma-separated: the queue's state is
 //! read from the master that serves its slot. `--loss-window-ms` is for a
 //! queue enqueued without `WAIT` whose master was SIGKILLed: see
-//! `CheckOptions::loss_window_ms`.
+//! `CheckOptions::loss_window_ms`; `--claim-loss-window-ms` for any queue
+//! whose master was (claims are never confirmed): see
+//! `CheckOptions::claim_loss_window_ms`.
 
 use std::path::PathBuf;
 
@@ -61,6 +63,9 @@ async fn main() {
         rate: a.opt("rate").map(|r| rate_arg(&r, "--rate")),
         lane_rate: a.opt("lane-rate").map(|r| rate_arg(&r, "--lane-rate")),
         loss_window_ms: a.opt("loss-window-ms").map(|w| w.parse().expect("--loss-window-ms")),
+        claim_loss_window_ms: a
+            .opt("claim-loss-window-ms")
+            .map(|w| w.parse().expect("--claim-loss-window-ms")),
     };
     let mut report = check(&records, &st, &opts);
     report.torn_lines = torn;

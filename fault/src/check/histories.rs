@@ -12,6 +12,9 @@ pub(super) struct Attempt {
     pub(super) src: Option<String>,
     /// (server_ms, deadline_ms) of the claim.
     pub(super) claim: Option<(u64, u64)>,
+    /// When the worker recorded the claim (its clock, as the driver's
+    /// fault records), for [`forgotten_by`].
+    pub(super) claimed_t: Option<u64>,
     /// The delivery number of the claim (1 for the first), when recorded.
     pub(super) delivery: Option<u64>,
     /// The job's lane, when it has one.
@@ -27,6 +30,21 @@ pub(super) struct Attempt {
     pub(super) effect_done: bool,
     pub(super) effect_unknown: bool,
     pub(super) handler: Option<String>,
+}
+
+/// The master SIGKILL that may have taken attempt `a`'s claim with it:
+/// the first within `window` ms after the claim was recorded, when no
+/// settlement of the attempt was applied. A claim is not confirmed with
+/// `WAIT` (docs: the durability module), so a failover within the
+/// replication lag of a claim may promote a replica that never had it:
+/// the job is claimed again with the same delivery number, and the lost
+/// lease counts on no server after the kill. `None` without a window.
+pub(super) fn forgotten_by(a: &Attempt, kills: &[u64], window: Option<u64>) -> Option<u64> {
+    let (window, c) = (window?, a.claimed_t?);
+    if a.settled.iter().any(|(_, out, _)| out != "already_settled") {
+        return None;
+    }
+    kills.iter().copied().filter(|&k| k >= c && k - c <= window).min()
 }
 
 impl Attempt {
@@ -213,6 +231,7 @@ impl<'a> Histories<'a> {
                     let a = jobs.entry(id).or_default().attempts.entry(*token).or_default();
                     a.src = Some(src.to_owned());
                     a.claim = Some((*server_ms, *deadline_ms));
+                    a.claimed_t = Some(rec.t);
                     a.delivery = (*attempt > 0).then_some(*attempt);
                     a.lane = lane.clone();
                 }

@@ -6,11 +6,17 @@
 use std::collections::{BTreeSet, HashMap};
 
 use super::Report;
-use super::histories::{Attempt, Histories, JobHist};
+use super::histories::{Attempt, Histories, JobHist, forgotten_by};
 use crate::state::ServerState;
 
 /// I4–I9 over every job of the final state.
-pub(super) fn check_jobs(hs: &Histories, state: &ServerState, r: &mut Report, v: &mut Vec<String>) {
+pub(super) fn check_jobs(
+    hs: &Histories,
+    state: &ServerState,
+    loss_window_ms: Option<u64>,
+    r: &mut Report,
+    v: &mut Vec<String>,
+) {
     let (reap_unknown, reaper_killed) = (hs.reap_unknown, hs.reaper_killed);
     let reaps_exact = reap_unknown == 0 && !reaper_killed;
     if !reaps_exact {
@@ -26,10 +32,17 @@ pub(super) fn check_jobs(hs: &Histories, state: &ServerState, r: &mut Report, v:
     for (id, rec) in &state.jobs {
         let id = id.as_str();
         let h = hs.jobs.get(id).unwrap_or(&empty);
+        let forgotten = |t: u64| {
+            h.attempts
+                .get(&t)
+                .and_then(|a| forgotten_by(a, &hs.server_kill_times, loss_window_ms))
+                .is_some()
+        };
         check_job(
             id,
             rec,
             h,
+            &forgotten,
             state,
             hs.min_lease,
             &hs.lease_of,
@@ -64,6 +77,7 @@ fn check_job(
     id: &str,
     rec: &crate::state::JobRecord,
     h: &JobHist,
+    forgotten: &dyn Fn(u64) -> bool,
     state: &ServerState,
     min_lease: u64,
     lease_of: &HashMap<&str, u64>,
@@ -105,7 +119,10 @@ fn check_job(
     }
     // The highest token is the newest claim: no claim recorded above the
     // job's current token, and tokens rise strictly with the delivery
-    // number (one claim per delivery number).
+    // number (one claim per delivery number). A claim a master SIGKILL may
+    // have taken with it (`forgotten`) is claimed again with its delivery
+    // number, and is counted, not a violation.
+    let mut lost: BTreeSet<u64> = BTreeSet::new();
     if let Some(t) = h
         .attempts
         .iter()
@@ -114,10 +131,14 @@ fn check_job(
         .max()
         && t > rec.token
     {
-        v.push(format!(
-            "I4 job {id}: token {t} was claimed, above the job's current token {}",
-            rec.token
-        ));
+        if forgotten(t) {
+            lost.insert(t);
+        } else {
+            v.push(format!(
+                "I4 job {id}: token {t} was claimed, above the job's current token {}",
+                rec.token
+            ));
+        }
     }
     let mut deliveries: Vec<(u64, u64)> = h
         .attempts
@@ -128,19 +149,27 @@ fn check_job(
     for w in deliveries.windows(2) {
         let ((d1, t1), (d2, t2)) = (w[0], w[1]);
         if d1 == d2 || t2 <= t1 {
+            // the older claim of the two, forgotten and made again
+            let older = t1.min(t2);
+            if forgotten(older) {
+                lost.insert(older);
+                continue;
+            }
             v.push(format!(
                 "I4 job {id}: delivery {d2} has token {t2}, not above delivery {d1}'s token {t1}"
             ));
         }
     }
-    if let Some(&(d, _)) = deliveries.last()
+    if let Some(&(d, t)) = deliveries.last()
         && d > rec.attempts
+        && !forgotten(t)
     {
         v.push(format!(
             "I4 job {id}: delivery {d} was claimed, but the job counts {} claims",
             rec.attempts
         ));
     }
+    r.claims_lost_unconfirmed += lost.len();
     for (t, a) in &h.attempts {
         if a.attempts_already_settled_complete() && rec.last_op.as_deref() != Some(&format!("c:{t}")) {
             v.push(format!(

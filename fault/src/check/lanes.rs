@@ -3,7 +3,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use super::histories::JobHist;
+use super::histories::{JobHist, forgotten_by};
 use super::{CheckOptions, Report};
 use crate::state::ServerState;
 
@@ -11,6 +11,7 @@ use crate::state::ServerState;
 pub(super) fn check_lanes(
     jobs: &BTreeMap<&str, JobHist>,
     lease_of: &HashMap<&str, u64>,
+    kills: &[u64],
     opts: &CheckOptions,
     state: &ServerState,
     r: &mut Report,
@@ -60,13 +61,19 @@ pub(super) fn check_lanes(
             });
             let lease = a.src.as_deref().and_then(|s| lease_of.get(s)).copied().unwrap_or(0);
             let seen = a.extends.iter().map(|d| d.saturating_sub(lease)).fold(start, u64::max);
-            let end = match (settled, reaped) {
+            let mut end = match (settled, reaped) {
                 (Some(s), Some(rt)) => s.min(rt),
                 (Some(s), None) => s,
                 (None, Some(rt)) => rt,
                 // Surely active until it was last seen holding the lease.
                 (None, None) => seen,
             };
+            // A claim a master SIGKILL took with it holds no lease on the
+            // new master: counted until the kill (its time on the server's
+            // clock, from the claim's), not while its worker runs on.
+            if let (Some(k), Some(c)) = (forgotten_by(a, kills, opts.claim_loss_window_ms), a.claimed_t) {
+                end = end.min(start + (k - c));
+            }
             if end > start {
                 queue_edges.push((start, 1));
                 queue_edges.push((end, -1));

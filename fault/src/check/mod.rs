@@ -16,7 +16,11 @@
 //!   terminal settlement, by the highest token, which is the job's current
 //!   `tk`; and tokens rise with the delivery number), I8 (guarded effects once),
 //!   I10 (one job per dedup id at a time): **full**, from the final state
-//!   and the producers' histories.
+//!   and the producers' histories. With a claim loss window, a claim recorded
+//!   within it before a master SIGKILL and never settled may have been
+//!   lost in the failover (a claim is not confirmed with `WAIT`): the job
+//!   claimed again with the same delivery number is counted
+//!   (`claims_lost_unconfirmed`), not an I4 violation.
 //! - I5 (a stale token changes nothing): every settlement the server
 //!   *applied* and answered is checked against the claims and reaps
 //!   recorded before it. A settlement applied whose reply was lost (its
@@ -48,7 +52,9 @@
 //!   counts for less than it held, so the check never reports a false
 //!   violation, and it is strict for every lease whose end was recorded
 //!   (most of them: a killed worker's leases are reaped by a recording
-//!   reaper). The most seen at once per lane is reported.
+//!   reaper). The most seen at once per lane is reported. A claim a
+//!   master SIGKILL may have taken with it (see I4) counts until the kill:
+//!   the new master holds no lease of it.
 //! - L2 (every lane slot given back exactly once): after a drain, no slot
 //!   is held (`lanes:active` is empty), no lane has pending jobs, and no
 //!   lane is left in the ring: **full**, from the final state. A slot
@@ -133,6 +139,13 @@ pub struct CheckOptions {
     /// master SIGKILL (the replication lag a failover can lose); gone
     /// otherwise, it is an I1 violation as ever. `None`: every loss is one.
     pub loss_window_ms: Option<u64>,
+    /// Claims, which no durability setting confirms, on a replicated
+    /// server: a claim recorded at most this many ms before a master
+    /// SIGKILL and never settled may be lost in the failover, so its job's
+    /// claim again with the same delivery number is counted
+    /// (`claims_lost_unconfirmed`), not an I4 violation, and its lease
+    /// counts until the kill only (L1, G1). `None`: no claim is lost.
+    pub claim_loss_window_ms: Option<u64>,
 }
 
 impl Default for CheckOptions {
@@ -145,6 +158,7 @@ impl Default for CheckOptions {
             rate: None,
             lane_rate: None,
             loss_window_ms: None,
+            claim_loss_window_ms: None,
         }
     }
 }
@@ -231,6 +245,11 @@ pub struct Report {
     /// same, each answered within `loss_window_ms` before a master SIGKILL
     /// (a cancel is not confirmed with `WAIT`; not a violation).
     pub cancels_lost_unconfirmed: usize,
+    /// Claims a master SIGKILL within `loss_window_ms` after them took
+    /// with it (a claim is not confirmed with `WAIT`): the job claimed
+    /// again with the same delivery number (I4), the lost lease counted
+    /// until the kill only (L1, G1). Not a violation.
+    pub claims_lost_unconfirmed: usize,
     /// Longest gap from an expired deadline to the redelivery's claim.
     pub max_redelivery_gap_ms: u64,
     /// Longest library call seen (I11).
@@ -267,9 +286,9 @@ pub fn check(records: &[Record], state: &ServerState, opts: &CheckOptions) -> Re
     let h = Histories::read(records, &mut r);
     final_state::figures(state, &mut r);
     final_state::check_records(&h, state, opts, &mut r, &mut v);
-    job::check_jobs(&h, state, &mut r, &mut v);
+    job::check_jobs(&h, state, opts.claim_loss_window_ms, &mut r, &mut v);
     final_state::check_dedup(&h, state, &mut r, &mut v);
-    lanes::check_lanes(&h.jobs, &h.lease_of, opts, state, &mut r, &mut v);
+    lanes::check_lanes(&h.jobs, &h.lease_of, &h.server_kill_times, opts, state, &mut r, &mut v);
     rates::check_rates(&h.jobs, opts, &mut r, &mut v);
     groups::check_groups(&h, state, opts, &mut r, &mut v);
     check_calls(&h, opts, &mut r, &mut v);

@@ -455,6 +455,88 @@ fn i4_tokens_rise_with_deliveries() {
     assert_violates(&h, &st, "I4");
 }
 
+// I4 and L1 with a claim loss window: a claim recorded shortly before a
+// master SIGKILL and never settled may be gone after the failover, so the
+// job is claimed again with the same delivery number (counted, not an I4
+// violation) and the lost lease counts until the kill only (L1). A kill
+// long after the claim, or before it, explains nothing.
+#[test]
+fn i4_l1_claim_loss_window() {
+    // w1 claims j1 at 1000 (recorded at t 10_000) and never settles; the
+    // master dies at t 10_300; w2 claims j1 again as delivery 1 at 2200.
+    let lost = |kill_at: u64| {
+        let (mut h, mut st) = good();
+        h.retain(|r| !matches!(&r.ev, Ev::SettleSent { .. } | Ev::Settled { .. }));
+        for r in h.iter_mut() {
+            r.t = 10_000;
+        }
+        h.push(master_killed(kill_at));
+        let mut again = claimed("w2", "j1", T2, 1, 2200);
+        again.t = 12_000;
+        h.push(again);
+        h.extend(effect("w2", "j1", T2));
+        h.extend(completed("w2", "j1", T2, 2300));
+        let j = st.jobs.get_mut("j1").unwrap();
+        (j.token, j.last_op, j.settlements) = (T2, Some(format!("c:{T2}")), vec![format!("c:{T2}")]);
+        st.effects.insert("j1".into(), 2);
+        (h, st)
+    };
+    let windowed = CheckOptions {
+        claim_loss_window_ms: Some(1000),
+        ..CheckOptions::default()
+    };
+    let (h, st) = lost(10_300);
+    let r = check(&h, &st, &windowed);
+    assert!(!r.violations.iter().any(|v| v.starts_with("I4")), "{:?}", r.violations);
+    assert_eq!(r.claims_lost_unconfirmed, 1);
+    for kill_at in [11_500, 9_000] {
+        let (h, st) = lost(kill_at);
+        let r = check(&h, &st, &windowed);
+        assert!(
+            r.violations.iter().any(|v| v.starts_with("I4")),
+            "kill at {kill_at}: {:?}",
+            r.violations
+        );
+        assert_eq!(r.claims_lost_unconfirmed, 0);
+    }
+    let (h, st) = lost(10_300);
+    assert_violates(&h, &st, "I4");
+    // A settled claim was not lost, whatever the kill.
+    let (mut h, st) = lost(10_300);
+    h.extend(completed("w1", "j1", T1, 1500));
+    assert!(check(&h, &st, &windowed).violations.iter().any(|v| v.starts_with("I4")));
+
+    // L1: three laned jobs claimed 10 ms apart break a cap of 2; when the
+    // first claim was lost 5 ms after it (its worker ran on, seen by a
+    // heartbeat), only two leases overlap.
+    let (mut h, st) = laned(3, |i| 1000 + 10 * i);
+    h.retain(|r| !matches!(&r.ev, Ev::Settled { id, .. } if id == "j1"));
+    h.push(rec(
+        "w1",
+        Ev::Extended {
+            id: "j1".into(),
+            token: T1 + 1,
+            deadline_ms: 2050,
+        },
+    ));
+    for r in h.iter_mut() {
+        r.t = 10_000;
+    }
+    assert!(
+        check(&h, &st, &capped(2))
+            .violations
+            .iter()
+            .any(|v| v.starts_with("L1"))
+    );
+    h.push(master_killed(10_005));
+    let opts = CheckOptions {
+        claim_loss_window_ms: Some(1000),
+        ..capped(2)
+    };
+    let r = check(&h, &st, &opts);
+    assert!(!r.violations.iter().any(|v| v.starts_with("L1")), "{:?}", r.violations);
+}
+
 // I5: a settlement applied with a token after a newer claim (or after its reap) is a violation.
 #[test]
 fn i5_stale_settle_applied() {
