@@ -40,7 +40,8 @@ local function new_call(keys, argv)
     keys[n] = nil
     n = n - 1
   end
-  if n > 1 and keys[n] == keys[1] .. '\0confirm' then
+  -- (the NUL first, so a call without a mark builds no string)
+  if n > 1 and string.byte(keys[n], -8) == 0 and keys[n] == keys[1] .. '\0confirm' then
     call_mark = keys[n]
     keys[n] = nil
   end
