@@ -6,7 +6,10 @@
 //! dumps, with the server's command counts written to CMD_LOG at each.
 //! MODE, a comma-separated list, turns features on: evoff, lanes (8),
 //! cap, rate, result, dedup, priority, delay, kind, keep_all, keep_none,
-//! keep_100, keep_age; `floor` claims and completes with floor.lua instead
+//! keep_100, keep_age, durable (`Durability::Replicas` of 1 with a 1 ms
+//! timeout, on a server with no replica: each call pays its `WAIT` and
+//! its confirmation mark, and enqueues answer `NotDurable`, ignored here);
+//! `floor` claims and completes with floor.lua instead
 //! of echomq's scripts (the least a fenced settle-and-claim can do on
 //! this keyspace), `floor_list` with floor_list.lua (the same on a
 //! keyspace with pending in a list and a lease per call). The payload is
@@ -38,6 +41,14 @@ async fn main() {
     if has("keep_none") { qo = qo.keep_completed(Retention::None); }
     if has("keep_100") { qo = qo.keep_completed(Retention::Newest(100)); }
     if has("keep_age") { qo = qo.keep_completed(Retention::Within(Duration::from_secs(3600))); }
+    if has("durable") {
+        qo = qo.durability(echomq::Durability::Replicas { count: 1, timeout: Duration::from_millis(1) });
+    }
+    // stored, if not confirmed (no replica)
+    let stored = |r: echomq::Result<()>| match r {
+        Ok(()) | Err(echomq::Error::NotDurable { .. }) => {}
+        Err(e) => panic!("{e}"),
+    };
     let q = client.queue_with("h", qo).await.unwrap();
     if has("evoff") {
         q.set_events(&echomq::EventSettings::default().enabled(false)).await.unwrap();
@@ -45,7 +56,7 @@ async fn main() {
     if has("cap") { q.set_max_active(Some(100_000)).await.unwrap(); }
     if has("rate") { q.set_rate_limit(Some(echomq::throttle::RateLimit::new(100_000, Duration::from_secs(1)).unwrap())).await.unwrap(); }
     // warm up: load the library
-    q.enqueue(&serde_json::json!({"w": 1})).await.unwrap();
+    stored(q.enqueue(&serde_json::json!({"w": 1})).await.map(|_| ()));
     let l = q.claim(1, Duration::from_secs(600)).await.unwrap();
     q.complete(&l[0]).await.unwrap();
     let payload = serde_json::json!({"i": 1, "s": "x".repeat(80)});
@@ -64,7 +75,7 @@ async fn main() {
     while done_enq < n {
         let k = (n - done_enq).min(1000);
         let jobs: Vec<_> = (done_enq..done_enq + k).map(|i| (payload.clone(), opts(i))).collect();
-        q.enqueue_bulk_with(&jobs).await.unwrap();
+        stored(q.enqueue_bulk_with(&jobs).await.map(|_| ()));
         done_enq += k;
     }
     cg("-d");
