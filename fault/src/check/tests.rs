@@ -44,6 +44,18 @@ fn claimed(src: &str, id: &str, token: u64, attempt: u64, at: u64) -> Record {
     )
 }
 
+/// A heartbeat of `src` that moved `id`'s deadline to `deadline_ms`.
+fn extended(src: &str, id: &str, token: u64, deadline_ms: u64) -> Record {
+    rec(
+        src,
+        Ev::Extended {
+            id: id.into(),
+            token,
+            deadline_ms,
+        },
+    )
+}
+
 fn effect(src: &str, id: &str, token: u64) -> Vec<Record> {
     vec![
         rec(src, Ev::EffectBegin { id: id.into(), token }),
@@ -511,14 +523,7 @@ fn i4_l1_claim_loss_window() {
     // heartbeat), only two leases overlap.
     let (mut h, st) = laned(3, |i| 1000 + 10 * i);
     h.retain(|r| !matches!(&r.ev, Ev::Settled { id, .. } if id == "j1"));
-    h.push(rec(
-        "w1",
-        Ev::Extended {
-            id: "j1".into(),
-            token: T1 + 1,
-            deadline_ms: 2050,
-        },
-    ));
+    h.push(extended("w1", "j1", T1 + 1, 2050));
     for r in h.iter_mut() {
         r.t = 10_000;
     }
@@ -748,14 +753,7 @@ fn l1_unrecorded_ends_count_until_last_seen() {
     let r = check(&h, &st, &capped(2));
     assert!(r.violations.iter().all(|v| !v.starts_with("L1")), "{:?}", r.violations);
     // Seen by a heartbeat at 1050 (deadline 2050, lease 1000): active with j2 and j3 then.
-    h.push(rec(
-        "w1",
-        Ev::Extended {
-            id: "j1".into(),
-            token: T1 + 1,
-            deadline_ms: 2050,
-        },
-    ));
+    h.push(extended("w1", "j1", T1 + 1, 2050));
     assert!(
         check(&h, &st, &capped(2))
             .violations
