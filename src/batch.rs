@@ -246,8 +246,9 @@ impl Queue {
     /// limit, [`Error::BatchExists`] when the id is taken (nothing written),
     /// [`Error::NotDurable`] when opened on the primary but confirmed by
     /// fewer replicas than the queue's [`Durability`](crate::Durability)
-    /// asks (opening again with the id it names answers `BatchExists`), or
-    /// a server error.
+    /// asks (opening again with the id it names answers `NotDurable` again
+    /// until a replica holds the first open, then `BatchExists`), or a
+    /// server error.
     pub async fn open_batch(&self, opts: &BatchOptions) -> Result<Batch> {
         if let Some(id) = &opts.id {
             check_id(id)?;
@@ -520,6 +521,7 @@ impl Batch {
     /// [`Error::BatchNotFound`], [`Error::NotDurable`] when closed on the
     /// primary but confirmed by fewer replicas than the queue's
     /// [`Durability`](crate::Durability) asks (closing again answers
+    /// `NotDurable` again until a replica holds the close, then
     /// `BatchClosed`), or a server error.
     pub async fn close(&self) -> Result<()> {
         let durability = self.queue.options().durability;
