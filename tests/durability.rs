@@ -212,6 +212,12 @@ async fn unconfirmed_flows_and_batches_say_so() {
     let b = q.batch("b-7").unwrap();
     short_of(b.close().await.unwrap_err(), "b-7");
     short_of(b.close().await.unwrap_err(), "b-7");
+    // a member added after a close that is on the primary alone: short too
+    short_of(b.add(&[3u32]).await.unwrap_err(), "b-7");
+    assert!(matches!(
+        plain.batch("b-7").unwrap().add(&[3u32]).await,
+        Err(Error::BatchClosed(_))
+    ));
     assert!(matches!(
         plain.batch("b-7").unwrap().close().await,
         Err(Error::BatchClosed(_))

@@ -95,7 +95,11 @@ pub(crate) async fn run(
             Code::Deduped => EnqueueStatus::Deduplicated,
             Code::Replaced => EnqueueStatus::Replaced,
             Code::NotFound if batch.is_some() => return Err(Error::BatchNotFound(r.string()?)),
-            Code::Closed if batch.is_some() => return Err(Error::BatchClosed(r.string()?)),
+            // (the close found may not be on the replicas yet: a shortfall says so first)
+            Code::Closed if batch.is_some() => {
+                let id = r.string()?;
+                return crate::durability::confirm(confirmed, &id).and(Err(Error::BatchClosed(id)));
+            }
             other => return Err(unexpected("enqueue", other)),
         };
         out.push(Enqueued {
