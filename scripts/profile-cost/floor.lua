@@ -7,14 +7,17 @@
 -- ZPOPMIN, the token counter, the active set's ZADD, and one event entry
 -- when ARGV[2] is "1". No dedup, retention trim, lanes, throttles, pause,
 -- expiry or split payloads: each of those is a feature this floor leaves out.
+-- With ARGV[4] "1" (mode `floor_plist`) pending is a list instead (LPOP of
+-- the call's jobs, no score), all else the same: what a pending list alone
+-- would save, apart from floor_list.lua's lease per call.
 -- KEYS: pending active completed token events; ARGV: prefix, events, max,
--- then id, token per job to complete.
-local prefix, ev, max = ARGV[1], ARGV[2] == '1', tonumber(ARGV[3])
+-- pending is a list, then id, token per job to complete.
+local prefix, ev, max, plist = ARGV[1], ARGV[2] == '1', tonumber(ARGV[3]), ARGV[4] == '1'
 local t = redis.call('TIME')
 local now = t[1] * 1000 + math.floor(t[2] / 1000)
 local now_s = string.format('%d', now)
 local out, gone, fin, evs = {}, {}, {}, {}
-for i = 4, #ARGV, 2 do
+for i = 5, #ARGV, 2 do
   local id, tk = ARGV[i], ARGV[i + 1]
   local jk = prefix .. 'job:' .. id
   local cur = redis.call('HMGET', jk, 'st', 'tk')
@@ -30,13 +33,18 @@ if #gone > 0 then
   redis.call('ZREM', KEYS[2], unpack(gone))
   redis.call('ZADD', KEYS[3], unpack(fin))
 end
-local popped = redis.call('ZPOPMIN', KEYS[1], max)
-local n = #popped / 2
+local popped, step
+if plist then
+  popped, step = redis.call('LPOP', KEYS[1], max) or {}, 1
+else
+  popped, step = redis.call('ZPOPMIN', KEYS[1], max), 2
+end
+local n = #popped / step
 if n > 0 then
   local token = redis.call('INCRBY', KEYS[4], n) - n
   local dl = string.format('%d', now + 600000)
   local z = {}
-  for i = 1, #popped, 2 do
+  for i = 1, #popped, step do
     local id = popped[i]
     local jk = prefix .. 'job:' .. id
     token = token + 1

@@ -12,8 +12,9 @@
 //! `floor` claims and completes with floor.lua instead
 //! of echomq's scripts (the least a fenced settle-and-claim can do on
 //! this keyspace), `floor_list` with floor_list.lua (the same on a
-//! keyspace with pending in a list and a lease per call). The payload is
-//! 100 bytes of JSON.
+//! keyspace with pending in a list and a lease per call), `floor_plist`
+//! with floor.lua and only pending in a list. The payload is 100 bytes of
+//! JSON.
 use echomq::{Client, EnqueueOptions, QueueOptions, Retention, Settle};
 use std::time::Duration;
 
@@ -83,13 +84,15 @@ async fn main() {
     let lease = Duration::from_secs(600);
     let settle = if has("result") { Settle::Return { result: "{\"ok\":true,\"n\":17}".into() } } else { Settle::Complete };
     let mut done = 0;
-    if has("floor") || has("floor_list") {
+    if has("floor") || has("floor_list") || has("floor_plist") {
         // floor.lua on the same records, for what any script could reach;
-        // floor_list.lua with pending moved into a list first (not counted)
+        // floor_list.lua, and floor.lua in mode floor_plist, with pending
+        // moved into a list first (not counted)
         let mut con = redis::Client::open(url.as_str()).unwrap().get_multiplexed_async_connection().await.unwrap();
-        let list = has("floor_list");
-        let script = redis::Script::new(if list { include_str!("floor_list.lua") } else { include_str!("floor.lua") });
-        let names = if list { ["plist", "leases", "clist", "token", "events"] } else { ["pending", "active", "completed", "token", "events"] };
+        let plist = has("floor_plist");
+        let list = has("floor_list") || plist;
+        let script = redis::Script::new(if list && !plist { include_str!("floor_list.lua") } else { include_str!("floor.lua") });
+        let names = if plist { ["plist", "active", "completed", "token", "events"] } else if list { ["plist", "leases", "clist", "token", "events"] } else { ["pending", "active", "completed", "token", "events"] };
         let keys = names.map(|k| format!("emq:{{h}}:{k}"));
         if list {
             let ids: Vec<String> = redis::cmd("ZRANGE").arg("emq:{h}:pending").arg(0).arg(-1).query_async(&mut con).await.unwrap();
@@ -102,6 +105,7 @@ async fn main() {
             let mut inv = script.prepare_invoke();
             for k in &keys { inv.key(k); }
             inv.arg("emq:{h}:").arg(if has("evoff") { "0" } else { "1" }).arg(batch);
+            if !list || plist { inv.arg(if plist { "1" } else { "0" }); }
             for (id, tk) in held { inv.arg(id).arg(tk); }
             inv
         };
