@@ -41,9 +41,10 @@ impl Queue {
     /// [`Error::InvalidOption`] for a keep time past [`MAX_KEEP`],
     /// [`Error::PayloadTooLarge`]; nothing is sent for any of those.
     /// [`Error::FlowExists`] when the flow's id or one of its job ids is
-    /// taken (nothing written), [`Error::NotDurable`] when the flow (or
-    /// the one of its id found) is confirmed by fewer replicas than the
-    /// queue's [`Durability`](crate::Durability) asks, or a server error; on a transient one
+    /// taken (nothing written), [`Error::NotDurable`] when the flow added,
+    /// or the one found under its id, is confirmed by fewer replicas than
+    /// the queue's [`Durability`](crate::Durability) asks, or a server
+    /// error; on a transient one
     /// ([`Error::is_transient`]) the flow may or may not have been added,
     /// and adding it again with its own id is safe.
     pub async fn add_flow(&self, spec: &FlowSpec) -> Result<Flow> {
